@@ -1,0 +1,51 @@
+# tracekit: `make demo` and `make test` work on a fresh machine with only python3.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+# No GPU here? Test the CUDA target on numba's simulator.
+export NUMBA_ENABLE_CUDASIM ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 0 || echo 1)
+ACCEPTANCE := $(wildcard ../shared/acceptance)
+
+.PHONY: setup sysdeps demo test lint pytest acceptance bench lab fuzz clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[dev,cuda]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+# Debian's graphviz (the system `dot`) and chromium (the browser test), when we may install them.
+sysdeps:
+	@if command -v dot >/dev/null 2>&1 && [ -x /usr/bin/chromium ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q graphviz chromium) >/dev/null \
+	  || echo "note: could not install graphviz/chromium; their tests will be skipped"; \
+	else echo "note: not root: install graphviz and chromium to run the system-dot and browser tests"; fi
+
+demo: setup
+	$(BIN)/python notebooks/demo.py
+
+lint: setup
+	$(BIN)/ruff check tracekit tests benchmarks
+	$(BIN)/ruff format --check tracekit tests benchmarks
+
+pytest: setup sysdeps
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 tests
+
+acceptance: setup sysdeps
+	@if [ -n "$(ACCEPTANCE)" ]; then $(BIN)/python -m pytest $(ACCEPTANCE) -q -p no:cacheprovider; \
+	else echo "no ../shared/acceptance here; skipped"; fi
+
+test: lint pytest acceptance
+
+bench: setup
+	$(BIN)/python benchmarks/run.py
+
+lab: setup
+	$(BIN)/jupyter lab notebooks
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info demo.svg

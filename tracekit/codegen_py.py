@@ -1,0 +1,48 @@
+"""Graph -> Python source: a ``def`` equivalent to the graph (``Traced.code``)."""
+
+from __future__ import annotations
+
+from .ir import Graph, Var, format_node
+from .ops import OPS, helper_source
+
+
+def graph_to_python(graph: Graph, name: str | None = None) -> str:
+    """Source of a NumPy function computing ``graph``; paste it anywhere and run it.
+
+    Captured arrays and large constants become keyword-only parameters (their labels in a
+    comment); write-backs into inputs are ``np.copyto`` calls, as the traced function did.
+    """
+    name = name or (graph.name if graph.name.isidentifier() else "traced")
+    args = [v.ident for v, s in zip(graph.inputs, graph.specs) if s.kind == "arg"]
+    extra = [(v, s) for v, s in zip(graph.inputs, graph.specs) if s.kind != "arg"]
+    params = args + (["*"] + [v.ident for v, _ in extra] if extra else [])
+    helpers = []
+    for n in graph.nodes:
+        src = helper_source(OPS[n.op])
+        if src and src not in helpers:
+            helpers.append(src)
+    lines = ["import numpy as np", ""]
+    for h in helpers:
+        lines += [h.rstrip(), "", ""]
+    lines.append(f"def {name}({', '.join(params)}):")
+    for v, s in extra:
+        lines.append(f"    # {v.ident}: {s.kind} {s.label} {v.type}")
+    for n in graph.nodes:
+        lines.append(f"    # {format_node(n)}")
+        ins = [x.ident if isinstance(x, Var) else _literal(x) for x in n.inputs]
+        targets = ", ".join(o.ident for o in n.outputs)
+        lines.append(f"    {targets} = {OPS[n.op].code(ins, dict(n.attrs))}")
+    for oi, ii in graph.writebacks:
+        lines.append(f"    np.copyto({graph.inputs[ii].ident}, {graph.outputs[oi].ident})")
+    results = [o.ident for o in graph.outputs[: graph.n_results]]
+    if len(results) == 1:
+        lines.append(f"    return {results[0]}")
+    else:
+        lines.append(f"    return ({', '.join(results)}{',' if len(results) == 1 else ''})")
+    return "\n".join(lines) + "\n"
+
+
+def _literal(x) -> str:
+    from .ops import py_literal
+
+    return py_literal(x)

@@ -1,0 +1,538 @@
+"""The IR: ``Var``, ``Node``, ``Graph``.
+
+A graph is pure: every node maps input values to new output values; nothing mutates.
+Graphs are immutable by convention: passes build new ones.
+
+>>> import numpy as np
+>>> x = Var("x", (3,), np.dtype("float64"))
+>>> y = Var("1", (3,), np.dtype("float64"))
+>>> g = Graph([x], [Node("exp", (x,), {}, (y,))], [y])
+>>> print(g)
+graph(%x: f64[3]) {
+  %1: f64[3] = exp(%x)
+  return %1
+}
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import itertools
+import json
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+_SHORT = {
+    "bool": "bool",
+    "int8": "i8",
+    "int16": "i16",
+    "int32": "i32",
+    "int64": "i64",
+    "uint8": "u8",
+    "uint16": "u16",
+    "uint32": "u32",
+    "uint64": "u64",
+    "float16": "f16",
+    "float32": "f32",
+    "float64": "f64",
+    "complex64": "c64",
+    "complex128": "c128",
+}
+
+
+def short_dtype(dtype) -> str:
+    """``float32`` -> ``f32``."""
+    return _SHORT.get(np.dtype(dtype).name, np.dtype(dtype).name)
+
+
+def type_str(shape, dtype) -> str:
+    """``f32[128,64]``; a weak (Python scalar) value gets a ``~``."""
+    return f"{short_dtype(dtype)}[{','.join(map(str, shape))}]"
+
+
+_ids = itertools.count()
+
+
+class Var:
+    """A value in the graph: name, shape, dtype. Immutable; compared by identity.
+
+    ``weak`` marks a Python scalar input (NEP 50: it takes the dtype of the array it meets).
+    """
+
+    __slots__ = ("name", "shape", "dtype", "weak", "_uid")
+
+    def __init__(self, name: str, shape, dtype, weak: bool = False):
+        object.__setattr__(self, "name", str(name))
+        object.__setattr__(self, "shape", tuple(int(d) for d in shape))
+        object.__setattr__(self, "dtype", np.dtype(dtype))
+        object.__setattr__(self, "weak", bool(weak))
+        object.__setattr__(self, "_uid", next(_ids))
+
+    def __setattr__(self, k, v):
+        raise AttributeError("Var is immutable")
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def type(self) -> str:
+        return type_str(self.shape, self.dtype) + ("~" if self.weak else "")
+
+    @property
+    def ident(self) -> str:
+        """A Python identifier for generated code."""
+        return self.name if self.name.isidentifier() else f"v{self.name}"
+
+    def __repr__(self):
+        return f"%{self.name}: {self.type}"
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a node came from in the user's code."""
+
+    file: str
+    line: int
+    function: str
+    text: str = ""
+
+    def __str__(self):
+        return f"{os.path.basename(self.file)}:{self.line}"
+
+
+class FrozenDict(dict):
+    """An immutable, hashable mapping for node attributes."""
+
+    def _blocked(self, *a, **k):
+        raise TypeError("node attributes are immutable")
+
+    __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = _blocked
+
+    def __hash__(self):
+        return hash(_canonical(dict(self)))
+
+
+@dataclass(frozen=True, eq=False)
+class Node:
+    """One op application: ``outputs = op(*inputs, **attrs)``.
+
+    Inputs are Vars or literal constants (Python/NumPy scalars, small arrays, None).
+    """
+
+    op: str
+    inputs: tuple
+    attrs: FrozenDict
+    outputs: tuple
+    source: Source | None = None
+    scope: tuple = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "inputs", tuple(self.inputs))
+        object.__setattr__(self, "outputs", tuple(self.outputs))
+        object.__setattr__(self, "attrs", FrozenDict(self.attrs))
+        object.__setattr__(self, "scope", tuple(self.scope))
+
+    @property
+    def out(self) -> Var:
+        return self.outputs[0]
+
+    @property
+    def var_inputs(self) -> list[Var]:
+        return [v for v in self.inputs if isinstance(v, Var)]
+
+    def replace(self, **changes) -> Node:
+        fields = dict(
+            op=self.op,
+            inputs=self.inputs,
+            attrs=self.attrs,
+            outputs=self.outputs,
+            source=self.source,
+            scope=self.scope,
+        )
+        fields.update(changes)
+        return Node(**fields)
+
+    def __str__(self):
+        return format_node(self)
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """What a graph input is: a function argument, a captured array or a constant."""
+
+    kind: str  # "arg" | "capture" | "const"
+    label: str  # "x", "self.w1", "closure:scale", "const"
+
+
+@dataclass(frozen=True)
+class Guard:
+    """A value that tracing read and baked into the graph (control flow, float(), .item())."""
+
+    var: Var
+    value: object
+    how: str  # "bool", "int", "float", "item", "tolist", "index", ...
+    source: Source | None = None
+
+    def __str__(self):
+        where = f"  # {self.source}" if self.source else ""
+        return f"guard {self.how}(%{self.var.name}) == {self.value!r}{where}"
+
+
+@dataclass(eq=False)
+class Graph:
+    """Inputs, nodes in topological order, outputs, plus what tracing learnt.
+
+    ``writebacks`` pairs (output position, input position): the callable copies that output
+    into that input after a run (in-place writes into inputs). ``constants`` holds the values
+    of ``const`` inputs. ``guards`` lists the values tracing baked in.
+    """
+
+    inputs: list
+    nodes: list
+    outputs: list
+    specs: list = None
+    constants: dict = field(default_factory=dict)
+    guards: list = field(default_factory=list)
+    writebacks: list = field(default_factory=list)
+    name: str = "graph"
+
+    def __post_init__(self):
+        self.inputs, self.nodes, self.outputs = (
+            list(self.inputs),
+            list(self.nodes),
+            list(self.outputs),
+        )
+        if self.specs is None:
+            self.specs = [InputSpec("arg", v.name) for v in self.inputs]
+        self.specs = list(self.specs)
+
+    # ------------------------------------------------------------------ queries
+    def producers(self) -> dict:
+        """Var -> the node that produces it."""
+        return {o: n for n in self.nodes for o in n.outputs}
+
+    def users(self) -> dict:
+        """Var -> list of nodes that read it."""
+        use = {}
+        for n in self.nodes:
+            for v in n.var_inputs:
+                use.setdefault(v, []).append(n)
+        return use
+
+    @property
+    def n_results(self) -> int:
+        """Outputs that are the function's results (the rest are write-backs)."""
+        return len(self.outputs) - len(self.writebacks)
+
+    def replace(self, **changes) -> Graph:
+        fields = dict(
+            inputs=self.inputs,
+            nodes=self.nodes,
+            outputs=self.outputs,
+            specs=self.specs,
+            constants=self.constants,
+            guards=self.guards,
+            writebacks=self.writebacks,
+            name=self.name,
+        )
+        fields.update(changes)
+        return Graph(**fields)
+
+    # ------------------------------------------------------------------ checks
+    def check(self) -> Graph:
+        """Validate: every Var defined once before use, known ops, outputs defined.
+
+        Raises ``ValueError`` naming the first problem; returns the graph.
+        """
+        from . import ops
+
+        defined = set()
+        for v in self.inputs:
+            if v in defined:
+                raise ValueError(f"input %{v.name} appears twice")
+            defined.add(v)
+        if len(self.specs) != len(self.inputs):
+            raise ValueError("specs and inputs differ in length")
+        for v, s in zip(self.inputs, self.specs):
+            if s.kind == "const" and v not in self.constants:
+                raise ValueError(f"const input %{v.name} has no value")
+        for n in self.nodes:
+            if n.op not in ops.OPS:
+                raise ValueError(f"unknown op {n.op!r} in: {n}")
+            for v in n.var_inputs:
+                if v not in defined:
+                    raise ValueError(f"%{v.name} used before it is defined in: {n}")
+            for o in n.outputs:
+                if o in defined:
+                    raise ValueError(f"%{o.name} defined twice, again in: {n}")
+                defined.add(o)
+        for o in self.outputs:
+            if o not in defined:
+                raise ValueError(f"output %{o.name} is not defined")
+        for g in self.guards:
+            if g.var not in defined:
+                raise ValueError(f"guard on undefined %{g.var.name}")
+        for oi, ii in self.writebacks:
+            if not (0 <= oi < len(self.outputs) and 0 <= ii < len(self.inputs)):
+                raise ValueError(f"bad writeback {(oi, ii)}")
+        return self
+
+    # ------------------------------------------------------------------ identity
+    def key(self) -> str:
+        """Structural hash: equal for equal computations, ignoring names, sources, scopes."""
+        return hashlib.sha256(json.dumps(self._structure(), sort_keys=True).encode()).hexdigest()
+
+    def _structure(self):
+        num = {v: i for i, v in enumerate(self.inputs)}
+
+        def ref(x):
+            return ["v", num[x]] if isinstance(x, Var) else ["c", _canonical(x)]
+
+        nodes = []
+        for n in self.nodes:
+            nodes.append([n.op, [ref(x) for x in n.inputs], _canonical(dict(n.attrs))])
+            for o in n.outputs:
+                num[o] = len(num)
+        ins = [[v.shape, v.dtype.str, v.weak, s.kind] for v, s in zip(self.inputs, self.specs)]
+        consts = {
+            str(num[v]): hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
+            for v, a in self.constants.items()
+        }
+        outs_types = [[o.shape, o.dtype.str] for n in self.nodes for o in n.outputs]
+        return {
+            "inputs": ins,
+            "nodes": nodes,
+            "types": outs_types,
+            "outputs": [num[o] for o in self.outputs],
+            "consts": consts,
+            "guards": [[num[g.var], g.how, _canonical(g.value)] for g in self.guards],
+            "writebacks": [list(w) for w in self.writebacks],
+        }
+
+    # ------------------------------------------------------------------ text
+    def __str__(self):
+        return format_graph(self)
+
+    __repr__ = __str__
+
+    # ------------------------------------------------------------------ JSON
+    def to_json(self) -> str:
+        """Serialise to a JSON string; :meth:`from_json` restores an equal graph."""
+        return json.dumps(_graph_to_obj(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> Graph:
+        return _graph_from_obj(json.loads(text))
+
+
+# ---------------------------------------------------------------------- text listing
+def fmt_value(x) -> str:
+    if isinstance(x, Var):
+        return f"%{x.name}"
+    if isinstance(x, np.ndarray):
+        if x.size <= 8:
+            return f"{short_dtype(x.dtype)}{x.tolist()!r}"
+        return f"<{x.dtype}{list(x.shape)}>"
+    if isinstance(x, np.generic):
+        return f"{short_dtype(x.dtype)}({x.item()!r})"
+    if isinstance(x, np.dtype):
+        return x.name
+    if isinstance(x, slice):
+        return fmt_slice(x)
+    if isinstance(x, tuple):
+        return "(" + ", ".join(fmt_value(e) for e in x) + ("," if len(x) == 1 else "") + ")"
+    if x is Ellipsis:
+        return "..."
+    if callable(x) and hasattr(x, "__name__"):
+        return x.__name__
+    return repr(x)
+
+
+def fmt_slice(s: slice) -> str:
+    a = "" if s.start is None else str(s.start)
+    b = "" if s.stop is None else str(s.stop)
+    return f"{a}:{b}" + ("" if s.step is None else f":{s.step}")
+
+
+def format_node(n: Node, comment: bool = True) -> str:
+    outs = ", ".join(f"%{o.name}: {o.type}" for o in n.outputs)
+    args = [fmt_value(x) for x in n.inputs]
+    args += [f"{k}={fmt_value(v)}" for k, v in n.attrs.items() if v is not None]
+    line = f"{outs} = {n.op}({', '.join(args)})"
+    if comment:
+        where = []
+        if n.source:
+            where.append(str(n.source))
+        if n.scope:
+            where.append(f"({' > '.join(n.scope)})")
+        if where:
+            line += "  # " + " ".join(where)
+    return line
+
+
+def format_graph(g: Graph) -> str:
+    ins = [f"%{v.name}: {v.type}" for v, s in zip(g.inputs, g.specs) if s.kind == "arg"]
+    lines = [f"{g.name}({', '.join(ins)}) {{"]
+    for v, s in zip(g.inputs, g.specs):
+        if s.kind != "arg":
+            lines.append(f"  {s.kind} %{v.name}: {v.type} = {s.label}")
+    lines += ["  " + format_node(n) for n in g.nodes]
+    for gd in g.guards:
+        lines.append("  " + str(gd))
+    res = [f"%{o.name}" for o in g.outputs[: g.n_results]]
+    lines.append("  return " + ", ".join(res))
+    for oi, ii in g.writebacks:
+        lines.append(f"  write %{g.outputs[oi].name} -> %{g.inputs[ii].name}")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------- canonical values / JSON
+def _canonical(x):
+    """A JSON-able, order-stable form of an attribute or constant value."""
+    if isinstance(x, Var):
+        return {"var": x.name}
+    if isinstance(x, bool | type(None) | str):
+        return x
+    if isinstance(x, int):
+        return {"int": x}
+    if isinstance(x, float):
+        return {"float": repr(x)}
+    if isinstance(x, complex):
+        return {"complex": [repr(x.real), repr(x.imag)]}
+    if isinstance(x, np.generic):
+        return {"np": np.dtype(x.dtype).str, "v": _canonical(x.item())}
+    if isinstance(x, np.dtype):
+        return {"dtype": x.str}
+    if isinstance(x, type) and issubclass(x, np.generic):
+        return {"dtype": np.dtype(x).str}
+    if isinstance(x, np.ndarray):
+        return {
+            "array": np.dtype(x.dtype).str,
+            "shape": list(x.shape),
+            "b64": base64.b64encode(np.ascontiguousarray(x).tobytes()).decode(),
+        }
+    if isinstance(x, slice):
+        return {"slice": [_canonical(x.start), _canonical(x.stop), _canonical(x.step)]}
+    if x is Ellipsis:
+        return {"ellipsis": True}
+    if isinstance(x, tuple):
+        return {"tuple": [_canonical(e) for e in x]}
+    if isinstance(x, list):
+        return {"list": [_canonical(e) for e in x]}
+    if isinstance(x, dict):
+        return {"dict": [[k, _canonical(v)] for k, v in sorted(x.items())]}
+    if hasattr(x, "__tracekit_json__"):
+        return {"object": x.__tracekit_json__()}
+    raise TypeError(f"cannot serialise attribute value {x!r} of type {type(x).__name__}")
+
+
+def _uncanonical(x):
+    if not isinstance(x, dict):
+        return x
+    (k, *_), v = list(x.keys()), x
+    if k == "int":
+        return int(v["int"])
+    if k == "float":
+        return float(v["float"])
+    if k == "complex":
+        return complex(float(v["complex"][0]), float(v["complex"][1]))
+    if k == "np":
+        return np.dtype(v["np"]).type(_uncanonical(v["v"]))
+    if k == "dtype":
+        return np.dtype(v["dtype"])
+    if k == "array":
+        raw = base64.b64decode(v["b64"])
+        return np.frombuffer(raw, dtype=np.dtype(v["array"])).reshape(v["shape"]).copy()
+    if k == "slice":
+        return slice(*(_uncanonical(e) for e in v["slice"]))
+    if k == "ellipsis":
+        return Ellipsis
+    if k == "tuple":
+        return tuple(_uncanonical(e) for e in v["tuple"])
+    if k == "list":
+        return [_uncanonical(e) for e in v["list"]]
+    if k == "dict":
+        return {kk: _uncanonical(e) for kk, e in v["dict"]}
+    if k == "object":
+        from .pyop import object_from_json
+
+        return object_from_json(v["object"])
+    raise ValueError(f"bad JSON value {x!r}")
+
+
+def _var_obj(v: Var):
+    return {"name": v.name, "shape": list(v.shape), "dtype": v.dtype.str, "weak": v.weak}
+
+
+def _source_obj(s: Source | None):
+    return None if s is None else [s.file, s.line, s.function, s.text]
+
+
+def _graph_to_obj(g: Graph):
+    def ref(x):
+        return {"var": x.name} if isinstance(x, Var) else {"const": _canonical(x)}
+
+    return {
+        "format": "tracekit-graph-1",
+        "name": g.name,
+        "inputs": [_var_obj(v) for v in g.inputs],
+        "specs": [[s.kind, s.label] for s in g.specs],
+        "constants": {v.name: _canonical(a) for v, a in g.constants.items()},
+        "nodes": [
+            {
+                "op": n.op,
+                "inputs": [ref(x) for x in n.inputs],
+                "attrs": {k: _canonical(a) for k, a in n.attrs.items()},
+                "outputs": [_var_obj(o) for o in n.outputs],
+                "source": _source_obj(n.source),
+                "scope": list(n.scope),
+            }
+            for n in g.nodes
+        ],
+        "outputs": [o.name for o in g.outputs],
+        "guards": [
+            [gd.var.name, _canonical(gd.value), gd.how, _source_obj(gd.source)] for gd in g.guards
+        ],
+        "writebacks": [list(w) for w in g.writebacks],
+    }
+
+
+def _graph_from_obj(d) -> Graph:
+    if d.get("format") != "tracekit-graph-1":
+        raise ValueError("not a tracekit graph (missing format tag 'tracekit-graph-1')")
+    env = {}
+
+    def mk(o):
+        v = Var(o["name"], o["shape"], np.dtype(o["dtype"]), o.get("weak", False))
+        env[v.name] = v
+        return v
+
+    def src(s):
+        return None if s is None else Source(*s)
+
+    inputs = [mk(o) for o in d["inputs"]]
+    nodes = []
+    for n in d["nodes"]:
+        ins = tuple(env[x["var"]] if "var" in x else _uncanonical(x["const"]) for x in n["inputs"])
+        attrs = {k: _uncanonical(a) for k, a in n["attrs"].items()}
+        outs = tuple(mk(o) for o in n["outputs"])
+        nodes.append(Node(n["op"], ins, attrs, outs, src(n["source"]), tuple(n["scope"])))
+    return Graph(
+        inputs=inputs,
+        nodes=nodes,
+        outputs=[env[o] for o in d["outputs"]],
+        specs=[InputSpec(k, l) for k, l in d["specs"]],
+        constants={env[k]: _uncanonical(a) for k, a in d["constants"].items()},
+        guards=[Guard(env[v], _uncanonical(val), how, src(s)) for v, val, how, s in d["guards"]],
+        writebacks=[tuple(w) for w in d["writebacks"]],
+        name=d.get("name", "graph"),
+    ).check()

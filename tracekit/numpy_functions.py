@@ -1,0 +1,581 @@
+"""How NumPy's functions reach the op table while tracing (``__array_function__`` handlers).
+
+Each handler normalises NumPy's many spellings (``np.amax``, ``np.vstack``, ``np.flip``, ...) into
+the op table's few primitives. A function without a handler raises ``UnsupportedOperation``.
+"""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+
+from . import tracer as T
+from .errors import TraceError
+from .tracer import TracedArray, implements
+
+
+def _lift(x):
+    return T._ctx_of(x).lift(x)
+
+
+def _traced(x, like=None):
+    """Lift ``x`` and make plain values traced arrays (as constants)."""
+    ctx = T._ctx_of(x, like)
+    x = ctx.lift(x)
+    if not isinstance(x, TracedArray):
+        x = ctx.lift(np.asarray(x))
+    return x
+
+
+# ---------------------------------------------------------------------- reductions
+for _name, _fns in {
+    "sum": (np.sum,),
+    "prod": (np.prod,),
+    "mean": (np.mean,),
+    "max": (np.max, np.amax),
+    "min": (np.min, np.amin),
+    "any": (np.any,),
+    "all": (np.all,),
+}.items():
+
+    def _make(op):
+        def handler(a, axis=None, dtype=None, out=None, keepdims=False, **kw):
+            if op in ("max", "min", "any", "all") and dtype is not None:
+                raise TypeError(f"{op}() got an unexpected keyword argument 'dtype'")
+            return T.reduce(op, _traced(a), axis, keepdims, dtype, out=out, **kw)
+
+        return handler
+
+    implements(*_fns)(_make(_name))
+
+
+@implements(np.var)
+def _var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
+    return T.reduce("var", _traced(a), axis, keepdims, dtype, ddof=ddof, out=out, **kw)
+
+
+@implements(np.std)
+def _std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
+    return T.reduce("std", _traced(a), axis, keepdims, dtype, ddof=ddof, out=out, **kw)
+
+
+@implements(np.average)
+def _average(a, axis=None, weights=None, returned=False, keepdims=False):
+    if weights is None:
+        avg = T.reduce("mean", _traced(a), axis, keepdims)
+        if returned:
+            raise T.unsupported(
+                types.SimpleNamespace(__name__="average(returned=True)", __module__="numpy")
+            )
+        return avg
+    a, w = _traced(a), _traced(weights, a)
+    if w.shape != a.shape:
+        if axis is None or w.ndim != 1:
+            raise TypeError("Axis must be specified when shapes of a and weights differ.")
+        shape = [1] * a.ndim
+        shape[axis] = w.shape[0]
+        w = T.reshape(w, tuple(shape))
+    num = T.reduce("sum", a * w, axis, keepdims)
+    den = T.reduce("sum", T.broadcast_to(w, a.shape) if w.shape != a.shape else w, axis, keepdims)
+    return num / den
+
+
+@implements(np.argmax)
+def _argmax(a, axis=None, out=None, keepdims=False):
+    return T.argreduce("argmax", _traced(a), axis, keepdims, out)
+
+
+@implements(np.argmin)
+def _argmin(a, axis=None, out=None, keepdims=False):
+    return T.argreduce("argmin", _traced(a), axis, keepdims, out)
+
+
+@implements(np.cumsum)
+def _cumsum(a, axis=None, dtype=None, out=None):
+    return T.scan("cumsum", _traced(a), axis, dtype, out)
+
+
+@implements(np.cumprod)
+def _cumprod(a, axis=None, dtype=None, out=None):
+    return T.scan("cumprod", _traced(a), axis, dtype, out)
+
+
+@implements(np.count_nonzero)
+def _count_nonzero(a, axis=None, keepdims=False):
+    return T.reduce("sum", _traced(a) != 0, axis, keepdims, np.intp)
+
+
+# ---------------------------------------------------------------------- linear algebra
+@implements(np.dot)
+def _dot(a, b, out=None):
+    ctx = T._ctx_of(a, b)
+    a, b = _traced(a, b), _traced(b, a)
+    if a.ndim == 0 or b.ndim == 0:
+        return T._maybe_out(a * b, out)
+    return T._maybe_out(ctx.emit("dot", [a, b]), out)
+
+
+@implements(np.vdot)
+def _vdot(a, b):
+    a, b = _traced(a, b), _traced(b, a)
+    return _dot(T.ravel(np.conjugate(a) if a.dtype.kind == "c" else a), T.ravel(b))
+
+
+@implements(np.inner)
+def _inner(a, b):
+    a, b = _traced(a, b), _traced(b, a)
+    if a.ndim == 0 or b.ndim == 0:
+        return a * b
+    return _tensordot(a, b, axes=((a.ndim - 1,), (b.ndim - 1,)))
+
+
+@implements(np.outer)
+def _outer(a, b, out=None):
+    a, b = _traced(a, b), _traced(b, a)
+    res = T.reshape(T.ravel(a), (a.size, 1)) * T.reshape(T.ravel(b), (1, b.size))
+    return T._maybe_out(res, out)
+
+
+@implements(np.einsum)
+def _einsum(subscripts, *operands, out=None, optimize=False, **kw):
+    if not isinstance(subscripts, str):
+        raise T.unsupported(
+            types.SimpleNamespace(__name__="einsum (interleaved operands)", __module__="numpy")
+        )
+    if kw:
+        raise T.unsupported(
+            types.SimpleNamespace(__name__=f"einsum({', '.join(kw)}=)", __module__="numpy")
+        )
+    ops_ = [_traced(o, operands) for o in operands]
+    ctx = ops_[0]._ctx
+    return T._maybe_out(ctx.emit("einsum", ops_, {"subscripts": subscripts.replace(" ", "")}), out)
+
+
+@implements(np.tensordot)
+def _tensordot(a, b, axes=2):
+    a, b = _traced(a, b), _traced(b, a)
+    if isinstance(axes, int | np.integer):
+        n = int(axes)
+        axes = (tuple(range(a.ndim - n, a.ndim)), tuple(range(n)))
+    else:
+        xa, xb = axes
+        xa = (xa,) if isinstance(xa, int | np.integer) else tuple(xa)
+        xb = (xb,) if isinstance(xb, int | np.integer) else tuple(xb)
+        axes = (tuple(int(i) % a.ndim for i in xa), tuple(int(i) % b.ndim for i in xb))
+    return a._ctx.emit("tensordot", [a, b], {"axes": axes})
+
+
+@implements(np.matmul)
+def _matmul(a, b, out=None, **kw):
+    return T._call_ufunc(np.matmul, (a, b), dict(kw, out=out) if out is not None else kw)
+
+
+@implements(np.linalg.norm)
+def _norm(x, ord=None, axis=None, keepdims=False):
+    x = _traced(x)
+    if ord not in (None, 2, "fro") or (ord == 2 and (axis is None and x.ndim != 1)):
+        raise T.unsupported(
+            types.SimpleNamespace(__name__=f"linalg.norm(ord={ord!r})", __module__="numpy")
+        )
+    sq = (x * np.conjugate(x)).real if x.dtype.kind == "c" else x * x
+    if x.dtype.kind in "biu":
+        sq = T.astype(x, np.float64, False) ** 2
+    return np.sqrt(T.reduce("sum", sq, axis, keepdims))
+
+
+# ---------------------------------------------------------------------- movement
+@implements(np.reshape)
+def _reshape(a, shape=None, order="C", *, newshape=None, copy=None):
+    return T.reshape(_traced(a), shape if shape is not None else newshape, order)
+
+
+@implements(np.transpose)
+def _transpose(a, axes=None):
+    return T.transpose(_traced(a), axes)
+
+
+@implements(np.swapaxes)
+def _swapaxes(a, axis1, axis2):
+    return T.swapaxes(_traced(a), axis1, axis2)
+
+
+@implements(np.moveaxis)
+def _moveaxis(a, source, destination):
+    return T.moveaxis(_traced(a), source, destination)
+
+
+@implements(np.matrix_transpose)
+def _matrix_transpose(x):
+    return T.swapaxes(_traced(x), -1, -2)
+
+
+@implements(np.expand_dims)
+def _expand_dims(a, axis):
+    return T.expand_dims(_traced(a), axis)
+
+
+@implements(np.squeeze)
+def _squeeze(a, axis=None):
+    return T.squeeze(_traced(a), axis)
+
+
+@implements(np.ravel)
+def _ravel(a, order="C"):
+    return T.ravel(_traced(a), order)
+
+
+@implements(np.broadcast_to)
+def _broadcast_to(array, shape, subok=False):
+    return T.broadcast_to(_traced(array), shape)
+
+
+@implements(np.broadcast_arrays)
+def _broadcast_arrays(*args, subok=False):
+    xs = [_traced(a, args) for a in args]
+    shape = np.broadcast_shapes(*(x.shape for x in xs))
+    return tuple(T.broadcast_to(x, shape) for x in xs)
+
+
+def _atleast_nd(n):
+    def handler(*arys):
+        res = []
+        for a in arys:
+            a = _traced(a, arys)
+            if a.ndim >= n:
+                res.append(a)
+            elif n == 3 and a.ndim == 2:
+                res.append(T.reshape(a, a.shape + (1,)))
+            elif n == 3 and a.ndim == 1:
+                res.append(T.reshape(a, (1,) + a.shape + (1,)))
+            else:
+                res.append(T.reshape(a, (1,) * (n - a.ndim) + a.shape))
+        return res[0] if len(res) == 1 else tuple(res)
+
+    return handler
+
+
+implements(np.atleast_1d)(_atleast_nd(1))
+implements(np.atleast_2d)(_atleast_nd(2))
+implements(np.atleast_3d)(_atleast_nd(3))
+
+
+@implements(np.concatenate)
+def _concatenate(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
+    xs = [_traced(a, arrays) for a in arrays]
+    if axis is None:
+        xs, axis = [T.ravel(x) for x in xs], 0
+    if not xs:
+        raise ValueError("need at least one array to concatenate")
+    axis = T._norm_axis(axis, xs[0].ndim)[0]
+    if dtype is not None:
+        xs = [T.astype(x, dtype, False) for x in xs]
+    res = xs[0]._ctx.emit("concatenate", xs, {"axis": axis})
+    return T._maybe_out(res, out)
+
+
+@implements(np.stack)
+def _stack(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
+    xs = [_traced(a, arrays) for a in arrays]
+    if not xs:
+        raise ValueError("need at least one array to stack")
+    if len({x.shape for x in xs}) != 1:
+        raise ValueError("all input arrays must have the same shape")
+    axis = T._norm_axis(axis, xs[0].ndim + 1)[0]
+    return _concatenate([T.expand_dims(x, axis) for x in xs], axis, out, dtype)
+
+
+@implements(np.hstack)
+def _hstack(tup, dtype=None, casting="same_kind"):
+    xs = [_traced(a, tup) for a in tup]
+    xs = [T.reshape(x, (1,)) if x.ndim == 0 else x for x in xs]
+    return _concatenate(xs, 0 if xs[0].ndim == 1 else 1, dtype=dtype)
+
+
+@implements(np.vstack)
+def _vstack(tup, dtype=None, casting="same_kind"):
+    xs = [_atleast_nd(2)(_traced(a, tup)) for a in tup]
+    return _concatenate(xs, 0, dtype=dtype)
+
+
+@implements(np.column_stack)
+def _column_stack(tup):
+    xs = [_traced(a, tup) for a in tup]
+    xs = [T.reshape(x, (x.size, 1)) if x.ndim < 2 else x for x in xs]
+    return _concatenate(xs, 1)
+
+
+@implements(np.split, np.array_split)
+def _split(ary, indices_or_sections, axis=0):
+    x = _traced(ary)
+    axis = T._norm_axis(axis, x.ndim)[0]
+    n = x.shape[axis]
+    if isinstance(indices_or_sections, int | np.integer):
+        k = int(indices_or_sections)
+        base, extra = divmod(n, k)
+        sizes = [base + 1] * extra + [base] * (k - extra)
+        bounds = np.cumsum([0] + sizes).tolist()
+    else:
+        bounds = [0] + [int(i) for i in indices_or_sections] + [n]
+    pre = (slice(None),) * axis
+    return [x[pre + (slice(a, b),)] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+@implements(np.tile)
+def _tile(A, reps):
+    x = _traced(A)
+    reps = (reps,) if isinstance(reps, int | np.integer) else tuple(int(r) for r in reps)
+    return x._ctx.emit("tile", [x], {"reps": reps})
+
+
+@implements(np.repeat)
+def _repeat(a, repeats, axis=None):
+    x = _traced(a)
+    if isinstance(repeats, TracedArray):
+        raise TraceError("np.repeat with traced repeat counts has a data-dependent shape")
+    repeats = int(repeats) if np.ndim(repeats) == 0 else tuple(int(r) for r in np.ravel(repeats))
+    if axis is not None:
+        axis = T._norm_axis(axis, x.ndim)[0]
+    return x._ctx.emit("repeat", [x], {"repeats": repeats, "axis": axis})
+
+
+@implements(np.roll)
+def _roll(a, shift, axis=None):
+    x = _traced(a)
+    shift = int(shift) if np.ndim(shift) == 0 else tuple(int(s) for s in shift)
+    if axis is not None:
+        axis = int(axis) % x.ndim if np.ndim(axis) == 0 else tuple(int(i) % x.ndim for i in axis)
+    return x._ctx.emit("roll", [x], {"shift": shift, "axis": axis})
+
+
+@implements(np.flip)
+def _flip(m, axis=None):
+    x = _traced(m)
+    axes = range(x.ndim) if axis is None else T._norm_axis(axis, x.ndim)
+    idx = tuple(slice(None, None, -1) if i in axes else slice(None) for i in range(x.ndim))
+    return x[idx]
+
+
+@implements(np.fliplr)
+def _fliplr(m):
+    return _traced(m)[:, ::-1]
+
+
+@implements(np.flipud)
+def _flipud(m):
+    return _traced(m)[::-1]
+
+
+@implements(np.pad)
+def _pad(array, pad_width, mode="constant", **kw):
+    x = _traced(array)
+    if mode != "constant" or set(kw) - {"constant_values"}:
+        raise T.unsupported(
+            types.SimpleNamespace(__name__=f"pad(mode={mode!r})", __module__="numpy")
+        )
+    cv = kw.get("constant_values", 0)
+    if np.ndim(cv) != 0 or isinstance(cv, TracedArray):
+        raise T.unsupported(
+            types.SimpleNamespace(__name__="pad(per-axis constant_values)", __module__="numpy")
+        )
+    pw = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (x.ndim, 2))
+    pw = tuple((int(a), int(b)) for a, b in pw)
+    cv = cv.item() if isinstance(cv, np.generic) else cv
+    return x._ctx.emit("pad", [x], {"pad_width": pw, "constant_value": cv})
+
+
+@implements(np.diff)
+def _diff(a, n=1, axis=-1, prepend=np._NoValue, append=np._NoValue):
+    x = _traced(a)
+    axis = T._norm_axis(axis, x.ndim)[0]
+    parts = [x]
+    if prepend is not np._NoValue:
+        parts.insert(0, _edge(prepend, x, axis))
+    if append is not np._NoValue:
+        parts.append(_edge(append, x, axis))
+    if len(parts) > 1:
+        x = _concatenate(parts, axis)
+    pre = (slice(None),) * axis
+    for _ in range(n):
+        hi, lo = x[pre + (slice(1, None),)], x[pre + (slice(None, -1),)]
+        x = (hi != lo) if x.dtype == bool else hi - lo
+    return x
+
+
+def _edge(v, x, axis):
+    v = _traced(v, x)
+    if v.ndim == 0:
+        shape = list(x.shape)
+        shape[axis] = 1
+        v = T.broadcast_to(v, tuple(shape))
+    return v
+
+
+@implements(np.copy)
+def _copy(a, order="K", subok=False):
+    return T.copy(_traced(a))
+
+
+@implements(np.shape)
+def _shape(a):
+    return a.shape
+
+
+@implements(np.ndim)
+def _ndim(a):
+    return a.ndim
+
+
+@implements(np.size)
+def _size(a, axis=None):
+    return a.size if axis is None else a.shape[axis]
+
+
+# ---------------------------------------------------------------------- indexing
+@implements(np.take)
+def _take(a, indices, axis=None, out=None, mode="raise"):
+    x = _traced(a)
+    if mode != "raise":
+        raise T.unsupported(
+            types.SimpleNamespace(__name__=f"take(mode={mode!r})", __module__="numpy")
+        )
+    if axis is None:
+        x, axis = T.ravel(x), 0
+    axis = T._norm_axis(axis, x.ndim)[0]
+    return T._maybe_out(x[(slice(None),) * axis + (indices,)], out)
+
+
+@implements(np.nonzero, np.argwhere, np.flatnonzero, np.extract, np.unique, np.compress)
+def _data_dependent(*args, **kw):
+    raise TraceError(
+        f"this function's output shape depends on the data, so it cannot be traced "
+        f"(at {T.user_source(3)}). Use np.where(mask, a, b) to select elementwise, or a "
+        "masked reduction such as (mask * a).sum()."
+    )
+
+
+# ---------------------------------------------------------------------- elementwise functions
+@implements(np.where)
+def _where(condition, x=None, y=None):
+    if x is None and y is None:
+        return _data_dependent()
+    ctx = T._ctx_of(condition, x, y)
+    return ctx.emit("where", [condition, x, y])
+
+
+@implements(np.clip)
+def _clip(
+    a, a_min=np._NoValue, a_max=np._NoValue, out=None, *, min=np._NoValue, max=np._NoValue, **kw
+):
+    lo = a_min if a_min is not np._NoValue else (None if min is np._NoValue else min)
+    hi = a_max if a_max is not np._NoValue else (None if max is np._NoValue else max)
+    if kw:
+        raise T.unsupported(
+            types.SimpleNamespace(__name__=f"clip({', '.join(kw)}=)", __module__="numpy")
+        )
+    ctx = T._ctx_of(a, lo, hi)
+    return T._maybe_out(ctx.emit("clip", [a, lo, hi]), out)
+
+
+@implements(np.real)
+def _real(val):
+    return T.real(_traced(val))
+
+
+@implements(np.imag)
+def _imag(val):
+    return T.imag(_traced(val))
+
+
+@implements(np.angle)
+def _angle(z, deg=False):
+    x = _traced(z)
+    return x._ctx.emit("angle", [x], {"deg": bool(deg)})
+
+
+@implements(np.round, np.around)
+def _round(a, decimals=0, out=None):
+    x = _traced(a)
+    if decimals == 0 or x.dtype.kind in "biu" and decimals > 0:
+        res = np.rint(x) if x.dtype.kind not in "biu" else T.copy(x)
+    elif x.dtype.kind in "biu":
+        raise T.unsupported(
+            types.SimpleNamespace(__name__="round(int, decimals<0)", __module__="numpy")
+        )
+    else:
+        scale = 10.0**decimals
+        res = np.rint(x * scale) / scale
+    return T._maybe_out(res, out)
+
+
+@implements(np.isclose)
+def _isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    a, b = _traced(a, b), _traced(b, a)
+    close = np.less_equal(np.abs(a - b), atol + rtol * np.abs(b))
+    close = np.logical_or(close, np.logical_and(np.isinf(a), a == b))
+    if equal_nan:
+        close = np.logical_or(close, np.logical_and(np.isnan(a), np.isnan(b)))
+    return close
+
+
+@implements(np.allclose)
+def _allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    return bool(T.reduce("all", _isclose(a, b, rtol, atol, equal_nan)))
+
+
+@implements(np.array_equal)
+def _array_equal(a1, a2, equal_nan=False):
+    a, b = _traced(a1, a2), _traced(a2, a1)
+    if a.shape != b.shape:
+        return False
+    return bool(T.reduce("all", a == b))
+
+
+# ---------------------------------------------------------------------- creation
+def _full_like(a, fill, dtype=None, shape=None):
+    x = _traced(a)
+    dtype = np.dtype(dtype) if dtype is not None else x.dtype
+    shape = x.shape if shape is None else ((shape,) if isinstance(shape, int) else tuple(shape))
+    if isinstance(fill, TracedArray):
+        return (
+            T.astype(T.broadcast_to(fill, shape), dtype)
+            if fill.shape != shape
+            else T.astype(fill, dtype)
+        )
+    fill = np.asarray(fill).astype(dtype)[()]
+    return x._ctx.emit("full", [], {"shape": shape, "fill_value": fill, "dtype": dtype})
+
+
+@implements(np.zeros_like, np.empty_like)
+def _zeros_like(a, dtype=None, order="K", subok=True, shape=None, **kw):
+    return _full_like(a, 0, dtype, shape)
+
+
+@implements(np.ones_like)
+def _ones_like(a, dtype=None, order="K", subok=True, shape=None, **kw):
+    return _full_like(a, 1, dtype, shape)
+
+
+@implements(np.full_like)
+def _full_like_np(a, fill_value, dtype=None, order="K", subok=True, shape=None, **kw):
+    return _full_like(a, fill_value, dtype, shape)
+
+
+@implements(np.array, np.asarray, np.asanyarray, np.ascontiguousarray)
+def _array(obj, dtype=None, *a, copy=True, **kw):
+    return T.array_from(obj, dtype)
+
+
+@implements(np.result_type)
+def _result_type(*args):
+    return np.result_type(*(a.dtype if isinstance(a, TracedArray) else a for a in args))
+
+
+@implements(np.iscomplexobj)
+def _iscomplexobj(x):
+    return x.dtype.kind == "c"
+
+
+@implements(np.isrealobj)
+def _isrealobj(x):
+    return x.dtype.kind != "c"

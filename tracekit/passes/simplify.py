@@ -1,0 +1,140 @@
+"""Algebraic simplification, as a table of local rewrite rules per op.
+
+Each rule takes (node, producers) and returns a replacement: a Var, a list of new nodes whose
+last output replaces the node's, or None. Rules only fire when the result is exactly equal
+(bit for bit) to NumPy's, except integer powers, which become multiplies (within 1 ulp).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Graph, Node, Var
+from .rewrite import rebuild, resolve
+
+
+def _is(x, value) -> bool:
+    return not isinstance(x, Var) and np.ndim(x) == 0 and not isinstance(x, str) and x == value
+
+
+def _same_type(node, x) -> bool:
+    return isinstance(x, Var) and x.shape == node.out.shape and x.dtype == node.out.dtype
+
+
+def _new(node, op, inputs, attrs=None, like=None):
+    like = like or node.out
+    out = Var(f"{node.out.name}s{len(inputs)}{op[:2]}", like.shape, like.dtype)
+    return Node(op, tuple(inputs), attrs or {}, (out,), node.source, node.scope)
+
+
+def _power(node, prod):
+    x, p = node.inputs
+    if not isinstance(x, Var) or isinstance(p, Var) or np.ndim(p) != 0 or x.dtype.kind == "c":
+        return None
+    if x.dtype != node.out.dtype:
+        return None
+    if _is(p, 1):
+        return x
+    if _is(p, 2):
+        return [_new(node, "multiply", (x, x))]
+    if _is(p, 3):
+        sq = _new(node, "multiply", (x, x))
+        return [sq, _new(node, "multiply", (sq.out, x))]
+    if _is(p, 0.5) and x.dtype.kind == "f":
+        return [_new(node, "sqrt", (x,))]
+    return None
+
+
+def _multiply(node, prod):
+    a, b = node.inputs
+    for x, y in ((a, b), (b, a)):
+        if _is(y, 1) and _same_type(node, x):
+            return x
+    return None
+
+
+def _add(node, prod):
+    a, b = node.inputs
+    for x, y in ((a, b), (b, a)):
+        if _same_type(node, x) and (
+            (_is(y, 0) and x.dtype.kind in "biu") or (_is(y, 0) and np.signbit(y))
+        ):
+            return x
+    return None
+
+
+def _subtract(node, prod):
+    x, y = node.inputs
+    if _same_type(node, x) and _is(y, 0) and not (x.dtype.kind == "f" and np.signbit(y)):
+        return x
+    return None
+
+
+def _negative(node, prod):
+    (x,) = node.inputs
+    inner = prod.get(x)
+    if inner is not None and inner.op == "negative" and _same_type(node, inner.inputs[0]):
+        return inner.inputs[0]
+    return None
+
+
+def _transpose(node, prod):
+    (x,) = node.inputs
+    axes = node.attrs["axes"]
+    inner = prod.get(x)
+    if axes == tuple(range(len(axes))):
+        return x
+    if inner is not None and inner.op == "transpose":
+        composed = tuple(inner.attrs["axes"][a] for a in axes)
+        if composed == tuple(range(len(composed))):
+            return inner.inputs[0]
+        return [_new(node, "transpose", (inner.inputs[0],), {"axes": composed})]
+    return None
+
+
+def _reshape(node, prod):
+    (x,) = node.inputs
+    if _same_type(node, x):
+        return x
+    inner = prod.get(x)
+    if inner is not None and inner.op == "reshape":
+        src = inner.inputs[0]
+        if src.shape == node.out.shape:
+            return src
+        return [_new(node, "reshape", (src,), {"shape": node.attrs["shape"]})]
+    return None
+
+
+def _astype(node, prod):
+    (x,) = node.inputs
+    return x if _same_type(node, x) else None
+
+
+RULES = {
+    "power": _power,
+    "multiply": _multiply,
+    "add": _add,
+    "subtract": _subtract,
+    "negative": _negative,
+    "transpose": _transpose,
+    "reshape": _reshape,
+    "astype": _astype,
+}
+
+
+def simplify(graph: Graph) -> Graph:
+    mapping, kept, prod = {}, [], {}
+    for node in graph.nodes:
+        node = node.replace(inputs=tuple(resolve(mapping, x) for x in node.inputs))
+        rule = RULES.get(node.op)
+        res = rule(node, prod) if rule else None
+        if res is None:
+            kept.append(node)
+            prod.update({o: node for o in node.outputs})
+        elif isinstance(res, Var):
+            mapping[node.out] = res
+        else:
+            kept.extend(res)
+            prod.update({n.out: n for n in res})
+            mapping[node.out] = res[-1].out
+    return rebuild(graph, kept, mapping)

@@ -1,0 +1,420 @@
+"""``tk.trace``: run a function once on example inputs and return a callable :class:`Traced`."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import sys
+
+import numpy as np
+
+from . import (
+    numpy_functions,  # noqa: F401  (registers the NumPy function handlers)
+    pytree,
+)
+from . import tracer as T
+from .errors import GuardError, TraceError
+from .interpret import run
+from .ir import Graph, InputSpec, Var
+
+
+def trace(fn, *example_args, strict: bool = False, keep_values: bool = False, name=None):
+    """Trace ``fn`` on example inputs into a graph; returns a callable :class:`Traced`.
+
+    Arrays, NumPy scalars and Python floats/complexes (also inside tuples, lists and dicts) are
+    traced; other arguments (ints, bools, strings, objects) are static and baked in. Python
+    control flow on traced values is baked in too, with a ``TracerWarning`` naming the line
+    (``strict=True`` raises ``TraceError`` instead).
+
+    >>> import numpy as np, tracekit as tk
+    >>> t = tk.trace(lambda x: np.tanh(x) * 2.0, np.zeros(3, np.float32))
+    >>> print(t.graph)  # doctest: +ELLIPSIS
+    <lambda>(%x: f32[3]) {
+      %0: f32[3] = tanh(%x)  # ...
+      %1: f32[3] = multiply(%0, 2.0)  # ...
+      return %1
+    }
+    >>> t(np.ones(3, np.float32))
+    array([1.5231884, 1.5231884, 1.5231884], dtype=float32)
+    """
+    ctx = T.TraceContext(strict=strict)
+    paths: list[str] = []
+    leaves, in_tree = pytree.flatten(list(example_args), paths=paths)
+    names = _leaf_names(fn, paths)
+    args = []
+    for leaf, nm in zip(leaves, names):
+        weak = isinstance(leaf, float | complex)
+        if isinstance(leaf, np.ndarray):
+            if leaf.dtype.kind not in "biufc":
+                raise TraceError(
+                    f"argument {nm!r} has dtype {leaf.dtype}; tracekit traces bool, integer, "
+                    "float and complex arrays"
+                )
+            value = np.array(leaf, copy=True)
+        else:
+            value = leaf
+        args.append(ctx.add_input(value, "arg", nm, name=nm, weak=weak))
+    ctx.capture_index = T.scan_captures(fn)
+    ctx.stop_code = _call_user.__code__
+    result = _call_user(ctx, fn, pytree.unflatten(in_tree, args))
+    graph, out_tree = _finish(ctx, result, len(args), name or _fn_name(fn))
+    traced = Traced(graph, in_tree, out_tree, ctx.capture_getters, leaves, fn=fn)
+    if keep_values:
+        traced.values = traced.run_values(*example_args)
+    return traced
+
+
+def _call_user(ctx, fn, args):
+    prev = T.current()
+    T._state.ctx = ctx
+    try:
+        with creation_functions_traced(ctx):
+            return fn(*args)
+    finally:
+        T._state.ctx = prev
+
+
+def _fn_name(fn) -> str:
+    name = getattr(fn, "__name__", None) or type(fn).__name__
+    return name if name.isidentifier() or name == "<lambda>" else "fn"
+
+
+def _leaf_names(fn, paths):
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    pos = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    star = next((p.name for p in params if p.kind == p.VAR_POSITIONAL), "args")
+    names, used = [], set()
+    for p in paths:  # "[0]['w'][1]"
+        head, _, rest = p[1:].partition("]")
+        i = int(head)
+        base = pos[i] if i < len(pos) else f"{star}{i - len(pos)}"
+        nm = T._ident(base + rest)
+        while nm in used:
+            nm += "_"
+        used.add(nm)
+        names.append(nm)
+    return names
+
+
+def _finish(ctx, result, n_args, name):
+    from .passes import dce
+
+    out_leaves, out_tree = pytree.flatten(result, extra_types=(T.TracedArray,))
+    outputs = []
+    for leaf in out_leaves:
+        if isinstance(leaf, T.TracedArray | np.ndarray):
+            outputs.append(ctx.lift(leaf).ir_var)
+        else:  # a Python or NumPy scalar that does not depend on the inputs: a constant
+            outputs.append(None)
+    statics = [(i, leaf) for i, (leaf, o) in enumerate(zip(out_leaves, outputs)) if o is None]
+    if statics:
+        out_tree = _make_static(out_tree, out_leaves, outputs)
+        outputs = [o for o in outputs if o is not None]
+    writebacks = []
+    for i, buf in enumerate(ctx.buffers):
+        if ctx.specs[i].kind != "const" and buf.var is not ctx.inputs[i]:
+            writebacks.append((len(outputs), i))
+            outputs.append(buf.var)
+        elif ctx.specs[i].kind == "const" and buf.var is not ctx.inputs[i]:
+            pass  # a constant written in place only matters through the values it produced
+    order = _input_order(ctx.specs)
+    perm = {old: new for new, old in enumerate(order)}
+    graph = Graph(
+        inputs=[ctx.inputs[i] for i in order],
+        nodes=ctx.nodes,
+        outputs=outputs,
+        specs=[ctx.specs[i] for i in order],
+        constants=dict(ctx.constants),
+        guards=list(ctx.guards),
+        writebacks=[(o, perm[i]) for o, i in writebacks],
+        name=name,
+    )
+    ctx.capture_getters = [ctx.capture_getters[i] for i in order]
+    return dce(graph).check(), out_tree
+
+
+def _input_order(specs):
+    rank = {"arg": 0, "capture": 1, "const": 2}
+    return sorted(range(len(specs)), key=lambda i: (rank[specs[i].kind], i))
+
+
+def _make_static(tree, leaves, outputs):
+    it = iter(zip(leaves, outputs))
+
+    def walk(t):
+        if isinstance(t, pytree.Leaf):
+            leaf, out = next(it)
+            return t if out is not None else ("static", leaf)
+        kind, body = t
+        if kind == "static":
+            return t
+        if kind is dict:
+            return (dict, tuple((k, walk(v)) for k, v in body))
+        return (kind, tuple(walk(e) for e in body))
+
+    return walk(tree)
+
+
+# ---------------------------------------------------------------------- creation functions
+_CREATION = ("zeros", "ones", "empty", "full", "arange", "linspace", "eye", "identity")
+
+
+@contextlib.contextmanager
+def creation_functions_traced(ctx):
+    """While tracing, ``np.zeros`` & co. called from user code record creation nodes."""
+    saved = {n: getattr(np, n) for n in _CREATION}
+    try:
+        for n in _CREATION:
+            setattr(np, n, _creation_wrapper(n, saved[n]))
+        yield
+    finally:
+        for n, f in saved.items():
+            setattr(np, n, f)
+
+
+def _creation_wrapper(name, original):
+    builder = globals()[f"_create_{name}"]
+
+    def wrapper(*args, **kwargs):
+        ctx = T.current()
+        if ctx is None or not T.is_user_frame(sys._getframe(1)) or kwargs.get("like") is not None:
+            return original(*args, **kwargs)
+        return builder(ctx, *args, **kwargs)
+
+    wrapper.__name__ = name
+    wrapper.__wrapped__ = original
+    return wrapper
+
+
+def _static(x):
+    """A Python number from a possibly traced scalar (baked in with a guard)."""
+    if isinstance(x, T.TracedArray):
+        return x.item()
+    return x
+
+
+def _shape_arg(shape):
+    if isinstance(shape, T.TracedArray) or np.ndim(shape) == 0:
+        return (int(_static(shape)),)
+    return tuple(int(_static(s)) for s in shape)
+
+
+def _create_full_node(ctx, shape, fill, dtype):
+    value = np.full(shape, fill, dtype=dtype)
+    fill = np.asarray(fill).astype(value.dtype)[()]
+    return ctx.emit("full", [], {"shape": shape, "fill_value": fill, "dtype": value.dtype})
+
+
+def _create_zeros(ctx, shape, dtype=float, order="C", **kw):
+    return _create_full_node(ctx, _shape_arg(shape), 0, np.dtype(dtype))
+
+
+_create_empty = _create_zeros
+
+
+def _create_ones(ctx, shape, dtype=None, order="C", **kw):
+    return _create_full_node(ctx, _shape_arg(shape), 1, np.dtype(dtype or float))
+
+
+def _create_full(ctx, shape, fill_value, dtype=None, order="C", **kw):
+    shape = _shape_arg(shape)
+    if isinstance(fill_value, T.TracedArray):
+        res = T.broadcast_to(fill_value, shape)
+        return T.astype(res, dtype) if dtype is not None else T.copy(res)
+    dtype = np.dtype(dtype) if dtype is not None else np.asarray(fill_value).dtype
+    if np.ndim(fill_value):
+        return T.array_from(np.broadcast_to(np.asarray(fill_value, dtype), shape).copy())
+    return _create_full_node(ctx, shape, fill_value, dtype)
+
+
+def _create_arange(ctx, *args, dtype=None, **kw):
+    args = [_static(a) for a in args]
+    value = np.arange(*args, dtype=dtype)
+    start, stop, step = (0, args[0], 1) if len(args) == 1 else (list(args) + [1])[:3]
+    attrs = {"start": start, "stop": stop, "step": step, "dtype": value.dtype}
+    return ctx.emit("arange", [], attrs)
+
+
+def _create_linspace(ctx, start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0):
+    if retstep or axis != 0 or np.ndim(start) or np.ndim(stop):
+        raise T.unsupported(
+            type(
+                "f", (), {"__name__": "linspace(retstep/axis/array bounds)", "__module__": "numpy"}
+            )
+        )
+    start, stop = _static(start), _static(stop)
+    dtype = np.linspace(start, stop, 2, dtype=dtype).dtype
+    attrs = {
+        "start": start,
+        "stop": stop,
+        "num": int(num),
+        "endpoint": bool(endpoint),
+        "dtype": dtype,
+    }
+    return ctx.emit("linspace", [], attrs)
+
+
+def _create_eye(ctx, N, M=None, k=0, dtype=float, order="C", **kw):
+    attrs = {"N": int(N), "M": None if M is None else int(M), "k": int(k), "dtype": np.dtype(dtype)}
+    return ctx.emit("eye", [], attrs)
+
+
+def _create_identity(ctx, n, dtype=None, **kw):
+    return _create_eye(ctx, n, dtype=dtype or float)
+
+
+# ---------------------------------------------------------------------- the traced callable
+class Traced:
+    """A traced function: callable (runs the reference interpreter), printable, renderable.
+
+    Attributes: ``graph`` (the :class:`~tracekit.ir.Graph`), ``code`` (equivalent Python source),
+    ``values`` (Var -> example value, when traced with ``keep_values=True``), ``history``
+    (the optimisation passes applied: name, before, after).
+    """
+
+    def __init__(self, graph, in_tree, out_tree, capture_getters, example_leaves, fn=None):
+        self.graph: Graph = graph
+        self.in_tree, self.out_tree = in_tree, out_tree
+        self.capture_getters = list(capture_getters)
+        self.example_leaves = list(example_leaves)
+        self.fn = fn
+        self.values: dict | None = None
+        self.history: list = []
+
+    # -- calling
+    def flatten_args(self, args) -> list:
+        """Check call arguments against the trace; return one value per non-constant input."""
+        leaves, tree = pytree.flatten(list(args))
+        diff = pytree.describe_difference(self.in_tree, tree)
+        if diff:
+            raise TypeError(f"{self.graph.name}: arguments differ from the trace: {diff}")
+        values = []
+        for var, spec, leaf in zip(self.graph.inputs, self.graph.specs, leaves):
+            check_value(var, leaf, f"argument {spec.label!r}")
+            values.append(leaf)
+        for var, spec, get in zip(self.graph.inputs, self.graph.specs, self.capture_getters):
+            if spec.kind == "capture":
+                value = get()
+                check_value(var, value, f"captured array {spec.label}")
+                values.append(value)
+        return values
+
+    def __call__(self, *args):
+        values = self.flatten_args(args)
+        env = {}
+        outs = run(self.graph, values, env_out=env)
+        check_guards(self.graph, env)
+        return self.finish_call(values, outs)
+
+    def finish_call(self, values, outs):
+        """Write back in-place updates of inputs and rebuild the output structure."""
+        for oi, ii in self.graph.writebacks:
+            target = values[ii]
+            if not isinstance(target, np.ndarray) or not target.flags.writeable:
+                raise ValueError(
+                    f"the traced function writes into {self.graph.specs[ii].label!r}, "
+                    "which is not a writeable NumPy array here"
+                )
+            np.copyto(target, outs[oi])
+        return pytree.unflatten(self.out_tree, outs[: self.graph.n_results])
+
+    def run_values(self, *args) -> dict:
+        """Every intermediate value (Var -> value) for these arguments."""
+        env = {}
+        run(self.graph, self.flatten_args(args), env_out=env)
+        return env
+
+    # -- views of the graph
+    @property
+    def code(self) -> str:
+        """Python source of a function equivalent to the graph (like torch.fx's ``.code``)."""
+        from .codegen_py import graph_to_python
+
+        return graph_to_python(self.graph)
+
+    def __repr__(self):
+        return str(self.graph)
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        from .render import mimebundle
+
+        return mimebundle(self)
+
+    def with_graph(self, graph, history_entry=None) -> Traced:
+        """A Traced with the same calling convention and another (equivalent) graph."""
+        t = Traced(
+            graph, self.in_tree, self.out_tree, self.capture_getters, self.example_leaves, self.fn
+        )
+        t.history = list(self.history) + ([history_entry] if history_entry else [])
+        return t
+
+
+def check_value(var: Var, value, what: str):
+    """Raise a clear TypeError/ValueError if ``value`` does not fit ``var``."""
+    if var.weak:
+        if not isinstance(value, float | complex | np.floating | np.complexfloating):
+            raise TypeError(
+                f"{what}: traced with a Python {var.dtype.kind == 'c' and 'complex' or 'float'}, got {type(value).__name__}"
+            )
+        return
+    if isinstance(value, float | complex | int) and not isinstance(value, bool):
+        raise TypeError(
+            f"{what}: traced with an array {var.type}, got a Python {type(value).__name__}"
+        )
+    shape, dtype = np.shape(value), getattr(value, "dtype", None)
+    if dtype is None:
+        raise TypeError(f"{what}: expected an array {var.type}, got {type(value).__name__}")
+    if isinstance(value, np.ma.MaskedArray):
+        raise TypeError(f"{what}: masked arrays are not supported; pass .filled() or .data")
+    if tuple(shape) != var.shape:
+        raise ValueError(
+            f"{what}: expected shape {var.shape} ({var.type}), got shape {tuple(shape)}; "
+            "trace again (or use tk.jit, which retraces per shape)"
+        )
+    if np.dtype(dtype) != var.dtype:
+        raise TypeError(f"{what}: expected dtype {var.dtype}, got {np.dtype(dtype)}")
+
+
+def check_guards(graph: Graph, env: dict):
+    """Raise GuardError if a value baked in at trace time differs in this run."""
+    for g in graph.guards:
+        if g.var not in env:
+            continue
+        value = env[g.var]
+        try:
+            seen = _as_guard_value(value, g.how)
+        except (TypeError, ValueError):
+            continue
+        if not _same(seen, g.value):
+            where = f" at {g.source} `{g.source.text}`" if g.source else ""
+            raise GuardError(
+                f"{g.how}() gave {seen!r} on this call but {g.value!r} when traced{where}: "
+                "the graph took the traced path and would compute a wrong result. Trace again "
+                "with these inputs, or use tk.jit, which retraces when a guard fails."
+            )
+
+
+def _as_guard_value(value, how):
+    a = np.asarray(value)
+    if how == "bool":
+        return bool(a)
+    if how in ("int", "index"):
+        return int(a)
+    if how == "float":
+        return float(a)
+    if how == "complex":
+        return complex(a)
+    return a.item() if how == "item" else a.tolist()
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True
+    return a == b
+
+
+def make_input_spec(kind, label):
+    return InputSpec(kind, label)
