@@ -1,0 +1,185 @@
+"""Compilation targets. ``compile(traced, target="cpu"|"cuda")`` -> :class:`Compiled`.
+
+The pipeline, shared by every target: optimise the graph (``tracekit.passes``), lower it
+(``lowering``), plan fusion (``planner``), emit and compile kernels (``cpu`` / ``cuda``), and
+run them through a generated runner.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..passes import optimize
+from ..traced import Traced, check_guards
+from .lowering import lower
+from .planner import plan as make_plan
+
+TARGETS = ("cpu", "cuda")
+MATH = ("fast", "libm")
+
+
+@dataclass
+class Kernel:
+    """One fused kernel: its name, kind, the graph nodes it covers, and its source."""
+
+    name: str
+    kind: str
+    nodes: list
+    source: str
+
+    def __repr__(self):
+        return f"Kernel({self.name}, {self.kind}, {len(self.nodes)} nodes)"
+
+
+class Compiled:
+    """A traced graph compiled for a target; call it like the traced function.
+
+    ``kernels`` lists the fused kernels, ``source`` is the generated numba source (with the
+    covered graph nodes as comments), ``plan`` the fusion decisions and refusals.
+
+    >>> import numpy as np, tracekit as tk
+    >>> t = tk.trace(lambda x: np.tanh(x) * 2 + 1, np.ones(1000, np.float32))
+    >>> c = tk.compile(t, target="cpu", progress=False)
+    >>> len(c.kernels), float(c(np.zeros(1000, np.float32))[0])
+    (1, 1.0)
+    """
+
+    def __init__(self, traced: Traced, target="cpu", math="fast", progress=None, cache=True):
+        if target not in TARGETS:
+            raise ValueError(f"unknown target {target!r}; choose one of {TARGETS}")
+        if math not in MATH:
+            raise ValueError(f"unknown math {math!r}; choose 'fast' (vectorised) or 'libm'")
+        self.traced, self.target, self.math = traced, target, math
+        opt = optimize(traced)
+        self.history = opt.history
+        self.graph = lower(opt.graph).check()
+        self.plan = make_plan(self.graph)
+        report = _progress_reporter(progress, f"{traced.graph.name} ({target})")
+        if target == "cpu":
+            from .cpu import RUNTIME, CpuProgram, Runner
+
+            self.program = CpuProgram(self.plan, math)
+            self.program.load(disk=cache, progress=report)
+            self.runner = Runner(self.plan, self.program)
+            self.runner.ns.update(RUNTIME)
+        else:
+            from .cuda import CudaProgram
+
+            self.program = CudaProgram(self.plan, math)
+            self.program.load(progress=report)
+            self.runner = self.program.runner()
+        self._pools = threading.local()
+        self.kernels = [
+            Kernel(ks.group.name, ks.group.kind, list(ks.group.nodes), ks.text)
+            for ks in self.program.kernel_sources.values()
+        ]
+
+    @property
+    def source(self) -> str:
+        return self.program.source
+
+    def _pool(self) -> dict:
+        pool = getattr(self._pools, "pool", None)
+        if pool is None:
+            pool = self._pools.pool = {}
+        return pool
+
+    def __call__(self, *args, out=None):
+        values = self.traced.flatten_args(args)
+        g = self.graph
+        inputs = values + [g.constants[v] for v, s in zip(g.inputs, g.specs) if s.kind == "const"]
+        outs = _normalise_out(out, g.n_results)
+        results, guard_values = self.runner.fn(inputs, outs, self._pool())
+        if g.guards:
+            check_guards(g, dict(zip([gd.var for gd in g.guards], guard_values)))
+        if outs is not None:
+            for buf, r in zip(outs, results):
+                if buf is not r:
+                    np.copyto(buf, r)
+            self.traced.finish_call(values, list(outs) + results[g.n_results :])
+            return out
+        results = [r[()] if isinstance(r, np.ndarray) and r.ndim == 0 else r for r in results]
+        return self.traced.finish_call(values, results)
+
+    def __repr__(self):
+        return f"Compiled({self.graph.name}, target={self.target!r}, {len(self.kernels)} kernels)"
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        from ..render import mimebundle
+
+        return mimebundle(self)
+
+
+def _normalise_out(out, n):
+    if out is None:
+        return None
+    outs = list(out) if isinstance(out, tuple | list) else [out]
+    if len(outs) != n:
+        raise ValueError(f"out= needs {n} array(s), got {len(outs)}")
+    for o in outs:
+        if not isinstance(o, np.ndarray) or not o.flags.writeable:
+            raise TypeError("out= takes writeable NumPy arrays")
+    return outs
+
+
+def _progress_reporter(progress, what):
+    """A callback showing kernels compiled / total once compiling takes over a second."""
+    if progress is False:
+        return None
+    state = {"shown": False, "handle": None}
+
+    def report(done, total, elapsed):
+        if not state["shown"] and elapsed < 1.0 and done < total:
+            return
+        if not state["shown"] and elapsed < 1.0:
+            return
+        state["shown"] = True
+        if _in_notebook():
+            from IPython.display import HTML, display
+
+            html = HTML(
+                f"<progress value='{done}' max='{total}'></progress> "
+                f"compiling {what}: {done}/{total} kernels, {elapsed:.1f} s"
+            )
+            if state["handle"] is None:
+                state["handle"] = display(html, display_id=True)
+            else:
+                state["handle"].update(html)
+        else:
+            end = "\n" if done == total else ""
+            print(
+                f"\rcompiling {what}: {done}/{total} kernels, {elapsed:.1f} s",
+                end=end,
+                file=sys.stderr,
+                flush=True,
+            )
+
+    return report
+
+
+def _in_notebook() -> bool:
+    ip = sys.modules.get("IPython")
+    if ip is None:
+        return False
+    shell = ip.get_ipython() if hasattr(ip, "get_ipython") else None
+    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
+
+
+def compile(traced, target: str = "cpu", math: str = "fast", progress=None, cache=True):  # noqa: A001
+    """Compile a :class:`~tracekit.traced.Traced` for ``target``.
+
+    ``math="fast"`` uses tracekit's vectorisable exp/log/tanh/... (stated ulp bounds);
+    ``math="libm"`` calls numba's libm. ``progress=False`` silences the compile progress;
+    ``cache=False`` skips the on-disk cache.
+    """
+    if not isinstance(traced, Traced):
+        raise TypeError(f"tk.compile takes a Traced (from tk.trace), got {type(traced).__name__}")
+    t0 = time.perf_counter()
+    c = Compiled(traced, target, math, progress, cache)
+    c.compile_seconds = time.perf_counter() - t0
+    return c

@@ -1,0 +1,121 @@
+"""Loading generated kernel modules, through an on-disk cache of source and machine code.
+
+A module's source is written atomically to ``<cache dir>/tk_<hash>.py`` (default
+``~/.cache/tracekit``, moved by ``TRACEKIT_CACHE_DIR``), keyed by the source itself and the
+tracekit, numba and NumPy versions and the CPU name; it is imported from there with numba's
+``cache=True``, so a new process loads machine code instead of compiling. A cache that is
+corrupt, truncated or unwritable falls back to compiling in memory, with one warning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+import threading
+import types
+import warnings
+from collections import OrderedDict
+
+CACHE_FLAG = "_TRACEKIT_DISK_CACHE = True"
+_lock = threading.Lock()
+_modules: OrderedDict = OrderedDict()  # key -> module, an LRU
+MAX_MODULES = 512
+_warned = set()
+
+
+def cache_dir() -> str:
+    return os.environ.get("TRACEKIT_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "tracekit"
+    )
+
+
+def environment_key() -> str:
+    import llvmlite.binding as llvm
+    import numba
+    import numpy
+
+    from .. import __version__
+
+    return f"tracekit {__version__} numba {numba.__version__} numpy {numpy.__version__} cpu {llvm.get_host_cpu_name()}"
+
+
+def module_key(source: str) -> str:
+    return hashlib.sha256((environment_key() + "\n" + source).encode()).hexdigest()[:32]
+
+
+def warn_once(kind: str, message: str):
+    if kind not in _warned:
+        _warned.add(kind)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def load(source: str, disk: bool = True) -> types.ModuleType:
+    """The module for ``source`` (which must contain the line ``CACHE_FLAG``)."""
+    key = module_key(source)
+    with _lock:
+        mod = _modules.get(key)
+        if mod is not None:
+            _modules.move_to_end(key)
+            return mod
+    mod = None
+    if disk and os.environ.get("TRACEKIT_DISABLE_DISK_CACHE") != "1":
+        try:
+            mod = _load_from_disk(key, source)
+        except Exception as e:  # a broken cache must never break a computation
+            warn_once(
+                "disk",
+                f"tracekit's disk cache at {cache_dir()} is not usable ({type(e).__name__}: {e}); "
+                "compiling in memory instead",
+            )
+    if mod is None:
+        mod = _load_in_memory(key, source)
+    with _lock:
+        _modules[key] = mod
+        while len(_modules) > MAX_MODULES:
+            _modules.popitem(last=False)
+    return mod
+
+
+def _load_from_disk(key: str, source: str) -> types.ModuleType:
+    folder = cache_dir()
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"tk_{key}.py")
+    if not _intact(path, source):
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tk_", suffix=".py")
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(source)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    name = f"tracekit_kernels_{key}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return mod
+
+
+def _intact(path: str, source: str) -> bool:
+    try:
+        with open(path) as f:
+            return f.read() == source
+    except OSError:
+        return False
+
+
+def _load_in_memory(key: str, source: str) -> types.ModuleType:
+    mod = types.ModuleType(f"tracekit_kernels_mem_{key}")
+    code = compile(
+        source.replace(CACHE_FLAG, "_TRACEKIT_DISK_CACHE = False"), f"<tracekit {key}>", "exec"
+    )
+    exec(code, mod.__dict__)
+    return mod

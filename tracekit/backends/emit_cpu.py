@@ -1,0 +1,347 @@
+"""Python source for the numba CPU kernels of a plan.
+
+One kernel per fused group, written as plain loops: ``prange`` over the outer (kept) dimension
+when the work is large, ``range`` below a threshold; reductions as per-row passes with
+accumulators (per-chunk partials and an ordered combine when the whole array is reduced); scans
+as a sequential inner loop. Each kernel's source carries the graph nodes it covers as comments.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Var, format_node
+from . import scalar as S
+from .layout import Layout
+from .planner import Step
+
+PARALLEL_MIN_WORK = 1 << 15  # elements; below this a kernel runs serially (no thread start-up)
+CHUNKS = 64  # partial results per whole-array reduction
+
+
+def acc_dtype(op, out):
+    out = np.dtype(out)
+    if op in ("sum", "prod"):
+        return {"f": np.dtype(np.float64), "c": np.dtype(np.complex128)}.get(out.kind, out)
+    return out
+
+
+def _init(op, dtype) -> str:
+    dtype = np.dtype(dtype)
+    if op in ("sum", "cumsum"):
+        return S.literal(0, dtype)
+    if op in ("prod", "cumprod"):
+        return S.literal(1, dtype)
+    if op == "any":
+        return "False"
+    if op == "all":
+        return "True"
+    big = op in ("min", "argmin")
+    if dtype.kind == "f":
+        return S.literal(np.inf if big else -np.inf, dtype)
+    if dtype.kind == "b":
+        return "True" if big else "False"
+    info = np.iinfo(dtype)
+    return S.literal(info.max if big else info.min, dtype)
+
+
+class KernelSource:
+    """Source of one kernel: loop nests over its operands ``<kernel>_<var>`` (no ``def``)."""
+
+    def __init__(self, step: Step, math: str = "fast"):
+        self.step, self.group, self.math = step, step.group, math
+        g = self.group
+        self.p = f"{g.name}_"
+        self.inputs = list(step.inputs)
+        self.outputs = list(step.outputs)
+        self.layout = Layout(g.shape, g.axes, self.inputs + self.outputs, prefix=self.p)
+        self.lines: list[str] = []
+        self.local: dict = {}  # Var -> source of its current element / row value
+        self.reduces = [n for n in g.nodes if _is_reduce(n)]
+
+    # -- naming
+    def arg(self, v: Var) -> str:
+        return f"{self.p}{v.ident}"
+
+    def at(self, v: Var) -> str:
+        """The element of array operand ``v`` at the current loop position."""
+        return f"{self.arg(v)}[{self.layout.index(v) or '()'}]"
+
+    def params(self) -> list[str]:
+        return [self.arg(v) for v in self.inputs + self.outputs]
+
+    def read(self, v: Var) -> str:
+        if v in self.local:
+            return self.local[v]
+        if self.layout.is_scalar(v) and v in self.inputs:
+            return self.arg(v)
+        return self.at(v)
+
+    # -- emission helpers
+    def emit(self, line: str, depth: int):
+        self.lines.append("    " * depth + line)
+
+    def value(self, x, dtype_hint=None):
+        """(source, dtype) of a node input."""
+        if isinstance(x, Var):
+            return self.read(x), x.dtype
+        if x is None:
+            return "None", None
+        d = np.asarray(x).dtype if not isinstance(x, bool | int | float | complex) else None
+        if d is None:
+            d = {
+                bool: np.dtype(bool),
+                int: np.dtype(np.int64),
+                float: np.dtype(np.float64),
+                complex: np.dtype(np.complex128),
+            }[type(x)]
+        return S.literal(x, d), d
+
+    def compute(self, node, depth: int):
+        """Emit the statement computing an elementwise (or alias) node."""
+        out = node.out
+        name = f"{self.p}t_{out.ident}"
+        if node.op == "reshape":  # a per-row alias
+            self.emit(f"{name} = {self.read(node.inputs[0])}", depth)
+        else:
+            vals = [self.value(x) for x in node.inputs]
+            src = S.expr(node, [v[0] for v in vals], [v[1] for v in vals], self.math)
+            self.emit(f"{name} = {S.typed(src, out.dtype)}", depth)
+        self.local[out] = name
+
+    def store(self, v: Var, depth: int):
+        if v in self.outputs:
+            self.emit(f"{self.at(v)} = {self.local[v]}", depth)
+
+    # -- kernels
+    def source(self) -> str:
+        g = self.group
+        self.emit(f"# kernel {g.name}: {g.kind} over {list(g.shape)}", 1)
+        for n in g.nodes:
+            self.emit(f"# {format_node(n)}", 1)
+        if g.kind == "elementwise":
+            self._elementwise()
+        elif g.kind == "scan":
+            self._scan()
+        elif self.layout.kept:
+            self._rows()
+        else:
+            self._whole()
+        return "\n".join(self.lines)
+
+    def _loops(self, dims, depth, parallel) -> int:
+        for k, c in enumerate(dims):
+            rng = "prange" if (parallel and k == 0) else "range"
+            self.emit(f"for {self.layout.names[c]} in {rng}({self.layout.sizes[c]}):", depth)
+            depth += 1
+        return depth
+
+    def _parallel(self) -> bool:
+        return self.layout.total >= PARALLEL_MIN_WORK
+
+    def _elementwise(self):
+        depth = self._loops(self.layout.kept, 1, self._parallel())
+        for n in self.group.nodes:
+            self.compute(n, depth)
+            for o in n.outputs:
+                self.store(o, depth)
+
+    def _scan(self):
+        (node,) = self.group.nodes
+        x = node.inputs[0]
+        out = node.out
+        depth = self._loops(self.layout.kept, 1, self._parallel())
+        acc = f"{self.p}acc"
+        self.emit(f"{acc} = {_init(node.op, out.dtype)}", depth)
+        inner = self._loops(self.layout.red, depth, False)
+        v = S.cast(self.read(x), x.dtype, out.dtype)
+        op = "+" if node.op == "cumsum" else "*"
+        if out.dtype.kind == "b":
+            op = "|" if node.op == "cumsum" else "&"
+        self.emit(f"{acc} = {S.typed(f'{acc} {op} {v}', out.dtype)}", inner)
+        self.local[out] = acc
+        self.store(out, inner)
+
+    # -- reductions: phases
+    def _phases(self):
+        """Phase of every value: the pass over the reduced dims in which it is available."""
+        g, phase = self.group, {}
+        for n in g.nodes:
+            p = max([phase.get(x, 0) for x in n.var_inputs] or [0])
+            for o in n.outputs:
+                phase[o] = p + 1 if _is_reduce(n) else p
+        return phase
+
+    def _rows(self):
+        g, L = self.group, self.layout
+        phase = self._phases()
+        full = [n for n in g.nodes if g.role[n.out] == "full"]
+        passes = 1 + max(
+            [phase[n.out] for n in full] + [phase.get(r.inputs[0], 0) for r in self.reduces]
+        )
+        kept_outer = L.kept
+        depth = self._loops(
+            kept_outer, 1, L.total >= PARALLEL_MIN_WORK and L.sizes[kept_outer[0]] > 1
+        )
+        scratch = self._scratch(phase)
+        for v in scratch:
+            self.emit(f"{self.p}s_{v.ident} = np.empty({L.red_total}, {S.ctor(v.dtype)})", depth)
+        self._row_nodes(phase, 0, depth)
+        for p in range(passes):
+            reds = [r for r in self.reduces if phase.get(r.inputs[0], 0) == p]
+            for r in reds:
+                self._acc_init(r, depth)
+            inner = self._loops(L.red, depth, False)
+            self._pass_body(p, phase, scratch, reds, inner)
+            for r in reds:
+                self._acc_final(r, depth)
+            self._row_nodes(phase, p + 1, depth)
+
+    def _whole(self):
+        """A reduction over every dimension: parallel chunks, then an ordered combine."""
+        g, L = self.group, self.layout
+        phase = self._phases()
+        full = [n for n in g.nodes if g.role[n.out] == "full"]
+        passes = 1 + max(
+            [phase[n.out] for n in full] + [phase.get(r.inputs[0], 0) for r in self.reduces]
+        )
+        total = L.red_total
+        nch = max(1, min(CHUNKS, total // (PARALLEL_MIN_WORK // 4)))
+        chunk = -(-total // nch)
+        scratch = self._scratch(phase)
+        for v in scratch:
+            self.emit(f"{self.p}s_{v.ident} = np.empty({total}, {S.ctor(v.dtype)})", 1)
+        self._row_nodes(phase, 0, 1)
+        for p in range(passes):
+            reds = [r for r in self.reduces if phase.get(r.inputs[0], 0) == p]
+            for r in reds:
+                a = f"{self.p}r_{r.out.ident}"
+                self.emit(f"{a}_p = np.empty({nch}, {S.ctor(acc_dtype(r.op, r.out.dtype))})", 1)
+                if r.op in ("argmax", "argmin"):
+                    self.emit(f"{a}_q = np.empty({nch}, np.int64)", 1)
+            rng = "prange" if nch > 1 else "range"
+            self.emit(f"for {self.p}ch in {rng}({nch}):", 1)
+            for r in reds:
+                self._acc_init(r, 2)
+            ch, f = f"{self.p}ch", f"{self.p}f"
+            self.emit(f"for {f} in range({ch} * {chunk}, min({total}, ({ch} + 1) * {chunk})):", 2)
+            for stmt in L.unravel_red(f):
+                self.emit(stmt, 3)
+            self._pass_body(p, phase, scratch, reds, 3, flat=f)
+            for r in reds:
+                a = f"{self.p}r_{r.out.ident}"
+                self.emit(f"{a}_p[{self.p}ch] = {a}", 2)
+                if r.op in ("argmax", "argmin"):
+                    self.emit(f"{a}_q[{self.p}ch] = {a}_i", 2)
+            for r in reds:
+                self._acc_init(r, 1)
+                a = f"{self.p}r_{r.out.ident}"
+                self.emit(f"for {self.p}ch in range({nch}):", 1)
+                if r.op in ("argmax", "argmin"):
+                    self._arg_update(r, f"{a}_p[{self.p}ch]", f"{a}_q[{self.p}ch]", 2)
+                else:
+                    self._combine(r, f"{a}_p[{self.p}ch]", 2)
+                self._acc_final(r, 1)
+            self._row_nodes(phase, p + 1, 1)
+
+    def _scratch(self, phase) -> list:
+        """Full values computed in one pass and read in a later one, not stored as outputs."""
+        g, need = self.group, []
+        for n in g.nodes:
+            for x in n.var_inputs:
+                if g.role.get(x) == "full" and phase[x] < self._use_phase(n, phase):
+                    if x not in self.outputs and x not in need:
+                        need.append(x)
+        return need
+
+    def _use_phase(self, n, phase):
+        if _is_reduce(n):
+            return phase.get(n.inputs[0], 0)
+        return phase[n.out]
+
+    def _pass_body(self, p, phase, scratch, reds, depth, flat=None):
+        g, L = self.group, self.layout
+        flat = flat or L.flat_red()
+        self.local = {k: v for k, v in self.local.items() if g.role.get(k) == "row"}
+        now = [n for n in g.nodes if g.role[n.out] == "full" and phase[n.out] == p] + reds
+        for n in now:  # full values of earlier passes are read back
+            for x in n.var_inputs:
+                if g.role.get(x) == "full" and phase[x] < p and x not in self.local:
+                    self.local[x] = f"{self.p}s_{x.ident}[{flat}]" if x in scratch else self.at(x)
+        for n in g.nodes:
+            if g.role[n.out] == "full" and phase[n.out] == p:
+                self.compute(n, depth)
+                self.store(n.out, depth)
+                if n.out in scratch:
+                    self.emit(f"{self.p}s_{n.out.ident}[{flat}] = {self.local[n.out]}", depth)
+        for r in reds:
+            x = r.inputs[0]
+            v = self.local.get(x) or self.read(x)
+            if r.op in ("argmax", "argmin"):
+                self._arg_update(r, v, flat, depth)
+            else:
+                self._combine(r, S.cast(v, x.dtype, acc_dtype(r.op, r.out.dtype)), depth)
+
+    def _row_nodes(self, phase, p, depth):
+        g = self.group
+        for n in g.nodes:
+            if g.role[n.out] == "row" and not _is_reduce(n) and phase[n.out] == p:
+                self.compute(n, depth)
+                self.store(n.out, depth)
+
+    def _acc_init(self, r, depth):
+        a = f"{self.p}r_{r.out.ident}"
+        x = r.inputs[0]
+        if r.op in ("argmax", "argmin"):
+            self.emit(f"{a} = {_init(r.op, x.dtype)}", depth)
+            self.emit(f"{a}_i = 0", depth)
+        else:
+            self.emit(f"{a} = {_init(r.op, acc_dtype(r.op, r.out.dtype))}", depth)
+
+    def _combine(self, r, v, depth):
+        a = f"{self.p}r_{r.out.ident}"
+        acc = acc_dtype(r.op, r.out.dtype)
+        if r.op == "sum":
+            src = f"{a} | ({v} != 0)" if acc.kind == "b" else f"{a} + {v}"
+        elif r.op == "prod":
+            src = f"{a} & ({v} != 0)" if acc.kind == "b" else f"{a} * {v}"
+        elif r.op == "any":
+            src = f"{a} | ({v} != 0)"
+        elif r.op == "all":
+            src = f"{a} & ({v} != 0)"
+        elif r.op == "max":
+            src = f"_maximum({a}, {v})" if acc.kind == "f" else f"max({a}, {v})"
+        else:
+            src = f"_minimum({a}, {v})" if acc.kind == "f" else f"min({a}, {v})"
+        self.emit(f"{a} = {S.typed(src, acc)}", depth)
+
+    def _arg_update(self, r, v, idx, depth):
+        a = f"{self.p}r_{r.out.ident}"
+        cmp = ">" if r.op == "argmax" else "<"
+        nan = f" or ({v} != {v} and {a} == {a})" if r.inputs[0].dtype.kind == "f" else ""
+        self.emit(f"if {v} {cmp} {a}{nan}:", depth)
+        self.emit(f"{a} = {v}", depth + 1)
+        self.emit(f"{a}_i = {idx}", depth + 1)
+
+    def _acc_final(self, r, depth):
+        a = f"{self.p}r_{r.out.ident}"
+        src = (
+            f"{a}_i"
+            if r.op in ("argmax", "argmin")
+            else S.cast(a, acc_dtype(r.op, r.out.dtype), r.out.dtype)
+        )
+        self.emit(f"{self.p}t_{r.out.ident} = {S.typed(src, r.out.dtype)}", depth)
+        self.local[r.out] = f"{self.p}t_{r.out.ident}"
+        self.store(r.out, depth)
+
+
+def _is_reduce(node) -> bool:
+    from .planner import REDUCTIONS
+
+    return node.op in REDUCTIONS
+
+
+def kernel_source(step: Step, math: str = "fast") -> KernelSource:
+    ks = KernelSource(step, math)
+    ks.text = ks.source()
+    return ks

@@ -1,0 +1,160 @@
+"""``tk.jit``: trace and compile per signature, with an explanation of every retrace.
+
+The signature of a call is the structure of its arguments (static values included) and the
+shape, dtype and weakness of every array leaf, plus the shapes and dtypes of the arrays the
+function captured. A new signature traces and compiles (the disk cache makes that fast in a new
+process); a guard that fails on new data (a branch taken the other way) retraces with a warning
+instead of returning a wrong answer.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import warnings
+from collections import OrderedDict
+
+import numpy as np
+
+from .. import pytree
+from ..errors import GuardError, TracerWarning
+from ..traced import trace
+
+MAX_SIGNATURES = 64
+
+
+def _leaf_sig(x):
+    if isinstance(x, float | complex):
+        return ("weak", type(x).__name__)
+    a = np.asarray(x)
+    return (a.shape, a.dtype.str)
+
+
+def _static_key(tree):
+    try:
+        hash(tree)
+        return tree
+    except TypeError:
+        return repr(tree)
+
+
+def signature(args):
+    leaves, tree = pytree.flatten(list(args))
+    return _static_key(tree), tuple(_leaf_sig(x) for x in leaves)
+
+
+def describe_change(old, new) -> str:
+    """In words, what differs between two call signatures."""
+    if old is None:
+        return "first call: traced and compiled"
+    (otree, oleaves), (ntree, nleaves) = old, new
+    if otree != ntree:
+        return "recompiled: the static arguments or the argument structure changed"
+    for i, (a, b) in enumerate(zip(oleaves, nleaves)):
+        if a != b:
+            if a[1] != b[1]:
+                return f"recompiled: argument leaf {i} dtype changed {a[1]} -> {b[1]}"
+            return f"recompiled: argument leaf {i} shape changed {a[0]} -> {b[0]}"
+    return "recompiled: the signature changed"
+
+
+class Explanation(str):
+    """What the last call did and why (a str)."""
+
+
+class JitFunction:
+    """A function compiled per signature. Call it like the function; ``explain()`` says why the
+    last call retraced or recompiled."""
+
+    def __init__(self, fn, target="cpu", **options):
+        self.fn, self.target, self.options = fn, target, options
+        self.options.setdefault("progress", None)
+        self._cache: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+        self._last_sig = None
+        self._log: list[str] = []
+        functools.update_wrapper(self, fn, updated=())
+
+    def _compile(self, args):
+        from . import compile as compile_graph
+
+        t = trace(self.fn, *args)
+        return compile_graph(t, target=self.target, **self.options)
+
+    @staticmethod
+    def _capture_sig(compiled):
+        t = compiled.traced
+        return tuple(
+            (np.shape(get()), np.asarray(get()).dtype.str)
+            for get, spec in zip(t.capture_getters, t.graph.specs)
+            if spec.kind == "capture"
+        )
+
+    def __call__(self, *args):
+        sig = signature(args)
+        with self._lock:
+            entry = self._cache.get(sig)
+            if entry is not None:
+                self._cache.move_to_end(sig)
+        reason = None
+        if entry is not None and entry.capture_sig != self._capture_sig(entry):
+            reason, entry = "recompiled: a captured array changed shape or dtype", None
+        if entry is None:
+            reason = reason or describe_change(self._last_sig, sig)
+            entry = self._store(sig, args)
+        else:
+            reason = "cache hit: no retrace, no recompile"
+        self._last_sig = sig
+        try:
+            result = entry(*args)
+        except GuardError as e:
+            warnings.warn(f"retracing: {e}", TracerWarning, stacklevel=2)
+            entry = self._store(sig, args)
+            reason = f"retraced: a value baked into the trace changed ({e})"
+            result = entry(*args)
+        self._log.append(reason)
+        return result
+
+    def _store(self, sig, args):
+        c = self._compile(args)
+        c.capture_sig = self._capture_sig(c)
+        with self._lock:
+            self._cache[sig] = c
+            while len(self._cache) > MAX_SIGNATURES:
+                self._cache.popitem(last=False)
+        return c
+
+    def explain(self) -> Explanation:
+        """Why the last call traced/compiled again, or that it hit the cache."""
+        if not self._log:
+            return Explanation("not called yet")
+        return Explanation(self._log[-1])
+
+    @property
+    def compiled(self):
+        """The Compiled of the most recent signature."""
+        return self._cache[self._last_sig] if self._last_sig in self._cache else None
+
+    def __get__(self, obj, objtype=None):  # @tk.jit on a method
+        if obj is None:
+            return self
+        bound = self.__dict__.setdefault("_bound", {})
+        key = id(obj)
+        if key not in bound:
+            bound[key] = JitFunction(self.fn.__get__(obj, objtype), self.target, **self.options)
+        return bound[key]
+
+
+def jit(fn=None, *, target="cpu", **options):
+    """Trace and compile ``fn`` per signature; use as ``@tk.jit`` or ``tk.jit(fn, target=...)``.
+
+    >>> import numpy as np, tracekit as tk
+    >>> @tk.jit
+    ... def f(x):
+    ...     return np.tanh(x) * 2
+    >>> f(np.zeros(3)).tolist(), f.explain()
+    ([0.0, 0.0, 0.0], 'first call: traced and compiled')
+    """
+    if fn is None:
+        return lambda f: JitFunction(f, target, **options)
+    return JitFunction(fn, target, **options)

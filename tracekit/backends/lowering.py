@@ -1,0 +1,95 @@
+"""Rewrites that prepare a graph for code generation (shared by the cpu and cuda targets).
+
+``mean``, ``var`` and ``std`` become sums and elementwise ops, so the fusion planner only sees
+the primitive reductions (sum, prod, max, min, any, all, argmax, argmin).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Graph, Node, Var
+from ..ops import OPS
+from ..passes.rewrite import rebuild, resolve
+
+
+def infer(op: str, inputs, attrs) -> tuple[tuple, np.dtype]:
+    """Shape and dtype of ``op(*inputs, **attrs)``, by running it on zero-cost stand-ins."""
+    args = [
+        np.broadcast_to(np.zeros((), x.dtype), x.shape) if isinstance(x, Var) else x for x in inputs
+    ]
+    with np.errstate(all="ignore"):
+        out = np.asarray(OPS[op].impl(*args, **attrs))
+    return out.shape, out.dtype
+
+
+class Builder:
+    """Appends new nodes that inherit the source line and scope of the node they replace."""
+
+    def __init__(self, origin: Node, prefix: str):
+        self.origin, self.prefix, self.nodes = origin, prefix, []
+
+    def __call__(self, op, *inputs, **attrs) -> Var:
+        shape, dtype = infer(op, inputs, attrs)
+        out = Var(f"{self.prefix}.{len(self.nodes)}", shape, dtype)
+        self.nodes.append(Node(op, inputs, attrs, (out,), self.origin.source, self.origin.scope))
+        return out
+
+
+def _count(x: Var, axis) -> int:
+    axes = range(x.ndim) if axis is None else axis
+    return int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+
+
+def _mean(b: Builder, x, axis, keepdims, dtype):
+    out_dtype = b.origin.out.dtype
+    s = b("sum", x, axis=axis, keepdims=keepdims, dtype=out_dtype)
+    return b("divide", s, _count(x, axis))
+
+
+def _var(b: Builder, x, axis, keepdims, dtype, ddof):
+    acc = np.dtype(dtype) if dtype is not None else None
+    if acc is None:
+        acc = np.dtype(np.float64) if x.dtype.kind in "biu" else x.dtype
+    n = _count(x, axis)
+    m = b("sum", x, axis=axis, keepdims=True, dtype=acc)
+    m = b("divide", m, n)
+    d = b("subtract", x, m)
+    sq = (
+        b("real", b("multiply", d, b("conjugate", d)))
+        if d.dtype.kind == "c"
+        else b("multiply", d, d)
+    )
+    s = b("sum", sq, axis=axis, keepdims=keepdims, dtype=sq.dtype)
+    return b("divide", s, max(n - ddof, 0))
+
+
+def _lower(node: Node, b: Builder):
+    x = node.inputs[0]
+    a = node.attrs
+    if node.op == "mean":
+        return _mean(b, x, a["axis"], a["keepdims"], a["dtype"])
+    if node.op == "var":
+        return _var(b, x, a["axis"], a["keepdims"], a["dtype"], a.get("ddof", 0))
+    if node.op == "std":
+        return b("sqrt", _var(b, x, a["axis"], a["keepdims"], a["dtype"], a.get("ddof", 0)))
+    return None
+
+
+def lower(graph: Graph) -> Graph:
+    """Replace mean/var/std by primitive reductions and elementwise ops."""
+    mapping, kept = {}, []
+    for node in graph.nodes:
+        node = node.replace(inputs=tuple(resolve(mapping, x) for x in node.inputs))
+        b = Builder(node, f"{node.out.name}l")
+        res = _lower(node, b) if node.op in ("mean", "var", "std") else None
+        if res is None:
+            kept.append(node)
+            continue
+        if res.dtype != node.out.dtype:
+            res = b("astype", res, dtype=node.out.dtype)
+        if res.shape != node.out.shape:
+            res = b("reshape", res, shape=node.out.shape)
+        kept.extend(b.nodes)
+        mapping[node.out] = res
+    return rebuild(graph, kept, mapping)

@@ -1,0 +1,395 @@
+"""The fusion planner, shared by the cpu and cuda targets.
+
+It walks the graph once, in order, and puts each node in one of:
+
+- a **fused group** (one loop nest): elementwise ops over one iteration shape, with broadcast
+  inputs; a group becomes a *row group* when it also holds reductions over the same axes, whose
+  per-row results feed later elementwise ops in the same loop nest (softmax, layernorm: one
+  kernel, the row held in cache); a *scan group* for cumsum/cumprod;
+- a **view step**: transposes, slices and reshapes of materialised arrays, done by NumPy as
+  views (no copy);
+- a **host step**: ops that run as NumPy calls (matmul and friends go to BLAS this way), with the
+  reason recorded.
+
+Every refused fusion is recorded in the plan with its reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..ir import Graph, Node, Var, format_node
+from ..ops import OPS
+
+REDUCTIONS = {"sum", "prod", "max", "min", "any", "all", "argmax", "argmin"}
+SCANS = {"cumsum", "cumprod"}
+VIEWS = {"transpose", "reshape", "broadcast_to"}
+SUPPORTED_KINDS = "biufc"
+
+
+@dataclass(eq=False)
+class Group:
+    """One fused loop nest. ``axes`` is None for a plain elementwise group."""
+
+    id: int
+    kind: str  # "elementwise" | "row" | "scan"
+    shape: tuple
+    axes: tuple | None = None
+    nodes: list = field(default_factory=list)
+    role: dict = field(default_factory=dict)  # Var -> "full" | "row"
+
+    @property
+    def name(self) -> str:
+        return f"k{self.id}"
+
+    @property
+    def row_shape(self) -> tuple:
+        return tuple(1 if i in self.axes else d for i, d in enumerate(self.shape))
+
+
+@dataclass
+class Step:
+    """One thing the compiled function does, in order."""
+
+    kind: str  # "kernel" | "view" | "host"
+    nodes: list
+    group: Group | None = None
+    inputs: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)
+    reason: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.group.name if self.group else f"{self.kind}:{self.nodes[0].op}"
+
+
+@dataclass
+class Refusal:
+    """A fusion the planner did not make, and why."""
+
+    node: Node
+    reason: str
+
+    def __str__(self):
+        return f"%{self.node.out.name} ({self.node.op}): {self.reason}"
+
+
+@dataclass
+class Plan:
+    """The compiled program: steps in order, and the fusions refused."""
+
+    graph: Graph
+    steps: list
+    refusals: list
+
+    @property
+    def kernels(self) -> list:
+        return [s for s in self.steps if s.kind == "kernel"]
+
+    def __str__(self):
+        lines = [f"plan: {len(self.kernels)} fused kernel(s), {len(self.steps)} step(s)"]
+        for s in self.steps:
+            if s.kind == "kernel":
+                g = s.group
+                what = f"{g.kind} over {list(g.shape)}" + (
+                    f", axes {list(g.axes)}" if g.axes else ""
+                )
+                lines.append(f"  kernel {g.name}: {len(s.nodes)} node(s), {what}")
+            else:
+                lines.append(
+                    f"  {s.kind} {s.nodes[0].op}" + (f"  ({s.reason})" if s.reason else "")
+                )
+            for n in s.nodes:
+                lines.append(f"      {format_node(n, comment=False)}")
+        if self.refusals:
+            lines.append("refused fusions:")
+            lines += [f"  {r}" for r in self.refusals]
+        return "\n".join(lines)
+
+    def __bool__(self):
+        return True
+
+
+def _supported_dtypes(node: Node) -> bool:
+    vs = node.var_inputs + list(node.outputs)
+    return all(v.dtype.kind in SUPPORTED_KINDS and v.dtype != np.float16 for v in vs)
+
+
+def _literal_ok(x) -> bool:
+    if isinstance(x, Var):
+        return True
+    if x is None:
+        return True
+    return isinstance(x, bool | int | float | complex | np.generic) or (
+        isinstance(x, np.ndarray) and x.ndim == 0
+    )
+
+
+def classify(node: Node) -> str:
+    """``elementwise``, ``reduce``, ``scan``, ``view`` or ``host``."""
+    op = OPS[node.op]
+    if not _supported_dtypes(node) or any(o.size == 0 for o in node.outputs):
+        return "host"
+    if (op.kind == "elementwise" and all(_literal_ok(x) for x in node.inputs)) or node.op == "full":
+        return "elementwise"
+    if node.op in REDUCTIONS:
+        if node.op in ("max", "min") and node.out.dtype.kind == "c":
+            return "host"
+        return "reduce"
+    if node.op in SCANS:
+        return "scan"
+    if node.op in VIEWS or (node.op == "index" and len(node.inputs) == 1):
+        return "view"
+    return "host"
+
+
+def _aligned(shape, ndim) -> tuple:
+    return (1,) * (ndim - len(shape)) + tuple(shape)
+
+
+class Planner:
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.group_of: dict = {}  # Var -> Group
+        self.deps: dict = {}  # Var -> bitmask of groups it depends on
+        self.groups: list[Group] = []
+        self.order: list = []  # Group or Node (non-fused), in program order
+        self.refusals: list[Refusal] = []
+        self.open: list[Group] = []
+
+    # -- dependencies
+    def _dep(self, x) -> int:
+        if not isinstance(x, Var):
+            return 0
+        g = self.group_of.get(x)
+        return self.deps.get(x, 0) | (1 << g.id if g is not None else 0)
+
+    def _cycle_free(self, node: Node, g: Group) -> bool:
+        """Joining ``g`` is safe if no input outside ``g`` depends on ``g``."""
+        bit = 1 << g.id
+        return all(self.group_of.get(v) is g or not (self._dep(v) & bit) for v in node.var_inputs)
+
+    def _new_group(self, kind, shape, axes=None) -> Group:
+        g = Group(len(self.groups), kind, tuple(shape), axes)
+        self.groups.append(g)
+        self.order.append(g)
+        self.open.append(g)
+        return g
+
+    def _add(self, g: Group, node: Node, role: str):
+        g.nodes.append(node)
+        dep = 0
+        for v in node.var_inputs:
+            dep |= self._dep(v)
+        for o in node.outputs:
+            self.group_of[o] = g
+            self.deps[o] = dep & ~(1 << g.id)
+            g.role[o] = role
+
+    def _mark_external(self, node: Node):
+        dep = 0
+        for v in node.var_inputs:
+            dep |= self._dep(v)
+        for o in node.outputs:
+            self.deps[o] = dep
+        self.order.append(node)
+
+    # -- roles inside a group
+    def _row_like(self, g: Group, v: Var) -> bool:
+        return g.axes is not None and _aligned(v.shape, len(g.shape)) == g.row_shape
+
+    def _fits(self, g: Group, node: Node) -> str | None:
+        """The role ``node`` would have in ``g`` or None; reasons go to ``self._why``."""
+        shape = node.out.shape
+        if g.kind == "scan":
+            return None
+        if shape == g.shape:
+            role = "full"
+        elif g.axes is not None and shape in (g.row_shape, self._squeezed(g)):
+            role = "row"
+        else:
+            return None
+        for x in node.inputs:
+            if not isinstance(x, Var):
+                continue
+            inner = self.group_of.get(x) is g
+            if inner:
+                r = g.role[x]
+                if role == "full" and r == "row" and not self._row_like(g, x):
+                    self._why = "per-row value used with a shape that is not the row's"
+                    return None
+                if role == "row" and r == "full":
+                    return None
+            else:
+                if role == "row" and x.size != 1:
+                    self._why = "non-scalar input to a per-row op"
+                    return None
+                if role == "full":
+                    try:
+                        if np.broadcast_shapes(x.shape, g.shape) != g.shape:
+                            return None
+                    except ValueError:
+                        return None
+        return role
+
+    def _squeezed(self, g: Group) -> tuple:
+        return tuple(d for i, d in enumerate(g.shape) if i not in g.axes)
+
+    # -- the walk
+    def plan(self) -> Plan:
+        for node in self.graph.nodes:
+            kind = classify(node)
+            if kind == "elementwise":
+                self._elementwise(node)
+            elif kind == "reduce":
+                self._reduce(node)
+            elif kind == "scan":
+                self._scan(node)
+            elif kind == "view" and node.op == "reshape" and self._row_alias(node):
+                pass
+            else:
+                self._external(node, kind)
+        return self._finish()
+
+    def _candidates(self, node: Node):
+        own = [self.group_of[v] for v in node.var_inputs if v in self.group_of]
+        seen, out = set(), []
+        for g in own + list(reversed(self.open)):
+            if g.id not in seen:
+                seen.add(g.id)
+                out.append(g)
+        return out
+
+    def _elementwise(self, node: Node):
+        self._why = None
+        for g in self._candidates(node):
+            if g not in self.open:
+                continue
+            role = self._fits(g, node)
+            if role and self._cycle_free(node, g):
+                self._add(g, node, role)
+                return
+        for v in node.var_inputs:
+            g = self.group_of.get(v)
+            if g is not None and g.shape != node.out.shape and self._why:
+                self.refusals.append(Refusal(node, self._why))
+                break
+        g = self._new_group("elementwise", node.out.shape)
+        self._add(g, node, "full")
+
+    def _reduce(self, node: Node):
+        x = node.inputs[0]
+        axes = node.attrs.get("axis")
+        axes = (
+            tuple(range(x.ndim)) if axes is None else (axes if isinstance(axes, tuple) else (axes,))
+        )
+        g = self.group_of.get(x)
+        if (
+            g is not None
+            and g in self.open
+            and g.shape == x.shape
+            and g.role[x] == "full"
+            and (g.axes is None or g.axes == axes)
+            and g.kind != "scan"
+            and self._cycle_free(node, g)
+        ):
+            g.kind, g.axes = "row", axes
+            self._add(g, node, "row")
+            return
+        if g is not None:
+            self.refusals.append(
+                Refusal(node, f"its input %{x.name} is in kernel {g.name} over other axes/shape")
+            )
+        g = self._new_group("row", x.shape, axes)
+        self._add(g, node, "row")
+
+    def _scan(self, node: Node):
+        g = self._new_group("scan", node.inputs[0].shape, (node.attrs["axis"],))
+        self._add(g, node, "full")
+        self.open.remove(g)
+
+    def _row_alias(self, node: Node) -> bool:
+        """A reshape that only adds/removes unit dims of a per-row value stays in the row group."""
+        (x,) = node.inputs
+        g = self.group_of.get(x)
+        if g is None or g not in self.open or g.role.get(x) != "row":
+            return False
+        if node.out.shape not in (g.row_shape, self._squeezed(g)) and not self._row_like(
+            g, node.out
+        ):
+            return False
+        self._add(g, node, "row")
+        return True
+
+    def _external(self, node: Node, kind: str):
+        for v in node.var_inputs:
+            g = self.group_of.get(v)
+            if g is not None:
+                self.refusals.append(
+                    Refusal(node, f"not fused with kernel {g.name}: {_host_reason(node)}")
+                )
+                break
+        self._mark_external(node)
+
+    def _finish(self) -> Plan:
+        used_outside: dict = {}
+        for item in self.order:
+            nodes = item.nodes if isinstance(item, Group) else [item]
+            for n in nodes:
+                for v in n.var_inputs:
+                    g = self.group_of.get(v)
+                    if g is not None and (not isinstance(item, Group) or item is not g):
+                        used_outside.setdefault(v, True)
+        for v in list(self.graph.outputs) + [gd.var for gd in self.graph.guards]:
+            if v in self.group_of:
+                used_outside[v] = True
+        steps = []
+        for item in self.order:
+            if isinstance(item, Group):
+                if not item.nodes:
+                    continue
+                produced = {o for n in item.nodes for o in n.outputs}
+                ins, seen = [], set()
+                for n in item.nodes:
+                    for v in n.var_inputs:
+                        if v not in produced and v not in seen:
+                            seen.add(v)
+                            ins.append(v)
+                outs = [o for n in item.nodes for o in n.outputs if o in used_outside]
+                steps.append(Step("kernel", item.nodes, item, ins, outs))
+            else:
+                kind = classify(item)
+                reason = "" if kind == "view" else _host_reason(item)
+                steps.append(
+                    Step(
+                        "view" if kind == "view" else "host",
+                        [item],
+                        None,
+                        item.var_inputs,
+                        list(item.outputs),
+                        reason,
+                    )
+                )
+        return Plan(self.graph, steps, self.refusals)
+
+
+def _host_reason(node: Node) -> str:
+    op = OPS[node.op]
+    if op.kind == "matmul":
+        return "BLAS through NumPy"
+    if op.kind == "opaque":
+        return "Python op: runs between kernels"
+    if not _supported_dtypes(node):
+        return "dtype not supported in compiled loops"
+    if any(o.size == 0 for o in node.outputs):
+        return "empty array"
+    if classify(node) == "view":
+        return f"{node.op} is a NumPy view (no copy)"
+    return f"{node.op} runs as a NumPy call"
+
+
+def plan(graph: Graph) -> Plan:
+    """Fusion plan for ``graph`` (already lowered)."""
+    return Planner(graph).plan()
