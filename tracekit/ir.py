@@ -89,7 +89,9 @@ class Var:
     @property
     def ident(self) -> str:
         """A Python identifier for generated code."""
-        return self.name if self.name.isidentifier() else f"v{self.name}"
+        if self.name.isidentifier():
+            return self.name
+        return "v" + "".join(c if c.isalnum() or c == "_" else "_" for c in self.name)
 
     def __repr__(self):
         return f"%{self.name}: {self.type}"

@@ -31,7 +31,7 @@ class Builder:
 
     def __call__(self, op, *inputs, **attrs) -> Var:
         shape, dtype = infer(op, inputs, attrs)
-        out = Var(f"{self.prefix}.{len(self.nodes)}", shape, dtype)
+        out = Var(f"{self.prefix}_{len(self.nodes)}", shape, dtype)
         self.nodes.append(Node(op, inputs, attrs, (out,), self.origin.source, self.origin.scope))
         return out
 

@@ -7,6 +7,8 @@ last output replaces the node's, or None. Rules only fire when the result is exa
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from ..ir import Graph, Node, Var
@@ -21,9 +23,12 @@ def _same_type(node, x) -> bool:
     return isinstance(x, Var) and x.shape == node.out.shape and x.dtype == node.out.dtype
 
 
+_fresh = itertools.count()
+
+
 def _new(node, op, inputs, attrs=None, like=None):
     like = like or node.out
-    out = Var(f"{node.out.name}s{len(inputs)}{op[:2]}", like.shape, like.dtype)
+    out = Var(f"{node.out.name}_s{next(_fresh)}", like.shape, like.dtype)
     return Node(op, tuple(inputs), attrs or {}, (out,), node.source, node.scope)
 
 
