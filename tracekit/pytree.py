@@ -43,38 +43,48 @@ def is_leaf(x, extra_types=()) -> bool:
 def flatten(obj, extra_types=(), path="", paths=None):
     """``(leaves, structure)``; ``paths`` (a list) receives a readable name per leaf."""
     leaves = []
+    return leaves, _walk(obj, path, leaves, paths, extra_types)
 
-    def walk(x, p):
-        if is_leaf(x, extra_types):
-            leaves.append(x)
-            if paths is not None:
-                paths.append(p)
-            return LEAF
-        if isinstance(x, tuple | list):
-            kids = [walk(e, f"{p}[{i}]") for i, e in enumerate(x)]
-            return (type(x), tuple(kids))
-        if isinstance(x, dict):
-            keys = sorted(x, key=repr)
-            return (dict, tuple((k, walk(x[k], f"{p}[{k!r}]")) for k in keys))
-        return ("static", x)
 
-    return leaves, walk(obj, path)
+def _walk(x, p, leaves, paths, extra_types):
+    if is_leaf(x, extra_types):
+        leaves.append(x)
+        if paths is not None:
+            paths.append(p)
+        return LEAF
+    named = paths is not None
+    if isinstance(x, tuple | list):
+        kids = [
+            _walk(e, f"{p}[{i}]" if named else p, leaves, paths, extra_types)
+            for i, e in enumerate(x)
+        ]
+        return (type(x), tuple(kids))
+    if isinstance(x, dict):
+        keys = sorted(x, key=repr)
+        return (
+            dict,
+            tuple(
+                (k, _walk(x[k], f"{p}[{k!r}]" if named else p, leaves, paths, extra_types))
+                for k in keys
+            ),
+        )
+    return ("static", x)
 
 
 def unflatten(tree, leaves):
-    it = iter(leaves)
+    return _build(tree, iter(leaves))
 
-    def build(t):
-        if isinstance(t, Leaf):
-            return next(it)
-        kind, body = t
-        if kind == "static":
-            return body
-        if kind is dict:
-            return {k: build(v) for k, v in body}
-        return kind(build(e) for e in body)
 
-    return build(tree)
+def _build(t, it):
+    # module-level recursion: a self-referencing closure would keep the leaves alive in a cycle
+    if isinstance(t, Leaf):
+        return next(it)
+    kind, body = t
+    if kind == "static":
+        return body
+    if kind is dict:
+        return {k: _build(v, it) for k, v in body}
+    return kind(_build(e, it) for e in body)
 
 
 def same_structure(a, b) -> bool:

@@ -8,6 +8,8 @@ NumPy for matmuls, and calls the segments.
 
 from __future__ import annotations
 
+import re
+import sys
 import threading
 import time
 
@@ -56,7 +58,7 @@ class CpuProgram:
         self.plan, self.math = plan, math
         self.kernel_sources = {}
         self.segments = []
-        parts = [MODULE_HEADER, _fastmath_imports(math), S.HELPERS]
+        parts = [MODULE_HEADER, "", S.HELPERS]
         for k, (first, steps, reduces) in enumerate(_segments(plan)):
             name = f"segment{k}"
             srcs = [kernel_source(s, math) for s in steps]
@@ -74,6 +76,7 @@ class CpuProgram:
             lines.append("    return 0")
             parts.append("\n\n" + "\n".join(lines) + "\n")
             self.segments.append((name, first, steps, srcs))
+        parts[1] = _fastmath_imports("".join(parts))
         self.source = "\n".join(parts)
         self.module = None
 
@@ -105,14 +108,9 @@ def _numba_type(v: Var, ks):
     return numba.types.Array(numba.from_dtype(v.dtype), nd, "C")
 
 
-def _fastmath_imports(math: str) -> str:
-    if math != "fast":
-        return ""
-    try:
-        from . import fastmath
-    except ImportError:
-        return ""
-    names = sorted(fastmath.namespace())
+def _fastmath_imports(source: str) -> str:
+    """The import line for the fast-math functions ``source`` calls."""
+    names = sorted(set(re.findall(r"\b(fm_\w+)\(", source)))
     return "from tracekit.backends.fastmath import " + ", ".join(names) + "\n" if names else ""
 
 
@@ -178,9 +176,11 @@ class Runner:
         shape, dt = v.shape, f"np.{v.dtype.name}"
         if v in result_pos:
             i = result_pos[v]
-            return f"_out({i}, outs, {shape!r}, {dt})"
+            return f"_out({i}, outs, pool, {shape!r}, {dt})"
         if v in self.escaping:
-            return f"_empty({shape!r}, {dt})"
+            k = self.n_temps
+            self.n_temps += 1
+            return f"_recycled(pool, {k}, {shape!r}, {dt})"
         k = self.n_temps
         self.n_temps += 1
         return f"_temp(pool, {k}, {shape!r}, {dt})"
@@ -216,12 +216,28 @@ def _escaping(plan: Plan) -> set:
     return esc
 
 
-def _out(i, outs, shape, dtype):
+def _out(i, outs, pool, shape, dtype):
     if outs is not None and outs[i] is not None:
         buf = outs[i]
         if buf.shape == shape and buf.dtype == dtype and buf.flags.c_contiguous:
             return buf
-    return np.empty(shape, dtype)
+    return _recycled(pool, ("out", i), shape, dtype)
+
+
+_UNSHARED = 3  # references to a pooled buffer nobody else holds: pool, local, getrefcount's
+
+
+def _recycled(pool, key, shape, dtype):
+    """A buffer for a value the caller receives: last call's, once the caller has dropped it.
+
+    Reusing it saves NumPy's fresh (page-faulting) allocation of large results; a result the
+    caller still holds, or holds a view of, is never reused.
+    """
+    buf = pool.get(key)
+    if buf is not None and sys.getrefcount(buf) == _UNSHARED:
+        return buf
+    buf = pool[key] = np.empty(shape, dtype)
+    return buf
 
 
 def _temp(pool, k, shape, dtype):
@@ -239,4 +255,10 @@ def _scalar(a):
     return a.reshape(-1)[0] if isinstance(a, np.ndarray) else a
 
 
-RUNTIME = {"_out": _out, "_temp": _temp, "_as": _as, "_scalar": _scalar}
+RUNTIME = {
+    "_out": _out,
+    "_temp": _temp,
+    "_recycled": _recycled,
+    "_as": _as,
+    "_scalar": _scalar,
+}

@@ -179,13 +179,23 @@ class KernelSource:
         passes = 1 + max(
             [phase[n.out] for n in full] + [phase.get(r.inputs[0], 0) for r in self.reduces]
         )
-        kept_outer = L.kept
-        depth = self._loops(
-            kept_outer, 1, L.total >= PARALLEL_MIN_WORK and L.sizes[kept_outer[0]] > 1
-        )
         scratch = self._scratch(phase)
+        outer, rest = L.kept[0], L.kept[1:]
+        n_outer = L.sizes[outer]
+        parallel = L.total >= PARALLEL_MIN_WORK and n_outer > 1
+        nch = min(n_outer, CHUNKS) if parallel else 1
+        chunk = -(-n_outer // nch)
+        i0, ch = L.names[outer], f"{self.p}ch"
+        depth = 1
+        if parallel:
+            self.emit(f"for {ch} in prange({nch}):", depth)
+            depth += 1
         for v in scratch:
-            self.emit(f"{self.p}s_{v.ident} = np.empty({L.red_total}, {S.ctor(v.dtype)})", depth)
+            if v not in self.alias:
+                self.emit(f"{self.p}s_{v.ident} = np.empty({L.red_total}, {S.ctor(v.dtype)})", depth)
+        lo, hi = (f"{ch} * {chunk}", f"min({n_outer}, ({ch} + 1) * {chunk})") if parallel else ("0", str(n_outer))
+        self.emit(f"for {i0} in range({lo}, {hi}):", depth)
+        depth = self._loops(rest, depth + 1, False)
         self._row_nodes(phase, 0, depth)
         for p in range(passes):
             reds = [r for r in self.reduces if phase.get(r.inputs[0], 0) == p]
@@ -210,7 +220,8 @@ class KernelSource:
         chunk = -(-total // nch)
         scratch = self._scratch(phase)
         for v in scratch:
-            self.emit(f"{self.p}s_{v.ident} = np.empty({total}, {S.ctor(v.dtype)})", 1)
+            if v not in self.alias:
+                self.emit(f"{self.p}s_{v.ident} = np.empty({total}, {S.ctor(v.dtype)})", 1)
         self._row_nodes(phase, 0, 1)
         for p in range(passes):
             reds = [r for r in self.reduces if phase.get(r.inputs[0], 0) == p]
@@ -245,13 +256,32 @@ class KernelSource:
             self._row_nodes(phase, p + 1, 1)
 
     def _scratch(self, phase) -> list:
-        """Full values computed in one pass and read in a later one, not stored as outputs."""
-        g, need = self.group, []
+        """Full values computed in one pass and read in a later one, not stored as outputs.
+
+        A scratch value is kept in the row of an output computed in a later pass when one fits
+        (softmax keeps ``exp(x - max)`` in the output row), else in a per-chunk buffer.
+        """
+        g, need, last = self.group, [], {}
         for n in g.nodes:
             for x in n.var_inputs:
                 if g.role.get(x) == "full" and phase[x] < self._use_phase(n, phase):
+                    last[x] = max(last.get(x, 0), self._use_phase(n, phase))
                     if x not in self.outputs and x not in need:
                         need.append(x)
+        self.alias, taken = {}, set()
+        for x in need:
+            for o in self.outputs:
+                if (
+                    g.role.get(o) == "full"
+                    and o not in taken
+                    and o.shape == g.shape
+                    and o.dtype == x.dtype
+                    and phase[o] >= last[x]
+                    and phase[o] > phase[x]
+                ):
+                    self.alias[x] = o
+                    taken.add(o)
+                    break
         return need
 
     def _use_phase(self, n, phase):
@@ -259,21 +289,26 @@ class KernelSource:
             return phase.get(n.inputs[0], 0)
         return phase[n.out]
 
+    def _scratch_at(self, x, flat) -> str:
+        o = self.alias.get(x)
+        return self.at(o) if o is not None else f"{self.p}s_{x.ident}[{flat}]"
+
     def _pass_body(self, p, phase, scratch, reds, depth, flat=None):
         g, L = self.group, self.layout
         flat = flat or L.flat_red()
         self.local = {k: v for k, v in self.local.items() if g.role.get(k) == "row"}
         now = [n for n in g.nodes if g.role[n.out] == "full" and phase[n.out] == p] + reds
-        for n in now:  # full values of earlier passes are read back
+        for n in now:  # full values of earlier passes are read back first
             for x in n.var_inputs:
                 if g.role.get(x) == "full" and phase[x] < p and x not in self.local:
-                    self.local[x] = f"{self.p}s_{x.ident}[{flat}]" if x in scratch else self.at(x)
-        for n in g.nodes:
-            if g.role[n.out] == "full" and phase[n.out] == p:
-                self.compute(n, depth)
-                self.store(n.out, depth)
-                if n.out in scratch:
-                    self.emit(f"{self.p}s_{n.out.ident}[{flat}] = {self.local[n.out]}", depth)
+                    src = self._scratch_at(x, flat) if x in scratch else self.at(x)
+                    self.emit(f"{self.p}b_{x.ident} = {src}", depth)
+                    self.local[x] = f"{self.p}b_{x.ident}"
+        for n in now[: len(now) - len(reds)]:
+            self.compute(n, depth)
+            self.store(n.out, depth)
+            if n.out in scratch:
+                self.emit(f"{self._scratch_at(n.out, flat)} = {self.local[n.out]}", depth)
         for r in reds:
             x = r.inputs[0]
             v = self.local.get(x) or self.read(x)
