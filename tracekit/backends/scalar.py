@@ -232,9 +232,10 @@ def _fast_name(op: str, dtype, math: str) -> str | None:
         return None
     try:
         from . import fastmath
-    except ImportError:
+    except Exception:  # fast math unavailable: numba's libm calls are still correct
         return None
-    return fastmath.name_for(op, np.dtype(dtype))
+    name = fastmath.name_for(op, np.dtype(dtype))
+    return name if name and hasattr(fastmath, name) else None
 
 
 def expr(node: Node, args: list, dtypes: list, math: str = "fast", templates=None) -> str:
