@@ -295,6 +295,11 @@ class Traced:
         for var, spec, leaf in zip(self.graph.inputs, self.graph.specs, leaves):
             check_value(var, leaf, f"argument {spec.label!r}")
             values.append(leaf)
+        return values + self.capture_values()
+
+    def capture_values(self) -> list:
+        """Current values of the captured arrays, checked against the trace."""
+        values = []
         for var, spec, get in zip(self.graph.inputs, self.graph.specs, self.capture_getters):
             if spec.kind == "capture":
                 value = get()

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import pytree
 from ..passes import optimize
 from ..traced import Traced, check_guards
 from .lowering import lower
@@ -57,7 +58,7 @@ class Compiled:
         self.traced, self.target, self.math = traced, target, math
         opt = optimize(traced)
         self.history = opt.history
-        self.graph = lower(opt.graph).check()
+        self.graph = g = lower(opt.graph).check()
         self.plan = make_plan(self.graph)
         report = _progress_reporter(progress, f"{traced.graph.name} ({target})")
         if target == "cpu":
@@ -74,6 +75,8 @@ class Compiled:
             self.program.load(progress=report)
             self.runner = self.program.runner()
         self._pools = threading.local()
+        self._fast = _fast_signature(traced)
+        self._consts = [g.constants[v] for v, s in zip(g.inputs, g.specs) if s.kind == "const"]
         self.kernels = [
             Kernel(ks.group.name, ks.group.kind, list(ks.group.nodes), ks.text)
             for ks in self.program.kernel_sources.values()
@@ -89,11 +92,22 @@ class Compiled:
             pool = self._pools.pool = {}
         return pool
 
+    def _arguments(self, args) -> list:
+        """Checked input values; a fast path for plain arrays of the traced shapes and dtypes."""
+        fast = self._fast
+        if fast is not None and len(args) == len(fast):
+            for a, (shape, dtype) in zip(args, fast):
+                if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype:
+                    break
+            else:
+                return list(args) + self.traced.capture_values()
+        return self.traced.flatten_args(args)
+
     def __call__(self, *args, out=None):
-        values = self.traced.flatten_args(args)
+        values = self._arguments(args)
         g = self.graph
-        inputs = values + [g.constants[v] for v, s in zip(g.inputs, g.specs) if s.kind == "const"]
-        outs = _normalise_out(out, g.n_results)
+        inputs = values + self._consts if self._consts else values
+        outs = _normalise_out(out, g.n_results) if out is not None else None
         results, guard_values = self.runner.fn(inputs, outs, self._pool())
         if g.guards:
             check_guards(g, dict(zip([gd.var for gd in g.guards], guard_values)))
@@ -103,7 +117,9 @@ class Compiled:
                     np.copyto(buf, r)
             self.traced.finish_call(values, list(outs) + results[g.n_results :])
             return out
-        results = [r[()] if isinstance(r, np.ndarray) and r.ndim == 0 else r for r in results]
+        results = [r[()] if getattr(r, "ndim", 1) == 0 else r for r in results]
+        if self._fast is not None and not g.writebacks and len(results) == 1:
+            return results[0]
         return self.traced.finish_call(values, results)
 
     def __repr__(self):
@@ -113,6 +129,18 @@ class Compiled:
         from ..render import mimebundle
 
         return mimebundle(self)
+
+
+def _fast_signature(traced):
+    """(shape, dtype) per argument when the arguments are a flat list of arrays, else None."""
+    g = traced.graph
+    args = [v for v, s in zip(g.inputs, g.specs) if s.kind == "arg"]
+    flat = traced.in_tree[0] is list and all(isinstance(t, pytree.Leaf) for t in traced.in_tree[1])
+    if not flat or len(args) != len(traced.in_tree[1]) or any(v.weak for v in args):
+        return None
+    if not (isinstance(traced.out_tree, pytree.Leaf)):
+        return None
+    return [(v.shape, v.dtype) for v in args]
 
 
 def _normalise_out(out, n):

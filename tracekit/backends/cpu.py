@@ -188,7 +188,8 @@ class Runner:
     def _operand(self, v: Var, name: str, ks) -> str:
         if ks.layout.is_scalar(v) and v in ks.inputs:
             return name if v.weak else f"_scalar({name})"
-        return f"_as({name}, {ks.layout.operand_shape(v)!r})"
+        shape = ks.layout.operand_shape(v)
+        return name if shape == v.shape else f"{name}.reshape({shape!r})"
 
     def _host(self, node, names, result_pos) -> str:
         ins = []
@@ -247,10 +248,6 @@ def _temp(pool, k, shape, dtype):
     return buf
 
 
-def _as(a, shape):
-    return np.reshape(a, shape)
-
-
 def _scalar(a):
     return a.reshape(-1)[0] if isinstance(a, np.ndarray) else a
 
@@ -259,6 +256,5 @@ RUNTIME = {
     "_out": _out,
     "_temp": _temp,
     "_recycled": _recycled,
-    "_as": _as,
     "_scalar": _scalar,
 }
