@@ -158,13 +158,12 @@ class Runner:
                 lines.append(f"    {name}({', '.join(args)})")
             elif step.kind != "kernel":
                 node = step.nodes[0]
-                out = f"v_{node.out.ident}"
                 for o in node.outputs:
                     names[o] = f"v_{o.ident}"
-                lines.append(
-                    f"    {', '.join(names[o] for o in node.outputs)}{',' if len(node.outputs) > 1 else ''} = {self._host(node, names, result_pos)}"
-                )
-                del out
+                targets = ", ".join(names[o] for o in node.outputs)
+                if len(node.outputs) > 1:
+                    targets += ","
+                lines.append(f"    {targets} = {self._host(node, names, result_pos)}")
         outs = [names[o] for o in g.outputs]
         guards = [names[gd.var] for gd in g.guards]
         lines.append(f"    return [{', '.join(outs)}], [{', '.join(guards)}]")
@@ -200,6 +199,9 @@ class Runner:
                 k = f"c{len(self.ns)}"
                 self.ns[k] = x
                 ins.append(k)
+        if node.op == "matmul" and node.out.dtype.kind in "fc" and node.out.ndim >= 1:
+            # BLAS writes straight into a pooled (or the caller's) buffer: no fresh allocation
+            return f"np.matmul({ins[0]}, {ins[1]}, out={self._alloc(node.out, result_pos)})"
         impl = f"impl_{node.op}"
         self.ns[impl] = OPS[node.op].impl
         attrs = f"attrs{len(self.ns)}"
