@@ -347,3 +347,651 @@ def helper_source(op: Op) -> str | None:
     if "build_index" in src and op.helper is not build_index:
         src = inspect.getsource(build_index) + "\n\n" + src
     return src
+
+
+# ---------------------------------------------------------------- ops for autodiff and python ops
+def index_add(x, value, *arrays, idx):
+    """A copy of ``x`` with ``value`` added at ``x[idx]``, repeated indices accumulating
+    (``np.add.at``): the scatter-add that the gradient of a gather is."""
+    x = np.array(x, copy=True)
+    np.add.at(x, build_index(idx, arrays), value)
+    return x
+
+
+def python_op_from_spec(spec):
+    """The python op (``tk.python_op``) a JSON spec describes, for generated code."""
+    from tracekit.pyop import object_from_json
+
+    return object_from_json(spec)
+
+
+def _python_op_impl(*inputs, pyop, name=None):
+    return pyop.run(*inputs)
+
+
+def _python_op_code(a, at):
+    return f"python_op_from_spec({at['pyop'].__tracekit_json__()!r}).run({', '.join(a)})"
+
+
+def _index_add_code(a, at):
+    rest = ", ".join(a[2:]) + ", " if a[2:] else ""
+    return f"index_add({a[0]}, {a[1]}, {rest}idx={_idx_literal(at['idx'])})"
+
+
+register(Op("index_add", "index", index_add, _index_add_code, helper=index_add))
+register(
+    Op(
+        "python_op",
+        "opaque",
+        _python_op_impl,
+        _python_op_code,
+        helper=python_op_from_spec,
+        doc="An opaque user function (tk.python_op); attrs: pyop (the PyOp), name.",
+    )
+)
+
+
+# ---------------------------------------------------------------------- gradient rules
+# ``vjp(g, out, *inputs, **attrs)`` returns one cotangent (or None: no gradient) per input.
+# Rules are NumPy code run while tracing the backward graph (tracekit.autodiff): ``g``, ``out``
+# and the Var inputs are TracedArrays, literal inputs are plain scalars; for an op with several
+# outputs ``g`` and ``out`` are tuples (a missing cotangent is None). The engine sums each
+# cotangent back over broadcast axes and casts it to its input's dtype (complex to real takes the
+# real part), so elementwise rules may return cotangents of the output's broadcast shape.
+#
+# Conventions (documented behaviour):
+# - Complex numbers follow JAX: the cotangent of a holomorphic op is ``g * f'(z)`` (no conjugate);
+#   for a real-valued f of complex z, tk.grad gives df/dx - i df/dy.
+# - maximum/minimum/fmax/fmin: at ties the gradient is split evenly between the two inputs; a NaN
+#   that maximum/minimum propagates gets the gradient (fmax/fmin: the non-NaN input gets it).
+# - max/min reductions: split evenly among all elements equal to the result (NaN: among the NaNs).
+# - clip(x, lo, hi) = minimum(maximum(x, lo), hi): x gets the gradient inside the closed interval
+#   [lo, hi] (boundaries included), lo below it, hi above it.
+# - abs at 0, sqrt at 0, ...: what the formula gives (abs: 0; sqrt: inf), as in JAX.
+# - prod: exact with zeros (products of the other elements, no division). cumprod: exact with
+#   zeros along axes up to NONDIV_CUMPROD_LIMIT elements of work, else g * reverse-cumsum / x.
+# - index_update (x[idx] = v) with repeated indices: every repeated position of v receives the
+#   gradient of the element it was written to (NumPy keeps only one of the writes).
+# - NON_DIFFERENTIABLE ops (comparisons, logical and bitwise ops, rounding, sign, argmax, any/all,
+#   creation ops...) have zero gradient almost everywhere; the engine propagates nothing through
+#   them. Integer and bool values never carry cotangents.
+NON_DIFFERENTIABLE = frozenset(
+    (
+        "sign floor ceil trunc rint logical_not isnan isinf isfinite signbit invert floor_divide "
+        "equal not_equal less less_equal greater greater_equal logical_and logical_or logical_xor "
+        "bitwise_and bitwise_or bitwise_xor left_shift right_shift any all argmax argmin "
+        "full arange linspace eye"
+    ).split()
+)
+NONDIV_CUMPROD_LIMIT = 1 << 22
+
+
+def _tr():
+    from . import tracer
+
+    return tracer
+
+
+def _traced(x) -> bool:
+    return isinstance(x, _tr().TracedArray)
+
+
+def _diff(x) -> bool:
+    """Can ``x`` carry a cotangent (a traced float or complex value)?"""
+    return _traced(x) and x.dtype.kind in "fc"
+
+
+def _emit(op, inputs, like, **attrs):
+    """Record ``op`` (for what NumPy has no spelling of) in the trace ``like`` belongs to."""
+    return _tr()._ctx_of(like).emit(op, inputs, attrs)
+
+
+def _zeros(like, shape, dtype):
+    dtype = np.dtype(dtype)
+    z = np.zeros((), dtype)[()]
+    return _emit("full", [], like, shape=tuple(shape), fill_value=z, dtype=dtype)
+
+
+def _iota(like, n):
+    return _emit("arange", [], like, start=0, stop=int(n), step=1, dtype=np.dtype(np.int64))
+
+
+def _conj(x):
+    return np.conjugate(x) if np.iscomplexobj(x) else x
+
+
+def _axes(axis, ndim):
+    return tuple(range(ndim)) if axis is None else tuple(axis)
+
+
+def _keep(g, ndim, axis, keepdims):
+    """A reduction's result (or cotangent) reshaped to broadcast against its input: reduced
+    axes kept as size 1 (leading ones need not be)."""
+    axes = sorted(_axes(axis, ndim))
+    if keepdims or axes == list(range(len(axes))):
+        return g
+    shape = list(np.shape(g))
+    for a in axes:
+        shape.insert(a, 1)
+    return np.reshape(g, tuple(shape))
+
+
+def sum_to(c, shape):
+    """Sum ``c`` over the axes that broadcasting added or stretched, to ``shape``."""
+    shape = tuple(shape)
+    cs = np.shape(c)
+    if cs == shape:
+        return c
+    lead = len(cs) - len(shape)
+    if lead < 0 or any(s not in (1, d) for s, d in zip(shape, cs[lead:])):
+        return np.broadcast_to(c, shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, s in enumerate(shape) if s == 1 and cs[lead + i] != 1
+    )
+    if axes:
+        c = np.sum(c, axis=axes, keepdims=True)
+    return np.reshape(c, shape)
+
+
+# -- elementwise: unary. f(g, y, x) -> cotangent of x (y is the output)
+_LN2, _LN10 = math.log(2.0), math.log(10.0)
+
+
+def _abs_vjp(g, y, x):
+    if np.iscomplexobj(x):
+        return np.where(y == 0, 0, g * np.conjugate(x) / np.where(y == 0, 1, y))
+    return g * np.sign(x)
+
+
+_UNARY_VJPS = {
+    "negative": lambda g, y, x: -g,
+    "positive": lambda g, y, x: g,
+    "absolute": _abs_vjp,
+    "exp": lambda g, y, x: g * y,
+    "exp2": lambda g, y, x: g * y * _LN2,
+    "expm1": lambda g, y, x: g * (y + 1),
+    "log": lambda g, y, x: g / x,
+    "log2": lambda g, y, x: g / (x * _LN2),
+    "log10": lambda g, y, x: g / (x * _LN10),
+    "log1p": lambda g, y, x: g / (x + 1),
+    "sqrt": lambda g, y, x: g / (y * 2),
+    "cbrt": lambda g, y, x: g / (y * y * 3),
+    "square": lambda g, y, x: g * (x * 2),
+    "reciprocal": lambda g, y, x: -g * (y * y),
+    "sin": lambda g, y, x: g * np.cos(x),
+    "cos": lambda g, y, x: -g * np.sin(x),
+    "tan": lambda g, y, x: g * (y * y + 1),
+    "arcsin": lambda g, y, x: g / np.sqrt(1 - x * x),
+    "arccos": lambda g, y, x: -g / np.sqrt(1 - x * x),
+    "arctan": lambda g, y, x: g / (x * x + 1),
+    "sinh": lambda g, y, x: g * np.cosh(x),
+    "cosh": lambda g, y, x: g * np.sinh(x),
+    "tanh": lambda g, y, x: g * (1 - y * y),
+    "arcsinh": lambda g, y, x: g / np.sqrt(x * x + 1),
+    "arccosh": lambda g, y, x: g / (np.sqrt(x - 1) * np.sqrt(x + 1)),
+    "arctanh": lambda g, y, x: g / (1 - x * x),
+    "conjugate": lambda g, y, x: _conj(g),
+}
+
+
+def _unary_rule(f):
+    def vjp(g, out, x):
+        return (f(g, out, x),)
+
+    vjp.__name__ = f"{getattr(f, '__name__', 'unary')}_vjp"
+    return vjp
+
+
+for _name, _f in _UNARY_VJPS.items():
+    defvjp(_name)(_unary_rule(_f))
+
+
+# -- elementwise: binary. rule(g, y, a, b) -> (cotangent of a, cotangent of b)
+@defvjp("add")
+def _add_vjp(g, y, a, b):
+    return g, g
+
+
+@defvjp("subtract")
+def _subtract_vjp(g, y, a, b):
+    return g, (-g if _diff(b) else None)
+
+
+@defvjp("multiply")
+def _multiply_vjp(g, y, a, b):
+    return (g * b if _diff(a) else None), (g * a if _diff(b) else None)
+
+
+@defvjp("divide")
+def _divide_vjp(g, y, a, b):
+    ga = g / b
+    return ga, (-ga * y if _diff(b) else None)
+
+
+@defvjp("remainder")
+def _remainder_vjp(g, y, a, b):
+    return g, (-g * np.floor_divide(a, b) if _diff(b) else None)
+
+
+@defvjp("power")
+def _power_vjp(g, y, x, p):
+    gx = gp = None
+    if _diff(x):
+        if not _traced(p):
+            if p == 0:
+                gx = None
+            elif p == 1:
+                gx = g
+            elif p == 2:
+                gx = g * (x * 2)
+            else:
+                gx = g * (x ** (p - 1) * p)
+        else:
+            gx = g * np.where(p == 0, 0, p * x ** (p - 1))
+    if _diff(p):
+        gp = g * y * np.log(np.where(x == 0, 1, x))
+    return gx, gp
+
+
+def _tie_split(g, win_a, win_b, tie):
+    half = g * 0.5
+    ga = np.where(win_a, g, np.where(tie, half, 0))
+    gb = np.where(win_b, g, np.where(tie, half, 0))
+    return ga, gb
+
+
+def _isnan(x):
+    if _traced(x):
+        return np.isnan(x) if x.dtype.kind in "fc" else False
+    return np.isnan(x) if isinstance(x, float | complex | np.inexact) else False
+
+
+@defvjp("maximum")
+def _maximum_vjp(g, y, a, b):
+    return _tie_split(g, (a > b) | _isnan(a), (b > a) | _isnan(b), a == b)
+
+
+@defvjp("minimum")
+def _minimum_vjp(g, y, a, b):
+    return _tie_split(g, (a < b) | _isnan(a), (b < a) | _isnan(b), a == b)
+
+
+@defvjp("fmax")
+def _fmax_vjp(g, y, a, b):
+    na, nb = _isnan(a), _isnan(b)
+    return _tie_split(g, (a > b) | (nb & ~na), (b > a) | (na & ~nb), a == b)
+
+
+@defvjp("fmin")
+def _fmin_vjp(g, y, a, b):
+    na, nb = _isnan(a), _isnan(b)
+    return _tie_split(g, (a < b) | (nb & ~na), (b < a) | (na & ~nb), a == b)
+
+
+@defvjp("arctan2")
+def _arctan2_vjp(g, y, a, b):
+    d = g / (a * a + b * b)
+    return d * b, -d * a
+
+
+@defvjp("hypot")
+def _hypot_vjp(g, y, a, b):
+    return g * a / y, g * b / y
+
+
+@defvjp("copysign")
+def _copysign_vjp(g, y, a, b):
+    return g * (np.copysign(1.0, a) * np.copysign(1.0, b)), None
+
+
+@defvjp("logaddexp")
+def _logaddexp_vjp(g, y, a, b):
+    return g * np.exp(a - y), g * np.exp(b - y)
+
+
+# -- elementwise: the rest
+@defvjp("where")
+def _where_vjp(g, y, cond, a, b):
+    return None, np.where(cond, g, 0), np.where(cond, 0, g)
+
+
+@defvjp("clip")
+def _clip_vjp(g, y, x, lo, hi):
+    m = x if lo is None else np.maximum(x, lo)
+    g_m, g_lo, g_hi = g, None, None
+    if hi is not None:
+        over = m > hi
+        g_m, g_hi = np.where(over, 0, g), np.where(over, g, 0)
+    g_x = g_m
+    if lo is not None:
+        inside = x >= lo
+        g_x, g_lo = np.where(inside, g_m, 0), np.where(inside, 0, g_m)
+    return g_x, g_lo, g_hi
+
+
+@defvjp("astype")
+def _astype_vjp(g, y, x, dtype):
+    return (g,)
+
+
+@defvjp("real")
+def _real_vjp(g, y, x):
+    return (g,)
+
+
+@defvjp("imag")
+def _imag_vjp(g, y, x):
+    return (g * -1j,)
+
+
+@defvjp("angle")
+def _angle_vjp(g, y, x, deg=False):
+    if not np.iscomplexobj(x):
+        return (None,)
+    scale = 180.0 / math.pi if deg else 1.0
+    r2 = np.real(x * np.conjugate(x))
+    return (g * (-1j * scale) * np.conjugate(x) / r2,)
+
+
+# -- reductions and scans
+def _count(shape, axes):
+    return int(np.prod([shape[a] for a in axes], dtype=np.int64))
+
+
+@defvjp("sum")
+def _sum_vjp(g, y, x, axis=None, keepdims=False, dtype=None):
+    return (np.broadcast_to(_keep(g, x.ndim, axis, keepdims), x.shape),)
+
+
+@defvjp("mean")
+def _mean_vjp(g, y, x, axis=None, keepdims=False, dtype=None):
+    n = _count(x.shape, _axes(axis, x.ndim))
+    return (np.broadcast_to(_keep(g, x.ndim, axis, keepdims) / max(n, 1), x.shape),)
+
+
+@defvjp("prod")
+def _prod_vjp(g, y, x, axis=None, keepdims=False, dtype=None):
+    axes = _axes(axis, x.ndim)
+    if not axes:
+        return (g,)
+    if x.size == 0:
+        return (_zeros(g, x.shape, g.dtype),)
+    rest = [i for i in range(x.ndim) if i not in axes]
+    perm = rest + list(axes)
+    rest_shape = tuple(x.shape[i] for i in rest)
+    flat = np.reshape(np.transpose(x, tuple(perm)), rest_shape + (_count(x.shape, axes),))
+    others = _exclusive_cumprod(flat) * _exclusive_cumprod(flat[..., ::-1])[..., ::-1]
+    gk = np.reshape(g, rest_shape + (1,))
+    d = np.reshape(gk * others, tuple(x.shape[i] for i in perm))
+    return (np.transpose(d, tuple(int(i) for i in np.argsort(perm))),)
+
+
+def _exclusive_cumprod(x):
+    """[1, x0, x0*x1, ...] along the last axis (no division: exact with zeros)."""
+    ones = np.ones_like(x[..., :1])
+    return np.cumprod(np.concatenate([ones, x[..., :-1]], axis=-1), axis=-1)
+
+
+def _var_common(g, x, axis, keepdims, ddof):
+    axes = _axes(axis, x.ndim)
+    n = _count(x.shape, axes) - ddof
+    u = _conj(x - np.mean(x, axis=axes, keepdims=True))
+    return _keep(g, x.ndim, axis, keepdims), u, (1.0 / n if n > 0 else math.inf)
+
+
+@defvjp("var")
+def _var_vjp(g, y, x, axis=None, keepdims=False, dtype=None, ddof=0):
+    gk, u, inv_n = _var_common(g, x, axis, keepdims, ddof)
+    return (gk * (2.0 * inv_n) * u,)
+
+
+@defvjp("std")
+def _std_vjp(g, y, x, axis=None, keepdims=False, dtype=None, ddof=0):
+    gk, u, inv_n = _var_common(g, x, axis, keepdims, ddof)
+    return (gk * inv_n / _keep(y, x.ndim, axis, keepdims) * u,)
+
+
+def _minmax_vjp(g, y, x, axis=None, keepdims=False, dtype=None):
+    yk = _keep(y, x.ndim, axis, keepdims)
+    hit = x == yk
+    if x.dtype.kind in "fc":
+        hit = hit | (np.isnan(x) & np.isnan(yk))
+    count = np.sum(hit.astype(g.dtype), axis=_axes(axis, x.ndim), keepdims=True)
+    return (np.where(hit, _keep(g, x.ndim, axis, keepdims) / count, 0),)
+
+
+defvjp("max")(_minmax_vjp)
+defvjp("min")(_minmax_vjp)
+
+
+def _flip_axis(x, axis):
+    return x[(slice(None),) * axis + (slice(None, None, -1),)]
+
+
+@defvjp("cumsum")
+def _cumsum_vjp(g, y, x, axis, dtype=None):
+    return (_flip_axis(np.cumsum(_flip_axis(g, axis), axis=axis), axis),)
+
+
+@defvjp("cumprod")
+def _cumprod_vjp(g, y, x, axis, dtype=None):
+    n = x.shape[axis]
+    if x.size == 0:
+        return (_zeros(g, x.shape, g.dtype),)
+    xm, gm = np.moveaxis(x, axis, -1), np.moveaxis(g, axis, -1)
+    if x.size * n <= NONDIV_CUMPROD_LIMIT:
+        # d out_i / d x_k = prod_{j<k} x_j * prod_{k<j<=i} x_j  (i >= k), without division
+        k = np.reshape(_iota(g, n), (n, 1))
+        j = np.reshape(_iota(g, n), (1, n))
+        between = np.cumprod(np.where(j > k, xm[..., None, :], 1), axis=-1)  # [..., k, i]
+        s = np.sum(np.where(j >= k, between, 0) * gm[..., None, :], axis=-1)
+        d = _exclusive_cumprod(xm) * s
+    else:
+        ym = np.moveaxis(y, axis, -1)
+        d = _flip_axis(np.cumsum(_flip_axis(gm * ym, xm.ndim - 1), axis=-1), xm.ndim - 1) / xm
+    return (np.moveaxis(d, -1, axis),)
+
+
+# -- linear algebra
+@defvjp("matmul")
+def _matmul_vjp(g, y, a, b):
+    a2 = np.reshape(a, (1,) + a.shape) if a.ndim == 1 else a
+    b2 = np.reshape(b, b.shape + (1,)) if b.ndim == 1 else b
+    gshape = np.shape(g)
+    if a.ndim == 1:
+        gshape = gshape[:-1] + (1,) + gshape[-1:] if b.ndim > 1 else gshape + (1,)
+    if b.ndim == 1:
+        gshape = gshape + (1,)
+    g2 = np.reshape(g, gshape)
+    ga = gb = None
+    if _diff(a):
+        ga = np.reshape(sum_to(g2 @ np.swapaxes(b2, -1, -2), a2.shape), a.shape)
+    if _diff(b):
+        gb = np.reshape(sum_to(np.swapaxes(a2, -1, -2) @ g2, b2.shape), b.shape)
+    return ga, gb
+
+
+@defvjp("tensordot")
+def _tensordot_vjp(g, y, a, b, axes):
+    ax_a, ax_b = (tuple(int(i) for i in ax) for ax in axes)
+    free_a = [i for i in range(a.ndim) if i not in ax_a]
+    free_b = [i for i in range(b.ndim) if i not in ax_b]
+    na, nb = len(free_a), len(free_b)
+    ga = gb = None
+    if _diff(a):
+        t = np.tensordot(g, b, axes=(tuple(range(na, na + nb)), tuple(free_b)))
+        order = free_a + [ax_a[ax_b.index(i)] for i in sorted(ax_b)]
+        ga = np.transpose(t, tuple(int(i) for i in np.argsort(order)))
+    if _diff(b):
+        t = np.tensordot(a, g, axes=(tuple(free_a), tuple(range(na))))
+        order = [ax_b[ax_a.index(i)] for i in sorted(ax_a)] + free_b
+        gb = np.transpose(t, tuple(int(i) for i in np.argsort(order)))
+    return ga, gb
+
+
+@defvjp("dot")
+def _dot_vjp(g, y, a, b):
+    axes = ((a.ndim - 1,), (0,)) if b.ndim == 1 else ((a.ndim - 1,), (b.ndim - 2,))
+    return _tensordot_vjp(g, y, a, b, axes=axes)
+
+
+def _einsum_terms(subscripts, shapes):
+    """Explicit per-operand and output subscripts (ellipses spelled out), and spare letters."""
+    import string
+
+    lhs, arrow, rhs = subscripts.partition("->")
+    terms = lhs.split(",")
+    pool = [c for c in string.ascii_letters if c not in subscripts]
+    n_ell = max(
+        [len(s) - len(t.replace("...", "")) for t, s in zip(terms, shapes) if "..." in t] or [0]
+    )
+    ell, pool = pool[:n_ell], pool[n_ell:]
+
+    def expand(t, nd):
+        if "..." not in t:
+            return t
+        k = nd - len(t.replace("...", ""))
+        return t.replace("...", "".join(ell[n_ell - k :]))
+
+    terms = [expand(t, len(s)) for t, s in zip(terms, shapes)]
+    if arrow:
+        out = rhs.replace("...", "".join(ell))
+    else:
+        letters = "".join(terms)
+        out = "".join(ell) + "".join(
+            sorted(c for c in set(letters) if letters.count(c) == 1 and c not in ell)
+        )
+    return terms, out, pool
+
+
+@defvjp("einsum")
+def _einsum_vjp(g, y, *xs, subscripts):
+    terms, out, pool = _einsum_terms(subscripts, [np.shape(x) for x in xs])
+    sizes = {}
+    for t, x in zip(terms, xs):
+        for c, d in zip(t, np.shape(x)):
+            sizes[c] = max(sizes.get(c, 1), d)
+    cots = []
+    for k, (t, x) in enumerate(zip(terms, xs)):
+        if not _diff(x):
+            cots.append(None)
+            continue
+        others = [terms[j] for j in range(len(xs)) if j != k] + [out]
+        arrays = [xs[j] for j in range(len(xs)) if j != k] + [g]
+        seen, res, spare = set("".join(others)), "", list(pool)
+        for c, d in zip(t, np.shape(x)):
+            if c in res:  # a repeated index (a diagonal): put the gradient on the diagonal
+                f = spare.pop()
+                res += f
+                others.append(c + f)
+                arrays.append(_emit("eye", [], g, N=d, M=None, k=0, dtype=g.dtype))
+            else:
+                res += c
+            if c not in seen:  # summed over in this operand only: broadcast the gradient
+                seen.add(c)
+                others.append(c)
+                arrays.append(np.ones_like(g, shape=(d,)))
+        cots.append(np.einsum(",".join(others) + "->" + res, *arrays))
+    return tuple(cots)
+
+
+# -- movement
+@defvjp("reshape")
+def _reshape_vjp(g, y, x, shape):
+    return (np.reshape(g, x.shape),)
+
+
+@defvjp("transpose")
+def _transpose_vjp(g, y, x, axes):
+    return (np.transpose(g, tuple(int(i) for i in np.argsort(axes))),)
+
+
+@defvjp("broadcast_to")
+def _broadcast_to_vjp(g, y, x, shape):
+    return (sum_to(g, x.shape),)
+
+
+@defvjp("concatenate")
+def _concatenate_vjp(g, y, *xs, axis):
+    cots, start = [], 0
+    for x in xs:
+        n = np.shape(x)[axis]
+        cots.append(g[(slice(None),) * axis + (slice(start, start + n),)])
+        start += n
+    return tuple(cots)
+
+
+@defvjp("tile")
+def _tile_vjp(g, y, x, reps):
+    reps = (reps,) if isinstance(reps, int | np.integer) else tuple(reps)
+    d = max(x.ndim, len(reps))
+    xs = (1,) * (d - x.ndim) + tuple(x.shape)
+    rs = (1,) * (d - len(reps)) + reps
+    inter = tuple(v for r, s in zip(rs, xs) for v in (r, s))
+    summed = np.sum(np.reshape(g, inter), axis=tuple(range(0, 2 * d, 2)))
+    return (np.reshape(summed, x.shape),)
+
+
+@defvjp("repeat")
+def _repeat_vjp(g, y, x, repeats, axis=None):
+    shape = (x.size,) if axis is None else tuple(x.shape)
+    ax = 0 if axis is None else axis
+    n = shape[ax]
+    reps = repeats if isinstance(repeats, int | np.integer) else tuple(repeats)
+    if not isinstance(reps, tuple) or len(reps) == 1:
+        r = int(reps if not isinstance(reps, tuple) else reps[0])
+        split = shape[:ax] + (n, r) + shape[ax + 1 :]
+        d = np.sum(np.reshape(g, split), axis=ax + 1)
+    else:
+        src = _emit("repeat", [_iota(g, n)], g, repeats=reps, axis=None)
+        z = _zeros(g, shape, g.dtype)
+        d = _emit("index_add", [z, g, src], g, idx=(slice(None),) * ax + ("@0",))
+    return (np.reshape(d, x.shape),)
+
+
+@defvjp("roll")
+def _roll_vjp(g, y, x, shift, axis=None):
+    back = -shift if isinstance(shift, int | np.integer) else tuple(-s for s in shift)
+    return (np.roll(g, back, axis),)
+
+
+@defvjp("pad")
+def _pad_vjp(g, y, x, pad_width, constant_value):
+    return (g[tuple(slice(lo, lo + n) for (lo, _), n in zip(pad_width, x.shape))],)
+
+
+# -- indexing
+@defvjp("index")
+def _index_vjp(g, y, x, *arrays, idx):
+    z = _zeros(g, x.shape, g.dtype)
+    op = "index_add" if arrays else "index_update"
+    return (_emit(op, [z, g, *arrays], g, idx=idx),) + (None,) * len(arrays)
+
+
+@defvjp("index_update")
+def _index_update_vjp(g, y, x, value, *arrays, idx):
+    gx = _emit("index_update", [g, 0, *arrays], g, idx=idx)
+    gv = _emit("index", [g, *arrays], g, idx=idx) if _diff(value) else None
+    return (gx, gv) + (None,) * len(arrays)
+
+
+@defvjp("index_add")
+def _index_add_vjp(g, y, x, value, *arrays, idx):
+    gv = _emit("index", [g, *arrays], g, idx=idx) if _diff(value) else None
+    return (g, gv) + (None,) * len(arrays)
+
+
+@defvjp("update_real")
+def _update_real_vjp(g, y, x, value):
+    return np.imag(g) * 1j, np.real(g)
+
+
+@defvjp("update_imag")
+def _update_imag_vjp(g, y, x, value):
+    return np.real(g), -np.imag(g)
+
+
+# -- python ops: the user's grad_f (tracekit.pyop)
+@defvjp("python_op")
+def _python_op_vjp(g, out, *inputs, pyop, name=None):
+    return pyop.vjp(g, out, inputs)

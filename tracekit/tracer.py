@@ -432,7 +432,8 @@ def find_capture(arr):
                     found = (label.replace("self", name, 1), getter)
                     break
             if found is None:
-                hits = scan_captures(types.FunctionType(f.f_code, f.f_globals), 1)
+                cells = tuple(types.CellType() for _ in f.f_code.co_freevars)
+                hits = scan_captures(types.FunctionType(f.f_code, f.f_globals, closure=cells), 1)
                 found = hits.get(id(arr))
             if found is not None:
                 return found
@@ -442,6 +443,8 @@ def find_capture(arr):
 
 class _Holder:
     """Lets :func:`scan_captures` scan one object as if it were ``self``."""
+
+    __func__ = None
 
     def __init__(self, obj):
         self.__self__ = obj

@@ -1,0 +1,528 @@
+"""Reverse-mode autodiff from the op table's gradient rules.
+
+The backward graph is made by tracing: a fresh trace whose inputs are the forward inputs and the
+output cotangents replays the forward graph (so it has every forward value, recomputed), then
+walks the forward nodes in reverse and runs each node's gradient rule (``Op.vjp``, NumPy code in
+:mod:`tracekit.ops`) on traced values. The result is an ordinary :class:`~tracekit.Traced`:
+printable, renderable, optimisable, compilable, with shapes and example values for free; forward
+values the backward does not need are removed by dead-code elimination.
+
+>>> import numpy as np, tracekit as tk
+>>> t = tk.trace(lambda x: np.sum(np.sin(x)), np.zeros(3))
+>>> b = tk.vjp(t)
+>>> [n.op for n in b.graph.nodes]
+['cos', 'broadcast_to', 'multiply']
+>>> b(np.zeros(3), np.ones(()))
+(array([1., 1., 1.]),)
+>>> tk.grad(lambda x: np.sum(x ** 3))(np.arange(3.0))
+array([ 0.,  3., 12.])
+
+Conventions: cotangents flow only through float and complex values (integer and bool values
+and non-differentiable ops carry none); gradients of complex inputs follow JAX (see the rules
+section of ``tracekit/ops.py``); in-place writes are differentiated through their functional
+updates; writes into inputs (write-backs) are not differentiated.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from . import pytree
+from . import tracer as T
+from .errors import GuardError, TraceError
+from .ir import Graph, Guard, Var
+from .ops import NON_DIFFERENTIABLE, OPS, sum_to
+from .passes import dce
+from .traced import Traced, check_value, trace
+
+
+def _inexact(v) -> bool:
+    return np.dtype(v.dtype).kind in "fc"
+
+
+class BackwardTraced(Traced):
+    """A backward graph: a :class:`Traced` that also knows where it came from.
+
+    ``forward`` is the forward Traced; ``links`` maps a backward Var name to the forward Var
+    name it came from (a replayed forward value, a cotangent of that value, or the result of
+    that value's gradient rule), which the renderer draws as dashed edges.
+    """
+
+    forward: Traced = None
+    links: dict = None
+
+    def with_graph(self, graph, history_entry=None) -> BackwardTraced:
+        t = super().with_graph(graph, history_entry)
+        b = BackwardTraced(
+            t.graph, t.in_tree, t.out_tree, t.capture_getters, t.example_leaves, t.fn
+        )
+        b.history, b.forward = t.history, self.forward
+        names = {v.name for v in graph.inputs} | {o.name for n in graph.nodes for o in n.outputs}
+        b.links = {k: v for k, v in self.links.items() if k in names}
+        return b
+
+
+class _BackwardContext(T.TraceContext):
+    """A trace context whose nodes take the source, scope and names we give them."""
+
+    def __init__(self, taken):
+        super().__init__(strict=False)
+        self.at = (None, ())
+        self.pending: list = []
+        self.taken = set(taken)
+        self.link_to = None
+        self.links: dict = {}
+        self.generated: set = set()
+        self._k = 0
+
+    def where(self):
+        return self.at
+
+    def fresh(self, base: str) -> str:
+        name = base
+        while name in self.taken:
+            name += "_"
+        return name
+
+    def new_var(self, shape, dtype, weak=False, name=None) -> Var:
+        if name is None and self.pending:
+            name = self.pending.pop(0)
+        if name is None:
+            while f"g{self._k}" in self.taken:
+                self._k += 1
+            name = f"g{self._k}"
+            self.generated.add(name)
+        self.taken.add(name)
+        if self.link_to is not None:
+            self.links[name] = self.link_to
+        return Var(name, shape, dtype, weak)
+
+
+def _literal(ctx, x, consts):
+    """A node's literal input, as the backward trace takes it (arrays become constants)."""
+    if isinstance(x, np.ndarray):
+        if id(x) not in consts:
+            consts[id(x)] = ctx.add_input(np.array(x), "const", "const")
+        return consts[id(x)]
+    return x
+
+
+def _fit(c, v: Var, ref):
+    """Cotangent ``c`` summed over broadcast axes and cast to ``v``'s shape and dtype."""
+    if not isinstance(c, T.TracedArray):
+        c = ref._ctx.lift(np.asarray(c))
+    if c.shape != v.shape:
+        c = sum_to(c, v.shape)
+    if c.dtype.kind == "c" and v.dtype.kind != "c":
+        c = np.real(c)
+    if c.dtype != v.dtype:
+        c = T.astype(c, v.dtype, False)
+    return c
+
+
+def _zeros(ctx, v: Var):
+    z = np.zeros((), v.dtype)[()]
+    return ctx.emit("full", [], {"shape": v.shape, "fill_value": z, "dtype": v.dtype})
+
+
+def _leaf_args(graph: Graph) -> list:
+    return [i for i, s in enumerate(graph.specs) if s.kind == "arg"]
+
+
+def backward(t: Traced, wrt=None, *, seed: bool = False, with_value: bool = False):
+    """The backward Traced of ``t`` (see :func:`vjp`).
+
+    ``wrt``: positions of the argument leaves to differentiate (default: every float or complex
+    one). ``seed``: the output cotangent is 1 (a constant), not an input (``tk.grad``).
+    ``with_value``: the forward results come first in the outputs, then the gradients.
+    """
+    g = t.graph
+    arg_pos = _leaf_args(g)
+    if wrt is None:
+        wrt = [k for k, i in enumerate(arg_pos) if _inexact(g.inputs[i])]
+    wrt = list(wrt)
+    wrt_vars = {g.inputs[arg_pos[k]] for k in wrt}
+    taken = {v.name for v in g.inputs} | {o.name for n in g.nodes for o in n.outputs}
+    ctx = _BackwardContext(taken)
+    env: dict = {}
+    getters: dict = {}
+
+    # inputs: the forward's own (args, captures, constants), same names
+    for i, (v, s) in enumerate(zip(g.inputs, g.specs)):
+        if s.kind == "arg":
+            value = t.example_leaves[i]
+        elif s.kind == "capture":
+            value = t.capture_getters[i]()
+        else:
+            value = g.constants[v]
+        if isinstance(value, np.ndarray):
+            value = np.array(value, copy=True)
+        ctx.link_to = v.name
+        env[v] = ctx.add_input(value, s.kind, s.label, None, name=v.name, weak=v.weak)
+        getters[v] = t.capture_getters[i] if s.kind == "capture" else None
+
+    # replay the forward graph
+    consts: dict = {}
+    for node in g.nodes:
+        ctx.at = (node.source, node.scope)
+        ctx.pending = [o.name for o in node.outputs]
+        ctx.link_to = None
+        ins = [env[x] if isinstance(x, Var) else _literal(ctx, x, consts) for x in node.inputs]
+        res = ctx.emit(node.op, ins, dict(node.attrs), n_out=len(node.outputs), weak=node.out.weak)
+        res = [res] if len(node.outputs) == 1 else list(res)
+        for o, r in zip(node.outputs, res):
+            ctx.links[o.name] = o.name
+            if (r.shape, r.dtype) != (o.shape, o.dtype):
+                raise TraceError(
+                    f"replaying {node} for the backward pass gave {r.ir_var.type}, not {o.type}"
+                )
+            env[o] = r
+
+    # what depends on the variables we differentiate
+    active = set(wrt_vars)
+    for node in g.nodes:
+        if node.op not in NON_DIFFERENTIABLE and any(x in active for x in node.var_inputs):
+            active.update(o for o in node.outputs if _inexact(o))
+
+    # output cotangents
+    results = g.outputs[: g.n_results]
+    ct: dict = {}
+    ct_args = []
+
+    def accumulate(v, c):
+        c = _fit(c, v, env[v])
+        ct[v] = c if v not in ct else ct[v] + c
+
+    ctx.at = (None, ())
+    for o in results:
+        ctx.link_to = o.name
+        if seed:
+            c = ctx.emit(
+                "full", [], {"shape": o.shape, "fill_value": o.dtype.type(1), "dtype": o.dtype}
+            )
+        else:
+            name = ctx.fresh(f"d{o.name}")
+            c = ctx.add_input(np.ones(o.shape, o.dtype), "arg", name, name=name)
+            ct_args.append(c)
+        if o in active:
+            accumulate(o, c)
+
+    # reverse sweep
+    for node in reversed(g.nodes):
+        gs = [ct.get(o) for o in node.outputs]
+        if all(x is None for x in gs) or node.op in NON_DIFFERENTIABLE:
+            continue
+        need = [isinstance(x, Var) and x in active for x in node.inputs]
+        if not any(need):
+            continue
+        rule = OPS[node.op].vjp
+        where = f" at {node.source} `{node.source.text}`" if node.source else ""
+        if rule is None:
+            raise TraceError(f"op {node.op!r} has no gradient rule (in: {node}){where}")
+        ctx.at = (node.source, node.scope)
+        ctx.link_to = node.out.name
+        ins = [env[x] if isinstance(x, Var) else _literal(ctx, x, consts) for x in node.inputs]
+        outs = [env[o] for o in node.outputs]
+        single = len(node.outputs) == 1
+        try:
+            cots = rule(
+                gs[0] if single else tuple(gs),
+                outs[0] if single else tuple(outs),
+                *ins,
+                **node.attrs,
+            )
+        except Exception as e:
+            e.add_note(f"tracekit: in the gradient of {node.op} (node %{node.out.name}){where}")
+            raise
+        if len(cots) != len(node.inputs):
+            raise TraceError(f"gradient rule of {node.op!r} returned {len(cots)} cotangents")
+        for x, c, nd in zip(node.inputs, cots, need):
+            if nd and c is not None:
+                accumulate(x, c)
+
+    # outputs: the forward results (with_value), then one gradient per wrt leaf
+    ctx.at = (None, ())
+    outputs = [env[o].ir_var for o in results] if with_value else []
+    for k in wrt:
+        v = g.inputs[arg_pos[k]]
+        ctx.link_to = v.name
+        c = ct.get(v)
+        outputs.append((c if c is not None else _zeros(ctx, v)).ir_var)
+
+    guards = [Guard(env[gd.var].ir_var, gd.value, gd.how, gd.source) for gd in g.guards]
+    rank = {"arg": 0, "capture": 1, "const": 2}
+    order = sorted(range(len(ctx.inputs)), key=lambda i: (rank[ctx.specs[i].kind], i))
+    inputs = [ctx.inputs[i] for i in order]
+    by_var = {env[v].ir_var: getters[v] for v in g.inputs}
+    graph = Graph(
+        inputs=inputs,
+        nodes=ctx.nodes,
+        outputs=outputs,
+        specs=[ctx.specs[i] for i in order],
+        constants=dict(ctx.constants),
+        guards=guards,
+        writebacks=[],
+        name=f"{g.name}_backward" if g.name.isidentifier() else "backward",
+    )
+    graph, rename = _renumber(dce(graph), ctx.generated, ctx.taken - ctx.generated)
+    graph.check()
+
+    # calling convention: (*primal args, *one cotangent per result) -> gradients
+    body = t.in_tree[1]
+    counter = iter(range(len(arg_pos)))
+    wrt_set = set(wrt)
+
+    def grad_tree(tree):
+        if isinstance(tree, pytree.Leaf):
+            return tree if next(counter) in wrt_set else ("static", None)
+        kind, items = tree
+        if kind == "static":
+            return ("static", None)
+        if kind is dict:
+            return (dict, tuple((k, grad_tree(e)) for k, e in items))
+        return (kind, tuple(grad_tree(e) for e in items))
+
+    grads_tree = (tuple, tuple(grad_tree(e) for e in body))
+    in_tree = (t.in_tree[0], tuple(body) + (pytree.LEAF,) * len(ct_args))
+    out_tree = (tuple, (t.out_tree, grads_tree)) if with_value else grads_tree
+    examples = list(t.example_leaves[: len(arg_pos)]) + [c._value for c in ct_args]
+    b = BackwardTraced(graph, in_tree, out_tree, [by_var.get(v) for v in inputs], examples)
+    b.forward = t
+    names = {v.name for v in graph.inputs} | {o.name for n in graph.nodes for o in n.outputs}
+    links = {rename.get(k, k): v for k, v in ctx.links.items()}
+    b.links = {k: v for k, v in links.items() if k in names}
+    return b
+
+
+def _renumber(graph: Graph, generated: set, reserved: set):
+    """Name the gradient Vars g0, g1, ... in node order (they were named in creation order)."""
+    new: dict = {}
+    rename: dict = {}
+    k = 0
+    for n in graph.nodes:
+        for o in n.outputs:
+            if o.name in generated:
+                while f"g{k}" in reserved:
+                    k += 1
+                new[o] = Var(f"g{k}", o.shape, o.dtype, o.weak)
+                rename[o.name] = f"g{k}"
+                k += 1
+    if not new:
+        return graph, rename
+
+    def m(x):
+        return new.get(x, x) if isinstance(x, Var) else x
+
+    nodes = [
+        n.replace(inputs=tuple(m(x) for x in n.inputs), outputs=tuple(m(o) for o in n.outputs))
+        for n in graph.nodes
+    ]
+    guards = [Guard(m(gd.var), gd.value, gd.how, gd.source) for gd in graph.guards]
+    return graph.replace(nodes=nodes, outputs=[m(o) for o in graph.outputs], guards=guards), rename
+
+
+def vjp(t: Traced) -> BackwardTraced:
+    """The backward graph of ``t`` as a Traced.
+
+    Its inputs are ``t``'s arguments followed by one cotangent per result of ``t`` (in the
+    order of the flattened results); it returns a tuple with one gradient per argument of
+    ``t`` (same structure; ``None`` for integer and static arguments). It also has
+    ``.forward`` (``t``) and ``.links`` (backward Var name -> forward Var name).
+
+    >>> import numpy as np, tracekit as tk
+    >>> b = tk.vjp(tk.trace(lambda x, y: x * y, np.ones(2), np.full(2, 3.0)))
+    >>> b(np.ones(2), np.full(2, 3.0), np.ones(2))
+    (array([3., 3.]), array([1., 1.]))
+    """
+    if not isinstance(t, Traced):
+        raise TypeError(f"tk.vjp takes a Traced (from tk.trace), got {type(t).__name__}")
+    return backward(t)
+
+
+# ---------------------------------------------------------------------- grad / value_and_grad
+class _Cache:
+    """Backward graphs per call signature (slots: hidden from the tracer's capture scan)."""
+
+    __slots__ = ("entries", "traces")
+
+    def __init__(self):
+        self.entries: dict = {}
+        self.traces = 0
+
+
+def _signature(leaves):
+    return tuple((type(x).__name__, np.shape(x), str(getattr(x, "dtype", ""))) for x in leaves)
+
+
+def _fn_label(fn) -> str:
+    return getattr(fn, "__name__", None) or type(fn).__name__
+
+
+def _build(fn, nums, args):
+    for i in nums:
+        if not -len(args) <= i < len(args):
+            raise TypeError(
+                f"tk.grad: argnums {i} is out of range: {_fn_label(fn)} was called with "
+                f"{len(args)} positional arguments"
+            )
+    nums = tuple(i % len(args) for i in nums)
+    wrt = []
+    for i in nums:
+        before = len(pytree.flatten(list(args[:i]))[0])
+        leaves = pytree.flatten(args[i])[0]
+        if not leaves:
+            raise TypeError(
+                f"tk.grad: argument {i} of {_fn_label(fn)} is {args[i]!r}, a static value "
+                "(tracekit differentiates float and complex arrays and Python floats)"
+            )
+        for k, leaf in enumerate(leaves):
+            kind = np.asarray(leaf).dtype.kind
+            if kind not in "fc":
+                raise TypeError(
+                    f"tk.grad: argument {i} of {_fn_label(fn)} has dtype "
+                    f"{np.asarray(leaf).dtype}; gradients are defined for float and complex "
+                    "inputs only (cast it with .astype(float), or leave it out of argnums)"
+                )
+            wrt.append(before + k)
+    t = trace(fn, *args)
+    g = t.graph
+    if g.n_results == 1 and isinstance(t.out_tree, pytree.Leaf):
+        o = g.outputs[0]
+        if o.shape != () or o.dtype.kind != "f":
+            raise TypeError(
+                f"tk.grad: {_fn_label(fn)} must return a real scalar, but it returned "
+                f"{o.type}: reduce it to a scalar (e.g. .sum()), or use tk.vjp for "
+                "non-scalar outputs"
+            )
+    elif not (g.n_results == 0 and t.out_tree[0] == "static"):
+        raise TypeError(
+            f"tk.grad: {_fn_label(fn)} must return a real scalar, but it returned "
+            f"{g.n_results} arrays (in a tuple, list or dict); use tk.vjp for several outputs"
+        )
+    return backward(t, wrt, seed=True, with_value=True), nums
+
+
+def _captures_fit(b: Traced) -> bool:
+    for var, spec, get in zip(b.graph.inputs, b.graph.specs, b.capture_getters):
+        if spec.kind == "capture":
+            try:
+                check_value(var, get(), "")
+            except (TypeError, ValueError):
+                return False
+    return True
+
+
+def _select(grads, nums, single):
+    picked = tuple(grads[i] for i in nums)
+    return picked[0] if single else picked
+
+
+def _has_traced(leaves) -> bool:
+    return any(isinstance(x, T.TracedArray) for x in leaves)
+
+
+def value_and_grad(fn, argnums=0):
+    """``fn``'s value and its gradient with respect to ``args[argnums]``.
+
+    ``fn`` must return a real scalar. ``argnums`` is an int (the gradient has the structure of
+    that argument: an array, or a tuple/list/dict of arrays) or a tuple of ints (a tuple of
+    gradients). The backward graph is traced once per call signature (shapes, dtypes, static
+    arguments) and cached; a call whose data takes another branch than the traced one (a guard
+    fails) is traced again. Calling it inside a trace records the backward computation in that
+    trace, so ``tk.grad(tk.grad(f))`` works.
+    """
+    single = isinstance(argnums, int | np.integer)
+    nums = (int(argnums),) if single else tuple(int(i) for i in argnums)
+    if not nums:
+        raise ValueError("tk.grad: argnums is empty")
+    cache = _Cache()
+
+    def lookup(args):
+        leaves, tree = pytree.flatten(list(args))
+        key = _signature(leaves)
+        for entry_tree, b, picked in cache.entries.get(key, ()):
+            if pytree.describe_difference(entry_tree, tree) is None and _captures_fit(b):
+                return b, picked
+        return None
+
+    def rebuild(args):
+        leaves, tree = pytree.flatten(list(args))
+        b, picked = _build(fn, nums, args)
+        cache.traces += 1
+        lst = cache.entries.setdefault(_signature(leaves), [])
+        lst[:] = [e for e in lst if pytree.describe_difference(e[0], tree) is not None]
+        lst.append((tree, b, picked))
+        return b, picked
+
+    @functools.wraps(fn)
+    def value_and_grad_fn(*args):
+        leaves = pytree.flatten(list(args), extra_types=(T.TracedArray,))[0]
+        if _has_traced(leaves):
+            return _inline_value_and_grad(fn, nums, single, args)
+        hit = lookup(args)
+        b, picked = hit if hit is not None else rebuild(args)
+        try:
+            value, grads = b(*args)
+        except GuardError:
+            b, picked = rebuild(args)
+            value, grads = b(*args)
+        return value, _select(grads, picked, single)
+
+    value_and_grad_fn.cache = cache
+    return value_and_grad_fn
+
+
+def grad(fn, argnums=0):
+    """``d fn / d args[argnums]`` as a function; ``fn`` must return a real scalar.
+
+    See :func:`value_and_grad` for ``argnums``, caching and higher order.
+
+    >>> import numpy as np, tracekit as tk
+    >>> tk.grad(lambda w, x: np.sum(np.tanh(x @ w)), argnums=(0, 1))(np.zeros(2), np.ones(2))
+    (array([1., 1.]), array([0., 0.]))
+    """
+    vag = value_and_grad(fn, argnums)
+
+    @functools.wraps(fn)
+    def grad_fn(*args):
+        return vag(*args)[1]
+
+    grad_fn.cache = vag.cache
+    return grad_fn
+
+
+def _inline_value_and_grad(fn, nums, single, args):
+    """Inside a trace: record ``fn``'s value and gradient computation in that trace."""
+    leaves, tree = pytree.flatten(list(args), extra_types=(T.TracedArray,))
+    ctx = next(x._ctx for x in leaves if isinstance(x, T.TracedArray))
+    concrete = [x._value if isinstance(x, T.TracedArray) else x for x in leaves]
+    b, picked = _build(fn, nums, pytree.unflatten(tree, concrete))
+    values = []
+    arg_leaves = iter(leaves)
+    for v, s, get in zip(b.graph.inputs, b.graph.specs, b.capture_getters):
+        if s.kind == "arg":
+            x = next(arg_leaves)
+            values.append(ctx.lift(x) if isinstance(x, np.ndarray | T.TracedArray) else x)
+        elif s.kind == "capture":
+            values.append(ctx.lift(get()))
+        else:
+            values.append(ctx.add_input(np.array(b.graph.constants[v]), "const", "const"))
+    outs = inline(ctx, b.graph, values)
+    value, grads = pytree.unflatten(b.out_tree, outs)
+    return value, _select(grads, picked, single)
+
+
+def inline(ctx, graph: Graph, values) -> list:
+    """Record ``graph``'s nodes in the trace ``ctx`` on traced ``values`` (one per input)."""
+    env = dict(zip(graph.inputs, values))
+    for node in graph.nodes:
+        ins = [env[x] if isinstance(x, Var) else x for x in node.inputs]
+        res = ctx.emit(node.op, ins, dict(node.attrs), n_out=len(node.outputs), weak=node.out.weak)
+        res = [res] if len(node.outputs) == 1 else list(res)
+        env.update(zip(node.outputs, res))
+    return [env[o] for o in graph.outputs[: graph.n_results]]
+
+
+__all__ = ["grad", "value_and_grad", "vjp", "backward", "BackwardTraced", "inline"]

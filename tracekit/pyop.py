@@ -1,0 +1,541 @@
+"""Python operators inside a graph, modelled on caffe2's ``Net.Python``.
+
+``op = tk.python_op(f, grad_f=None, python_func_type=None, grad_output_indices=None,
+grad_input_indices=None, name=None)`` wraps an arbitrary Python function as ONE opaque node of
+the graph (op ``python_op``; the node shows ``name``). Inside traced code ``op(*arrays)`` runs
+``f`` on the example values (that is where the output shapes and dtypes come from) and records
+the node; outside a trace it just calls ``f``.
+
+- ``f``: ``f(*inputs) -> output or tuple of outputs``; or a builder tuple ``(func, args,
+  kwargs)``: ``func(*args, **kwargs)`` is called once per process, when the op first runs, and
+  returns the function. It can keep local state, and the op is serialised by reference to
+  ``func`` and its arguments, so graphs holding it survive ``to_json``/``from_json``, pickling,
+  and shipping to other processes (``func`` must be importable there).
+- ``grad_f``: called as ``grad_f(*inputs, *outputs, *output_grads)``; returns the gradients of
+  the inputs (one array, or a tuple; ``None`` for "zero"). ``grad_output_indices`` selects which
+  output gradients it receives, ``grad_input_indices`` which input gradients it returns (the
+  others are zero), as caffe2 documents. ``grad_f`` may be a builder tuple too.
+- ``python_func_type``: a class; ``python_func_type(f)`` is made once per op and its
+  ``forward(*inputs)`` and ``backward(inputs, outputs, output_grads)`` (lists) are used: a
+  stateful op. A ``grad_f`` given as well takes precedence for the gradient.
+
+In the backward graph the gradient is another python op, ``<name>_grad``. Python ops are treated
+as pure functions of their inputs: ``f`` must not modify its inputs, and a python op whose
+results are unused is removed like any dead node. Compiled code calls a numba-compiled ``f``
+(``op.is_numba``) inside the fused kernel, and splits the kernel plan around any other ``f``.
+
+>>> import numpy as np, tracekit as tk
+>>> op = tk.python_op(np.sinh, grad_f=lambda x, y, gy: gy * np.cosh(x))
+>>> t = tk.trace(lambda x: op(x).sum(), np.zeros(3))
+>>> [n.op for n in t.graph.nodes], t.graph.nodes[0].attrs["name"]
+(['python_op', 'sum'], 'sinh')
+>>> tk.grad(lambda x: op(x).sum())(np.zeros(3))
+array([1., 1., 1.])
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib
+import itertools
+import json
+import pickle
+import sys
+import threading
+import uuid
+import weakref
+
+import numpy as np
+
+from .errors import TraceError
+
+_PROCESS = uuid.uuid4().hex[:12]
+_uids = itertools.count()
+_LIVE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # uid -> PyOp
+_BUILT: dict = {}  # builder key -> (built callable, the builder tuple kept alive)
+_LOCK = threading.RLock()
+
+
+def python_op(
+    f,
+    grad_f=None,
+    python_func_type=None,
+    grad_output_indices=None,
+    grad_input_indices=None,
+    name=None,
+):
+    """An opaque Python function usable inside traced code; see :mod:`tracekit.pyop`.
+
+    Parameters
+    ----------
+    f : callable or (func, args, kwargs)
+        The function, or a builder tuple called once per process to make it.
+    grad_f : callable or (func, args, kwargs), optional
+        ``grad_f(*inputs, *outputs, *output_grads) -> input grads``.
+    python_func_type : type, optional
+        ``python_func_type(f)`` provides ``forward(*inputs)`` and
+        ``backward(inputs, outputs, output_grads)``.
+    grad_output_indices, grad_input_indices : sequence of int, optional
+        Which output gradients ``grad_f`` receives / which input gradients it returns.
+    name : str, optional
+        The node's name in listings and renderings (default: ``f``'s name).
+
+    Returns
+    -------
+    PyOp
+        Call it on arrays inside (or outside) traced code.
+    """
+    return PyOp(f, grad_f, python_func_type, grad_output_indices, grad_input_indices, name)
+
+
+# ---------------------------------------------------------------------- references
+def _is_builder(x) -> bool:
+    return isinstance(x, tuple)
+
+
+def _check_fn(x, what, optional):
+    if x is None and optional:
+        return None
+    if _is_builder(x):
+        if len(x) != 3:
+            raise TypeError(f"{what}: expected a builder tuple (func, args, kwargs), got {x!r}")
+        func, args, kwargs = x
+        if not callable(func) or not isinstance(args, tuple | list) or not isinstance(kwargs, dict):
+            raise TypeError(
+                f"{what}: a builder tuple is (callable, tuple of args, dict of kwargs), got {x!r}"
+            )
+        return (func, tuple(args), dict(kwargs))
+    if not callable(x):
+        raise TypeError(f"{what} must be callable or a builder tuple, got {type(x).__name__}")
+    return x
+
+
+def _qualname(obj) -> tuple:
+    mod = getattr(obj, "__module__", None)
+    qual = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    if qual is None and hasattr(obj, "py_func"):
+        qual = obj.py_func.__qualname__
+    return mod, qual
+
+
+def _resolves(mod, qual, obj) -> bool:
+    if not mod or not qual or "<" in qual:
+        return False
+    target = sys.modules.get(mod)
+    for part in qual.split("."):
+        target = getattr(target, part, None)
+    return target is obj
+
+
+def _ref(obj) -> dict:
+    mod, qual = _qualname(obj)
+    key = "ref" if _resolves(mod, qual, obj) else "local"
+    return {key: f"{mod}:{qual}"}
+
+
+def _args_spec(x):
+    from .ir import _canonical
+
+    try:
+        c = _canonical(x)
+        json.dumps(c)
+        return {"value": c}
+    except TypeError:
+        pass
+    try:
+        return {"pickle": base64.b64encode(pickle.dumps(x)).decode()}
+    except Exception:
+        return {"local": repr(x)[:80]}
+
+
+def _fn_spec(x):
+    if x is None:
+        return None
+    if _is_builder(x):
+        func, args, kwargs = x
+        return {"builder": _ref(func), "args": _args_spec(args), "kwargs": _args_spec(kwargs)}
+    return _ref(x)
+
+
+def _is_local(spec) -> bool:
+    if spec is None:
+        return False
+    if "builder" in spec:
+        return _is_local(spec["builder"]) or "local" in spec["args"] or "local" in spec["kwargs"]
+    return "local" in spec
+
+
+def _import(ref: str, op_name: str):
+    mod, _, qual = ref.partition(":")
+    try:
+        target = importlib.import_module(mod)
+        for part in qual.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as e:
+        raise TraceError(f"python op {op_name!r}: cannot import {ref} ({e})") from e
+    return target
+
+
+def _load_fn(spec, op_name: str):
+    if spec is None:
+        return None
+    if _is_local(spec):
+        what = spec.get("local") or spec.get("builder", {}).get("local") or "its builder arguments"
+        raise TraceError(
+            f"python op {op_name!r} uses {what}, which is not importable (defined inside a "
+            "function, a lambda, or unpicklable builder arguments), so it cannot be loaded "
+            "outside the process that made it. Define it at module level."
+        )
+    if "builder" in spec:
+        func = _import(spec["builder"]["ref"], op_name)
+        return (func, tuple(_load_args(spec["args"])), dict(_load_args(spec["kwargs"])))
+    return _import(spec["ref"], op_name)
+
+
+def _load_args(spec):
+    from .ir import _uncanonical
+
+    if "value" in spec:
+        return _uncanonical(spec["value"])
+    return pickle.loads(base64.b64decode(spec["pickle"]))
+
+
+def _builder_key(builder):
+    func, args, kwargs = builder
+    spec = _fn_spec(builder)
+    if _is_local(spec):
+        return ("id", id(func), id(args), id(kwargs))
+    return ("spec", json.dumps(spec, sort_keys=True))
+
+
+def build(x):
+    """The callable ``x`` stands for: a builder tuple is called once per process."""
+    if not _is_builder(x):
+        return x
+    key = _builder_key(x)
+    with _LOCK:
+        hit = _BUILT.get(key)
+        if hit is None:
+            func, args, kwargs = x
+            made = func(*args, **kwargs)
+            if not callable(made):
+                raise TypeError(
+                    f"builder {getattr(func, '__name__', func)!r} returned "
+                    f"{type(made).__name__}, not a callable"
+                )
+            hit = _BUILT[key] = (made, x)
+        return hit[0]
+
+
+# ---------------------------------------------------------------------- the op object
+def _default_name(f, python_func_type) -> str:
+    target = f[0] if _is_builder(f) else f
+    if target is None:
+        target = python_func_type
+    name = getattr(target, "__name__", None) or type(target).__name__
+    return "lambda" if name == "<lambda>" else name
+
+
+def _indices(x, what):
+    if x is None:
+        return None
+    try:
+        out = tuple(int(i) for i in x)
+    except TypeError:
+        raise TypeError(f"{what} must be a sequence of ints, got {x!r}") from None
+    if any(i < 0 for i in out):
+        raise ValueError(f"{what} must be non-negative, got {x!r}")
+    return out
+
+
+def _outputs(res, name):
+    """(tuple of arrays, whether f returned a tuple)."""
+    was_tuple = isinstance(res, tuple | list)
+    items = tuple(res) if was_tuple else (res,)
+    outs = []
+    for r in items:
+        a = np.asarray(r)
+        if a.dtype.kind not in "biufc":
+            raise TraceError(
+                f"python op {name!r} returned {type(r).__name__} (dtype {a.dtype}); python ops "
+                "must return numeric arrays or scalars (or a tuple of them)"
+            )
+        outs.append(a)
+    if not outs:
+        raise TraceError(f"python op {name!r} returned no outputs")
+    return tuple(outs), was_tuple
+
+
+class PyOp:
+    """A Python function as one opaque graph op (see :func:`python_op`).
+
+    Attributes: ``name``; ``fn`` (the resolved forward callable: builder called, or the
+    ``python_func_type`` instance's ``forward``); ``is_numba`` (``fn`` is a numba CPU
+    dispatcher, callable inside compiled kernels).
+    """
+
+    def __init__(
+        self,
+        f,
+        grad_f=None,
+        python_func_type=None,
+        grad_output_indices=None,
+        grad_input_indices=None,
+        name=None,
+    ):
+        if python_func_type is not None and not callable(python_func_type):
+            raise TypeError("python_func_type must be a class (called as python_func_type(f))")
+        self.f = _check_fn(f, "f", optional=python_func_type is not None)
+        self.grad_f = _check_fn(grad_f, "grad_f", optional=True)
+        self.python_func_type = python_func_type
+        self.grad_output_indices = _indices(grad_output_indices, "grad_output_indices")
+        self.grad_input_indices = _indices(grad_input_indices, "grad_input_indices")
+        self.name = str(name) if name is not None else _default_name(f, python_func_type)
+        self.uid = f"{_PROCESS}-{next(_uids)}"
+        _LIVE[self.uid] = self
+        self._fn = None
+        self._instance = None
+        self._grad_ops: dict = {}
+
+    # -- the callable
+    @property
+    def __name__(self):  # listings print callables by name
+        return self.name
+
+    @property
+    def fn(self):
+        if self._fn is None:
+            with _LOCK:
+                if self._fn is None:
+                    f = build(self.f) if self.f is not None else None
+                    if self.python_func_type is not None:
+                        self._instance = self.python_func_type(f)
+                        self._fn = self._instance.forward
+                    else:
+                        self._fn = f
+        return self._fn
+
+    @property
+    def instance(self):
+        """The ``python_func_type`` instance (None without one)."""
+        _ = self.fn
+        return self._instance
+
+    @property
+    def is_numba(self) -> bool:
+        disp = sys.modules.get("numba.core.dispatcher")
+        return disp is not None and isinstance(self.fn, disp.Dispatcher)
+
+    @property
+    def has_grad(self) -> bool:
+        return self.grad_f is not None or (
+            self.python_func_type is not None and hasattr(self.python_func_type, "backward")
+        )
+
+    def run(self, *inputs):
+        """Call the function on values: one array, or a tuple for several outputs."""
+        outs, _ = _outputs(self.fn(*inputs), self.name)
+        return outs[0] if len(outs) == 1 else outs
+
+    def __call__(self, *args):
+        from . import tracer as T
+
+        ctx = next((a._ctx for a in args if isinstance(a, T.TracedArray)), None) or T.current()
+        if ctx is None:
+            outs, was_tuple = _outputs(self.fn(*args), self.name)
+            return outs if was_tuple else outs[0]
+        tins = [ctx.lift(a) for a in args]
+        vals = [t._value if isinstance(t, T.TracedArray) else t for t in tins]
+        try:
+            outs, was_tuple = _outputs(self.fn(*vals), self.name)
+        except TraceError:
+            raise
+        except Exception as e:
+            src = T.user_source(2)
+            e.add_note(f"tracekit: in python op {self.name!r}" + (f" at {src}" if src else ""))
+            raise
+        vars_ = [ctx.new_var(o.shape, o.dtype) for o in outs]
+        ins = [t.ir_var if isinstance(t, T.TracedArray) else t for t in tins]
+        ctx.record("python_op", ins, {"pyop": self, "name": self.name}, vars_)
+        res = tuple(T.TracedArray(ctx, T.Buffer(v), (), o) for v, o in zip(vars_, outs))
+        return res if was_tuple else res[0]
+
+    # -- gradient
+    def grad_op(self, n_in: int, n_out: int) -> GradPyOp:
+        """The python op computing this op's input gradients (``<name>_grad``)."""
+        key = (n_in, n_out)
+        if key not in self._grad_ops:
+            self._grad_ops[key] = GradPyOp(self, n_in, n_out)
+        return self._grad_ops[key]
+
+    def vjp(self, g, out, inputs):
+        """Cotangents of ``inputs`` (traced): calls ``grad_f`` as a python op."""
+        if not self.has_grad:
+            raise TraceError(
+                f"python op {self.name!r} has no gradient: pass grad_f=... (or a "
+                "python_func_type with a backward method) to tk.python_op to differentiate "
+                "through it"
+            )
+        gs = g if isinstance(g, tuple) else (g,)
+        outs = out if isinstance(out, tuple) else (out,)
+        n_in, n_out = len(inputs), len(outs)
+        sel_out = self.grad_output_indices or tuple(range(n_out))
+        sel_in = self.grad_input_indices or tuple(range(n_in))
+        for what, sel, n in (
+            ("grad_output_indices", sel_out, n_out),
+            ("grad_input_indices", sel_in, n_in),
+        ):
+            if any(i >= n for i in sel):
+                raise TraceError(f"python op {self.name!r}: {what} {sel} out of range for {n}")
+        grads = [gs[i] if gs[i] is not None else np.zeros_like(outs[i]) for i in sel_out]
+        res = self.grad_op(n_in, n_out)(*inputs, *outs, *grads)
+        res = res if isinstance(res, tuple) else (res,)
+        if len(res) != len(sel_in):
+            raise TraceError(
+                f"the gradient of python op {self.name!r} returned {len(res)} arrays; expected "
+                f"{len(sel_in)} (one per input"
+                + (" in grad_input_indices)" if self.grad_input_indices else ")")
+            )
+        cots = [None] * n_in
+        for i, r in zip(sel_in, res):
+            cots[i] = r
+        return tuple(cots)
+
+    # -- serialisation: by reference
+    def __tracekit_json__(self) -> dict:
+        d = {
+            "type": "python_op",
+            "name": self.name,
+            "f": _fn_spec(self.f),
+            "grad_f": _fn_spec(self.grad_f),
+            "python_func_type": _fn_spec(self.python_func_type),
+            "grad_output_indices": list(self.grad_output_indices or []) or None,
+            "grad_input_indices": list(self.grad_input_indices or []) or None,
+        }
+        if self._stateful() or any(_is_local(d[k]) for k in ("f", "grad_f", "python_func_type")):
+            d["uid"] = self.uid  # this very object (its state) in this process
+        return d
+
+    def _stateful(self) -> bool:
+        return self.python_func_type is not None
+
+    def __reduce__(self):
+        d = self.__tracekit_json__()
+        for k in ("f", "grad_f", "python_func_type"):
+            if _is_local(d[k]):
+                raise pickle.PicklingError(
+                    f"python op {self.name!r}: its {k} is not importable (defined inside a "
+                    "function, or a lambda); define it at module level to pickle the op"
+                )
+        return (object_from_json, (d,))
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __repr__(self):
+        return f"python_op({self.name})"
+
+
+class GradPyOp(PyOp):
+    """The gradient of a python op, as a python op: ``(*inputs, *outputs, *output_grads) ->
+    input grads`` (its outputs: one per selected input; ``None`` from ``grad_f`` means zero)."""
+
+    def __init__(self, parent: PyOp, n_in: int, n_out: int):
+        self.parent, self.n_in, self.n_out = parent, n_in, n_out
+        self.f = self.grad_f = self.python_func_type = None
+        self.grad_output_indices = self.grad_input_indices = None
+        self.name = f"{parent.name}_grad"
+        self.uid = f"{parent.uid}/grad{n_in},{n_out}"
+        self._fn = None
+        self._instance = None
+        self._grad_ops = {}
+
+    @property
+    def fn(self):
+        if self._fn is None:
+            p = self.parent
+            if p.grad_f is not None:
+                self._fn = build(p.grad_f)
+            else:
+                inst, n_in, n_out = p.instance, self.n_in, self.n_out
+
+                def backward(*a):
+                    return inst.backward(
+                        list(a[:n_in]), list(a[n_in : n_in + n_out]), list(a[n_in + n_out :])
+                    )
+
+                backward.__name__ = self.name
+                self._fn = backward
+        return self._fn
+
+    @property
+    def has_grad(self) -> bool:
+        return False
+
+    def run(self, *inputs):
+        res = self.fn(*inputs)
+        items = list(res) if isinstance(res, tuple | list) else [res]
+        sel = self.parent.grad_input_indices or range(self.n_in)
+        for j, i in enumerate(sel):
+            if j < len(items) and items[j] is None:
+                items[j] = np.zeros_like(inputs[i], dtype=np.result_type(inputs[i], 0.0))
+        outs, _ = _outputs(tuple(items), self.name)
+        return outs[0] if len(outs) == 1 else outs
+
+    def __call__(self, *args):
+        from . import tracer as T
+
+        ctx = next((a._ctx for a in args if isinstance(a, T.TracedArray)), None) or T.current()
+        if ctx is None:
+            return self.run(*args)
+        tins = [ctx.lift(a) for a in args]
+        vals = [t._value if isinstance(t, T.TracedArray) else t for t in tins]
+        res = self.run(*vals)
+        outs = res if isinstance(res, tuple) else (res,)
+        vars_ = [ctx.new_var(np.shape(o), np.asarray(o).dtype) for o in outs]
+        ins = [t.ir_var if isinstance(t, T.TracedArray) else t for t in tins]
+        ctx.record("python_op", ins, {"pyop": self, "name": self.name}, vars_)
+        out = tuple(T.TracedArray(ctx, T.Buffer(v), (), o) for v, o in zip(vars_, outs))
+        return out if isinstance(res, tuple) else out[0]
+
+    def vjp(self, g, out, inputs):
+        raise TraceError(
+            f"python op {self.name!r} (the gradient of {self.parent.name!r}) has no gradient: "
+            "second derivatives through python ops are not supported"
+        )
+
+    def __tracekit_json__(self) -> dict:
+        return {
+            "type": "python_op_grad",
+            "of": self.parent.__tracekit_json__(),
+            "n_in": self.n_in,
+            "n_out": self.n_out,
+        }
+
+    def __reduce__(self):
+        self.parent.__reduce__()  # raises for non-importable functions
+        return (object_from_json, (self.__tracekit_json__(),))
+
+
+def object_from_json(d):
+    """Rebuild an object that a graph's JSON holds by reference (``{"object": d}``)."""
+    kind = d.get("type") if isinstance(d, dict) else None
+    if kind == "python_op_grad":
+        return object_from_json(d["of"]).grad_op(int(d["n_in"]), int(d["n_out"]))
+    if kind != "python_op":
+        raise ValueError(f"unknown object in graph JSON: {d!r}")
+    live = _LIVE.get(d.get("uid")) if d.get("uid") else None
+    if live is not None:
+        return live
+    name = d["name"]
+    return PyOp(
+        _load_fn(d["f"], name),
+        _load_fn(d["grad_f"], name),
+        _load_fn(d["python_func_type"], name),
+        d.get("grad_output_indices"),
+        d.get("grad_input_indices"),
+        name=name,
+    )
