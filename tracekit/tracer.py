@@ -271,7 +271,11 @@ class TraceContext:
         return t
 
     def add_input(self, value, kind, label, getter=None, name=None, weak=False):
-        var = self.new_var(np.shape(value), _dtype_of(value), weak, name=name or _ident(label))
+        name = base = name or _ident(label)
+        taken, k = {v.name for v in self.inputs}, 1
+        while name in taken:  # two constants (or two captures with one label): names stay unique
+            name, k = f"{base}_{k}", k + 1
+        var = self.new_var(np.shape(value), _dtype_of(value), weak, name=name)
         self.inputs.append(var)
         from .ir import InputSpec
 
