@@ -14,6 +14,10 @@ from .tracer import scope
 
 __version__ = "0.1.0"
 
+# Load the submodule now: importing it later would rebind `tracekit.render` (this function)
+# to the module object. graphviz is a light import (no Jupyter).
+from . import render as _render_module  # noqa: E402, F401
+
 
 def render(x, **options):
     """Render a Traced (or Compiled, or Graph) as a ``graphviz.Digraph``. See ``tracekit.render``."""

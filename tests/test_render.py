@@ -1,0 +1,599 @@
+"""tracekit.render: the drawing (parsed back from the SVG), engines, the Jupyter bundle."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import shutil
+import stat
+import sys
+import warnings
+import xml.etree.ElementTree as ET
+from types import SimpleNamespace
+
+import graphviz
+import numpy as np
+import pytest
+
+import tracekit as tk
+from tracekit.ir import Graph, Node, Var
+
+R = importlib.import_module("tracekit.render")  # `tk.render` is the function
+
+SVG = "{http://www.w3.org/2000/svg}"
+XLINK = "{http://www.w3.org/1999/xlink}"
+SYSTEM_DOT = "/usr/bin/dot"
+
+
+# ---------------------------------------------------------------------- models under test
+class Linear:
+    def __init__(self, n_in, n_out, rng):
+        self.w = rng.standard_normal((n_in, n_out)).astype(np.float32)
+        self.b = rng.standard_normal(n_out).astype(np.float32)
+
+    def __call__(self, x):
+        return x @ self.w + self.b
+
+
+class MLP:
+    def __init__(self):
+        rng = np.random.default_rng(0)
+        self.l1, self.l2 = Linear(6, 5, rng), Linear(5, 3, rng)
+
+    def __call__(self, x):
+        h = np.tanh(self.l1(x))
+        return self.l2(h)
+
+
+def mlp_traced(**kw):
+    return tk.trace(MLP(), np.ones((4, 6), np.float32), **kw)
+
+
+def layer(x, w):
+    return np.tanh(x @ w) + x
+
+
+def deep(x, w):
+    for _ in range(12):
+        x = layer(x, w)
+    return x
+
+
+def deep_traced():
+    return tk.trace(deep, np.ones((2, 4)), np.eye(4))
+
+
+# ---------------------------------------------------------------------- reading the SVG back
+class Drawing:
+    """The parsed SVG of a render: groups by id, their classes, label text, tooltips, edges."""
+
+    def __init__(self, svg):
+        self.svg = svg if isinstance(svg, str) else svg.decode()
+        self.root = ET.fromstring(self.svg)
+        self.groups = {g.get("id"): g for g in self.root.iter(SVG + "g") if g.get("id")}
+
+    def classes(self, gid):
+        return set(self.groups[gid].get("class", "").split())
+
+    def ids(self, cls):
+        return [i for i in self.groups if cls in self.classes(i)]
+
+    def text(self, gid):
+        return "\n".join(t.text or "" for t in self.groups[gid].iter(SVG + "text"))
+
+    def title(self, gid):
+        return self.groups[gid].find(SVG + "title").text
+
+    def tooltip(self, gid):
+        a = next(self.groups[gid].iter(SVG + "a"), None)
+        return None if a is None else a.get(XLINK + "title")
+
+    def edges(self, cls="edge"):
+        out = []
+        for gid in self.ids(cls):
+            if "edge" in self.classes(gid):
+                tail, head = self.title(gid).split("->")
+                out.append((tail, head))
+        return out
+
+    def box(self, gid):
+        """(xmin, ymin, xmax, ymax) of the group's shapes."""
+        xs, ys = [], []
+        for el in self.groups[gid].iter():
+            for x, y in re.findall(
+                r"(-?[\d.]+),(-?[\d.]+)", el.get("points", "") + el.get("d", "")
+            ):
+                xs.append(float(x))
+                ys.append(float(y))
+        return min(xs), min(ys), max(xs), max(ys)
+
+    def inside(self, gid, cluster):
+        t = next(self.groups[gid].iter(SVG + "text"))
+        x, y = float(t.get("x")), float(t.get("y"))
+        x0, y0, x1, y1 = self.box(cluster)
+        return x0 <= x <= x1 and y0 <= y <= y1
+
+
+def draw(x, **kw):
+    return Drawing(tk.render(x, **kw).pipe(format="svg"))
+
+
+def expected_data_edges(g, prefix=""):
+    """(tail id, head id) for every value flowing in ``g``, ids per the SVG contract."""
+    src = {v: f"{prefix}input-{v.name}" for v in g.inputs}
+    for n in g.nodes:
+        for o in n.outputs:
+            src[o] = f"{prefix}node-{n.outputs[0].name}"
+    edges = set()
+    for n in g.nodes:
+        for x in n.var_inputs:
+            edges.add((src[x], f"{prefix}node-{n.outputs[0].name}"))
+    for i, o in enumerate(g.outputs):
+        edges.add((src[o], f"{prefix}output-{i}"))
+    return edges
+
+
+@pytest.fixture(autouse=True)
+def fresh_engine_cache():
+    R._resolve.cache_clear()
+    yield
+    R._resolve.cache_clear()
+
+
+def graphviz_pure():
+    for cand in R._graphviz_pure_candidates():
+        if R._executable(cand):
+            return cand
+    pytest.fail("the graphviz-pure command (a tracekit dependency) is not installed")
+
+
+# ---------------------------------------------------------------------- what is drawn
+def test_every_op_input_output_and_edge_is_drawn():
+    t = mlp_traced()
+    d = draw(t)
+    g = t.graph
+    for n in g.nodes:
+        gid = f"node-{n.outputs[0].name}"
+        assert gid in d.groups, gid
+        assert {"node", "op", R._kind(n.op)} <= d.classes(gid)
+        assert n.op in d.text(gid)
+    for v, s in zip(g.inputs, g.specs):
+        gid = f"input-{v.name}"
+        assert {"node", "input", s.kind} <= d.classes(gid)
+        assert s.label in d.text(gid) and v.type in d.text(gid)
+    assert d.ids("return") == ["output-0"]
+    assert "output" in d.classes(f"node-{g.outputs[0].name}")
+    assert set(d.edges("data")) == expected_data_edges(g)
+    assert len(d.edges("data")) == len(expected_data_edges(g))  # no duplicate edges
+    # edges carry dtype[shape]
+    texts = [d.text(i) for i in d.ids("data")]
+    assert "f32[4,5]" in texts and "f32[5,3]" in texts
+
+
+def test_colours_differ_by_kind_and_matmul_is_drawn_as_matmul():
+    d = draw(mlp_traced())
+    fills = {}
+    for gid in d.ids("op"):
+        kind = (d.classes(gid) & set(R.KIND_COLORS)).pop()
+        shape = next(e for e in d.groups[gid].iter() if e.get("fill") not in (None, "none"))
+        fills.setdefault(kind, set()).add(shape.get("fill").lower())
+    assert fills["matmul"] == {R.KIND_COLORS["matmul"][0]}
+    assert fills["elementwise"] == {R.KIND_COLORS["elementwise"][0]}
+
+
+def test_broadcast_is_visible_on_the_edge_where_it_happens():
+    t = mlp_traced()
+    d = draw(t)
+    bias = next(v for v, s in zip(t.graph.inputs, t.graph.specs) if s.label == "self.l1.b")
+    edges = [i for i in d.ids("broadcast") if d.title(i).startswith(f"input-{bias.name}->")]
+    assert len(edges) == 1
+    assert d.text(edges[0]) == "f32[5] \u2192 [4,5]"
+    assert len(d.ids("broadcast")) == 2  # the two bias adds, nothing else
+
+
+def test_tooltips_carry_listing_kind_file_line_and_scope():
+    t = mlp_traced()
+    d = draw(t)
+    for n in t.graph.nodes:
+        tip = d.tooltip(f"node-{n.outputs[0].name}")
+        assert f"{os.path.basename(__file__)}:{n.source.line}" in tip
+        assert n.source.text in tip
+        assert f"%{n.outputs[0].name}: {n.outputs[0].type} = {n.op}(" in tip
+        assert "scope: " + " > ".join(n.scope) in tip
+
+
+def test_scopes_are_nested_clusters_with_their_names():
+    t = mlp_traced()
+    d = draw(t)
+    clusters = sorted(d.ids("scope"))
+    assert clusters == [
+        "cluster-MLP.__call__/Linear.__call__",
+        "cluster-MLP.__call__/Linear.__call__#2",
+    ]
+    for c in clusters:
+        assert "cluster" in d.classes(c)
+        assert d.text(c) == c.rsplit("/", 1)[1]
+    for n in t.graph.nodes:
+        gid = f"node-{n.outputs[0].name}"
+        cluster = "cluster-" + "/".join(n.scope)
+        if cluster in d.groups:
+            assert d.inside(gid, cluster)
+        else:  # tanh sits in MLP.__call__ itself, which every op shares: not a cluster
+            assert n.op == "tanh" and not any(d.inside(gid, c) for c in clusters)
+
+
+def test_depth_collapses_scopes_into_summary_nodes():
+    t = mlp_traced()
+    full, collapsed = draw(t), draw(t, depth=0)
+    assert len(collapsed.ids("node")) < len(full.ids("node"))
+    assert len(collapsed.ids("op")) == 1  # tanh
+    scopes = sorted(collapsed.ids("scope"))
+    assert scopes == ["scope-MLP.__call__/Linear.__call__", "scope-MLP.__call__/Linear.__call__#2"]
+    text = collapsed.text(scopes[0])
+    assert "Linear.__call__" in text and "2 ops" in text
+    assert "in: f32[4,6], f32[6,5], f32[5]" in text and "out: f32[4,5]" in text
+    assert not collapsed.ids("cluster")
+    tanh = "node-" + next(n for n in t.graph.nodes if n.op == "tanh").outputs[0].name
+    assert set(collapsed.edges("data")) >= {(scopes[0], tanh), (tanh, scopes[1])}
+    assert (scopes[1], "output-0") in collapsed.edges("data")
+    assert len(draw(t, depth=1).ids("op")) == len(t.graph.nodes)
+
+
+def test_collapse_repeats_draws_identical_blocks_once_marked_xN():
+    t = deep_traced()
+    d = draw(t, collapse_repeats=True)
+    assert not d.ids("op")
+    [rep] = d.ids("repeat")
+    assert rep == "repeat-deep/layer"
+    assert "layer \u00d712" in d.text(rep) and "3 ops each" in d.text(rep)
+    x, w = (f"input-{v.name}" for v in t.graph.inputs)
+    assert sorted(d.edges("data")) == sorted([(x, rep), (w, rep), (rep, "output-0")])
+    full = draw(t)
+    assert len(full.ids("op")) == 36 and len(full.ids("scope")) == 12
+
+
+def test_collapse_repeats_leaves_different_blocks_alone():
+    t = mlp_traced()  # two Linear layers of different shapes
+    d = draw(t, collapse_repeats=True)
+    assert not d.ids("repeat")
+    assert len(d.ids("op")) == len(t.graph.nodes)
+
+
+def test_collapse_repeats_with_depth_collapses_the_repeated_summaries():
+    t = deep_traced()
+    d = draw(t, depth=0, collapse_repeats=True)
+    assert d.ids("repeat") == ["repeat-deep/layer"] and not d.ids("op")
+
+
+def test_guard_from_an_if_is_marked_with_its_source_line():
+    def f(x):
+        y = np.exp(x)
+        if y.sum() > 1:  # the guard
+            y = y * 2
+        return y
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = tk.trace(f, np.ones(3))
+    d = draw(t)
+    [gid] = d.ids("guard")
+    assert gid == "guard-0"
+    text = d.text(gid)
+    line = t.graph.guards[0].source.line
+    assert "guard bool() == True" in text and f"test_render.py:{line}" in text
+    attached = f"node-{t.graph.guards[0].var.name}"
+    assert "guarded" in d.classes(attached)
+    assert d.edges("guard-link") == [(attached, gid)]
+
+
+def test_python_op_is_drawn_distinctly_with_its_name():
+    x, y, z = Var("x", (3,), "f4"), Var("1", (3,), "f4"), Var("2", (3,), "f4")
+    g = Graph(
+        [x],
+        [
+            Node("python_op", (x,), {"name": "my_filter"}, (y,)),
+            Node("exp", (y,), {}, (z,)),
+        ],
+        [z],
+    )
+    d = draw(g)
+    assert {"op", "opaque", "python-op"} <= d.classes("node-1")
+    assert "my_filter" in d.text("node-1") and "python op" in d.text("node-1")
+    assert len(list(d.groups["node-1"].iter(SVG + "polygon"))) == 2  # a double octagon
+    assert "python-op" not in d.classes("node-2")
+
+
+def test_a_traced_python_op_shows_its_name():
+    op = tk.python_op(np.sinh, name="my_sinh")
+    t = tk.trace(lambda x: op(x).sum(), np.zeros(3))
+    d = draw(t)
+    [gid] = d.ids("python-op")
+    assert gid == f"node-{t.graph.nodes[0].outputs[0].name}"
+    assert d.text(gid).splitlines()[0] == "my_sinh"
+
+
+def test_in_place_writes_and_write_backs_are_marked():
+    def f(x):
+        x[0] = 7.0
+        return x.sum()
+
+    t = tk.trace(f, np.ones(3))
+    assert t.graph.writebacks
+    d = draw(t)
+    [upd] = [i for i in d.ids("inplace")]
+    assert "write [0]" in d.text(upd)
+    assert d.ids("writeback") and "output-1" in d.ids("writeback")
+    assert "write back -> x" in d.text("output-1")
+    back = [e for e in d.edges("writeback")]
+    assert back == [("output-1", "input-x")]
+
+
+def test_show_values_prints_small_values_and_statistics():
+    t = tk.trace(lambda x: np.exp(x).sum(), np.arange(6.0).reshape(2, 3), keep_values=True)
+    d = draw(t, show_values=True)
+    exp = next(n for n in t.graph.nodes if n.op == "exp")
+    total = next(n for n in t.graph.nodes if n.op == "sum")
+    assert re.search(r"min 1 mean \S+ max 148", d.text(f"node-{exp.outputs[0].name}"))
+    assert f"{float(np.exp(np.arange(6.0)).sum()):.4g}" in d.text(f"node-{total.outputs[0].name}")
+    assert "min" not in draw(t).text(f"node-{exp.outputs[0].name}")
+
+
+def test_show_constants_and_show_shapes_can_hide_things():
+    t = tk.trace(lambda x: np.maximum(x, 0.5) * np.array([1.0, 2.0, 3.0]), np.ones(3))
+    consts = [v for v, s in zip(t.graph.inputs, t.graph.specs) if s.kind == "const"]
+    d = draw(t)
+    assert "maximum(\u00b7, 0.5)" in "\n".join(d.text(i) for i in d.ids("op"))
+    [const] = consts
+    assert {"input", "const"} <= d.classes(f"input-{const.name}")
+    assert "const f64[1.0, 2.0, 3.0]" in d.text(f"input-{const.name}")
+    hidden = draw(t, show_constants=False, show_shapes=False)
+    assert not hidden.ids("const")
+    assert "0.5" not in "\n".join(hidden.text(i) for i in hidden.ids("op"))
+    assert not any(hidden.text(i) for i in hidden.ids("data"))
+
+
+def test_two_constants_get_two_inputs():
+    t = tk.trace(lambda x: x * np.array([1.0, 2.0]) + np.array([3.0, 4.0]), np.ones(2))
+    d = draw(t)
+    assert len(d.ids("const")) == 2
+    assert set(d.edges("data")) == expected_data_edges(t.graph)
+
+
+def test_max_label_width_cuts_long_labels():
+    def a_function_with_a_really_long_descriptive_name(x):
+        return np.exp(x)
+
+    def f(x):
+        return a_function_with_a_really_long_descriptive_name(x) + 1
+
+    t = tk.trace(f, np.ones(2))
+    d = draw(t, max_label_width=12)
+    [c] = d.ids("scope")
+    assert d.text(c) == "a_function_\u2026"
+    assert a_function_with_a_really_long_descriptive_name.__name__ in c  # the id is whole
+
+
+def test_rankdir_and_bad_options():
+    t = mlp_traced()
+    assert "rankdir=LR" in tk.render(t, rankdir="LR").source
+    with pytest.raises(ValueError, match="rankdir"):
+        tk.render(t, rankdir="sideways")
+    with pytest.raises(ValueError, match="depth"):
+        tk.render(t, depth=-1)
+    with pytest.raises(TypeError, match="Traced"):
+        tk.render(42)
+
+
+def test_render_accepts_a_graph_and_anything_with_a_graph():
+    t = mlp_traced()
+    a = tk.render(t).source
+    assert tk.render(t.graph).source == a
+    assert tk.render(SimpleNamespace(graph=t.graph)).source == a
+    assert isinstance(tk.render(t), graphviz.Digraph)
+
+
+def test_large_graphs_default_to_a_collapsed_depth_with_a_message(monkeypatch):
+    monkeypatch.setattr(R, "LARGE_GRAPH", 3)
+    monkeypatch.setattr(R, "COLLAPSED_TARGET", 4)
+    t = mlp_traced()
+    with pytest.warns(UserWarning, match=r"depth='all'"):
+        d = draw(t)
+    assert len(d.ids("op")) == 1 and len(d.ids("scope")) == 2
+    assert "depth=0" in "".join(d.root.itertext())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(draw(t, depth="all").ids("op")) == len(t.graph.nodes)
+
+
+# ---------------------------------------------------------------------- compiled and backward
+def test_compiled_kernels_are_coloured_clusters_and_refusals_are_marked():
+    t = mlp_traced()
+    nodes = t.graph.nodes
+    kernels = [
+        SimpleNamespace(name="k0", nodes=nodes[0:3]),  # matmul, add, tanh: across scopes
+        SimpleNamespace(name="k1", nodes=nodes[4:5]),
+    ]
+    refusal = SimpleNamespace(node=nodes[3], reason="matmul goes to BLAS")
+    compiled = SimpleNamespace(
+        graph=t.graph, kernels=kernels, plan=SimpleNamespace(refusals=[refusal])
+    )
+    d = draw(compiled)
+    assert sorted(d.ids("kernel")) == ["kernel-k0", "kernel-k1"]
+    assert not d.ids("scope")  # kernels replace scope clusters
+    fills = {
+        k: next(d.groups[k].iter(SVG + "path")).get("fill") for k in ("kernel-k0", "kernel-k1")
+    }
+    assert fills["kernel-k0"] != fills["kernel-k1"]
+    for n in nodes[0:3]:
+        assert d.inside(f"node-{n.outputs[0].name}", "kernel-k0")
+    assert d.inside(f"node-{nodes[4].outputs[0].name}", "kernel-k1")
+    assert not d.inside(f"node-{nodes[3].outputs[0].name}", "kernel-k0")
+    refused = f"node-{nodes[3].outputs[0].name}"
+    assert d.ids("refused") == [refused]
+    assert "not fused: matmul goes to BLAS" in d.text(refused)
+    assert "fusion refused: matmul goes to BLAS" in d.tooltip(refused)
+
+
+def test_backward_with_forward_on_one_canvas_linked_by_dashed_edges():
+    x = np.linspace(-1, 1, 3)
+    fwd = tk.trace(lambda x: np.tanh(x) * 2.0, x)
+    tanh_out = fwd.graph.nodes[0].outputs[0].name
+
+    def backward(t0, g):
+        return g * 2.0 * (1.0 - t0 * t0)
+
+    bwd_t = tk.trace(backward, np.tanh(x), np.ones(3))
+    b = SimpleNamespace(graph=bwd_t.graph, forward=fwd, links={"t0": tanh_out})
+    d = draw(b, with_forward=True)
+    assert {"graph-forward", "graph-backward"} <= set(d.groups)
+    assert set(d.edges("data")) == expected_data_edges(fwd.graph, "fwd-") | expected_data_edges(
+        bwd_t.graph
+    )
+    for n in bwd_t.graph.nodes:
+        assert "backward" in d.classes(f"node-{n.outputs[0].name}")
+    for n in fwd.graph.nodes:
+        assert "backward" not in d.classes(f"fwd-node-{n.outputs[0].name}")
+    assert d.edges("link") == [(f"fwd-node-{tanh_out}", "input-t0")]
+    link = d.groups[d.ids("link")[0]]
+    assert next(link.iter(SVG + "path")).get("stroke-dasharray")
+    with pytest.raises(ValueError, match="forward"):
+        tk.render(fwd, with_forward=True)
+
+
+# ---------------------------------------------------------------------- engines
+@pytest.fixture(params=["system dot", "graphviz-pure"])
+def engine(request, monkeypatch):
+    if request.param == "system dot":
+        if not os.path.exists(SYSTEM_DOT):
+            pytest.skip("no system graphviz at /usr/bin/dot (make sysdeps installs it)")
+        path = SYSTEM_DOT
+    else:
+        path = graphviz_pure()
+    monkeypatch.setenv("TRACEKIT_DOT", path)
+    return path
+
+
+def test_each_engine_draws_the_same_graph(engine):
+    t = mlp_traced()
+    assert R.find_engine() == engine
+    d = draw(t, depth=None)
+    reference = Drawing(tk.render(t).pipe(format="svg"))  # same engine, twice: deterministic
+    assert set(d.groups) == set(reference.groups)
+    assert set(d.edges("data")) == expected_data_edges(t.graph)
+    assert "viewBox" in d.root.attrib
+    png = tk.render(t).pipe(format="png")
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_engines_agree_with_each_other():
+    if not os.path.exists(SYSTEM_DOT):
+        pytest.skip("no system graphviz at /usr/bin/dot")
+    t = deep_traced()
+    out = []
+    for path in (SYSTEM_DOT, graphviz_pure()):
+        dg = tk.render(t, collapse_repeats=True)
+        dg.dot_binary = path
+        d = Drawing(dg.pipe(format="svg"))
+        out.append((set(d.groups), sorted(d.edges()), {i: d.text(i) for i in d.ids("node")}))
+    assert out[0] == out[1]
+
+
+def test_render_to_a_file(tmp_path, engine):
+    path = tk.render(mlp_traced()).render(tmp_path / "mlp", format="svg")
+    assert path.endswith("mlp.svg") and ET.parse(path).getroot().tag == SVG + "svg"
+    out = tk.render(mlp_traced()).render(outfile=tmp_path / "mlp.png")
+    assert open(out, "rb").read(4) == b"\x89PNG"
+
+
+def test_graphviz_pure_is_used_when_no_dot_is_on_path(tmp_path, monkeypatch):
+    monkeypatch.delenv("TRACEKIT_DOT", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing here: no `dot`
+    path, how = R.find_engine(describe=True)
+    assert how == "graphviz-pure" and os.path.basename(path).startswith("graphviz-pure")
+    assert b"<svg" in tk.render(mlp_traced()).pipe(format="svg")
+
+
+def test_system_dot_is_preferred_when_on_path(monkeypatch):
+    if not shutil.which("dot"):
+        pytest.skip("no dot on PATH")
+    monkeypatch.delenv("TRACEKIT_DOT", raising=False)
+    assert R.find_engine(describe=True) == (shutil.which("dot"), "system dot")
+
+
+def test_tracekit_dot_overrides_the_engine(tmp_path, monkeypatch):
+    log = tmp_path / "calls.log"
+    fake = tmp_path / "my-dot"
+    fake.write_text(f'#!/bin/sh\necho "$@" >> "{log}"\nexec "{graphviz_pure()}" "$@"\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("TRACEKIT_DOT", str(fake))
+    assert R.find_engine(describe=True) == (str(fake), "TRACEKIT_DOT")
+    d = draw(mlp_traced())
+    assert d.ids("op")
+    assert "-Tsvg" in log.read_text()
+
+
+def test_a_bad_tracekit_dot_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("TRACEKIT_DOT", "/nonexistent/dot")
+    with pytest.raises(R.EngineNotFound, match="TRACEKIT_DOT='/nonexistent/dot'"):
+        tk.render(mlp_traced()).pipe(format="svg")
+
+
+def test_no_engine_at_all_says_what_to_install(tmp_path, monkeypatch):
+    monkeypatch.delenv("TRACEKIT_DOT", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(R, "_graphviz_pure_candidates", lambda: iter(()))
+    t = mlp_traced()
+    d = tk.render(t)  # building needs no engine
+    assert "node-" in d.source
+    with pytest.raises(R.EngineNotFound) as info:
+        d.pipe(format="svg")
+    msg = str(info.value)
+    assert "pip install graphviz-pure" in msg and "apt install graphviz" in msg
+    assert "TRACEKIT_DOT" in msg
+    assert isinstance(info.value, graphviz.ExecutableNotFound)
+    with pytest.warns(UserWarning, match="graph not drawn"):
+        bundle = t._repr_mimebundle_()
+    assert bundle == {"text/plain": str(t.graph)}
+
+
+def test_the_graphviz_package_is_left_as_it_was(engine):
+    before = graphviz.backend.dot_command.DOT_BINARY
+    tk.render(mlp_traced()).pipe(format="svg")
+    assert graphviz.backend.dot_command.DOT_BINARY == before
+
+
+# ---------------------------------------------------------------------- Jupyter
+def test_mimebundle_has_scaled_svg_and_the_listing():
+    t = mlp_traced()
+    bundle = t._repr_mimebundle_()
+    assert set(bundle) == {"image/svg+xml", "text/plain"}
+    assert bundle["text/plain"] == str(t.graph)
+    root = ET.fromstring(bundle["image/svg+xml"])
+    assert root.get("viewBox") and root.get("width") and root.get("height")
+    assert root.get("style").replace(" ", "") == "max-width:100%;height:auto"
+    # the viewBox covers the whole drawing: nothing is clipped
+    vb = [float(v) for v in root.get("viewBox").split()]
+    assert vb[2] == pytest.approx(float(root.get("width").rstrip("pt")), abs=1)
+    assert vb[3] == pytest.approx(float(root.get("height").rstrip("pt")), abs=1)
+    d = Drawing(bundle["image/svg+xml"])
+    assert set(d.edges("data")) == expected_data_edges(t.graph)
+    assert R.mimebundle(t) == bundle
+
+
+def test_the_digraph_displays_scaled_too():
+    svg = tk.render(mlp_traced())._repr_mimebundle_()["image/svg+xml"]
+    assert "max-width:100%" in svg
+
+
+def test_scale_svg_adds_a_viewbox_when_missing():
+    out = R.scale_svg('<svg width="10pt" height="20pt"><g/></svg>')
+    root = ET.fromstring(out)
+    assert root.get("viewBox") == "0 0 10 20" and "max-width:100%" in root.get("style")
+
+
+def test_tk_render_stays_the_function():
+    import tracekit.render  # noqa: F401  (importing the module must not shadow the function)
+
+    assert callable(tk.render) and tk.render.__module__ == "tracekit"
+    assert sys.modules["tracekit.render"] is R

@@ -1,0 +1,1130 @@
+"""Draw tracekit graphs with graphviz: ``render(x) -> graphviz.Digraph``, and the Jupyter reprs.
+
+>>> import numpy as np, tracekit as tk
+>>> t = tk.trace(lambda x: np.tanh(x) * 2, np.ones(3))
+>>> d = tk.render(t)                     # a graphviz.Digraph
+>>> 'id="node-0"' in d.source or "id=node-0" in d.source
+True
+
+``render`` accepts a :class:`~tracekit.traced.Traced`, a :class:`~tracekit.ir.Graph`, or anything
+with a ``.graph`` (a compiled object: its ``.kernels`` are drawn as clusters and the refused
+fusions in ``.plan.refusals`` are marked; a backward Traced with ``.forward`` and ``.links``
+is drawn beside its forward graph with ``with_forward=True``). The result is an ordinary
+``graphviz.Digraph``: ``.source``, ``.pipe(format="svg" | "png")`` and ``.render(path)`` work as
+in the graphviz package, laid out by the engine that :func:`find_engine` picks.
+
+Layout engine
+-------------
+:func:`find_engine` returns, in this order: the command named by the ``TRACEKIT_DOT`` environment
+variable (a path or a name on ``PATH``); the system ``dot`` on ``PATH``; the ``graphviz-pure``
+command installed by the ``graphviz-pure`` pip package (a dependency of tracekit, so
+``pip install tracekit`` renders with nothing else installed). If none of them runs,
+:class:`EngineNotFound` says what to install. The graphviz package always runs a module-level
+``DOT_BINARY``; the Digraph returned here swaps it, under a lock, for the duration of each
+layout call, and runs the engine with ``quiet=True`` (its stderr is kept in the exception if it
+fails).
+
+SVG contract (stable: the explorer widget and tests rely on it)
+---------------------------------------------------------------
+Graphviz writes one ``<g>`` per node, cluster and edge, with the class ``node``, ``cluster`` or
+``edge``; tracekit sets each group's ``id`` and adds classes after that first one:
+
+==========================  ========================================  =========================
+element                     ``id``                                    ``class``
+==========================  ========================================  =========================
+op node                     ``node-<name of its first output Var>``   ``node op <op kind>`` (a)
+graph input                 ``input-<Var name>``                      ``node input <spec kind>``
+result / write-back marker  ``output-<position in graph.outputs>``    ``node return``
+collapsed scope (depth=)    ``scope-<scope path joined by "/">``      ``node scope``
+repeated blocks (xN)        ``repeat-<path of the first block>``      ``node scope repeat``
+guard marker                ``guard-<index in graph.guards>``         ``node guard``
+scope cluster               ``cluster-<scope path joined by "/">``    ``cluster scope``
+fused kernel cluster        ``kernel-<kernel name>``                  ``cluster kernel``
+forward / backward halves   ``graph-forward``, ``graph-backward``     ``cluster``
+edge                        graphviz's own (``edge12``)               ``edge <edge kind>`` (b)
+==========================  ========================================  =========================
+
+- <op kind> is the op table's kind (``elementwise``, ``reduce``, ``matmul``, ...; ``opaque``
+  for python ops); <spec kind> is ``arg``, ``capture`` or ``const``.
+- (a) Also, where they apply: ``output`` (its value is a graph output; inputs and collapsed
+  scopes get it too), ``guarded`` (tracing read its value; inputs and scopes too), ``inplace``
+  (a functionalised in-place write), ``python-op``, ``refused`` (its fusion was refused; the
+  reason is in the label and tooltip), ``backward`` (the backward half of ``with_forward=True``).
+  A write-back marker also has ``writeback``.
+- (b) <edge kind>: ``data`` (a value flowing; ``data broadcast`` when the consumer broadcasts
+  it), ``guard-link`` (value -> guard), ``writeback`` (marker -> the input it is copied into),
+  ``link`` (forward value -> the backward node that reads it).
+- Scope paths are whole ``Node.scope`` tuples (the outermost function included; the scope
+  every op shares is not drawn as a cluster). With ``with_forward=True`` every id of the
+  forward half gets the prefix ``fwd-`` (``fwd-node-3``).
+- Each group's ``<title>`` is its DOT name, which equals its ``id``; edges' titles are
+  ``<tail id>-><head id>``. The hover text (the tooltip, which graphviz writes as
+  ``<a xlink:title="...">`` inside the group) holds the listing line
+  (``%7: f32[128,64] = add(%5, %6)``), the op kind, ``file.py:line`` with the line's text,
+  and the scope path; a collapsed node's tooltip lists its ops.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import threading
+import warnings
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import graphviz
+import numpy as np
+from graphviz.backend import dot_command, piping, rendering
+
+from .ir import Graph, Var, fmt_value, format_node
+
+__all__ = [
+    "render",
+    "mimebundle",
+    "find_engine",
+    "scale_svg",
+    "EngineNotFound",
+    "Digraph",
+    "LARGE_GRAPH",
+    "COLLAPSED_TARGET",
+]
+
+ENV_VAR = "TRACEKIT_DOT"
+LARGE_GRAPH = 1500  # ops; above this the default depth collapses scopes (see render)
+COLLAPSED_TARGET = 500  # ... to the deepest depth that draws at most this many op/scope nodes
+
+# fill, border per op kind
+KIND_COLORS = {
+    "elementwise": ("#e2f0d9", "#548235"),
+    "reduce": ("#fbe5d6", "#c55a11"),
+    "scan": ("#fff2cc", "#bf9000"),
+    "matmul": ("#dae3f3", "#2f5597"),
+    "movement": ("#eeeeee", "#7f7f7f"),
+    "index": ("#f6dcea", "#a03070"),
+    "create": ("#e4dff0", "#5b4a8b"),
+    "opaque": ("#ffe699", "#7f6000"),
+}
+INPUT_COLORS = {
+    "arg": ("#d6e9f8", "#2e75b6"),
+    "capture": ("#e8e0f4", "#7030a0"),
+    "const": ("#ffffff", "#999999"),
+}
+SCOPE_FILL = ("#f7f9fc", "#eef2f7")
+SUMMARY_COLORS = ("#f2f2f2", "#595959")
+GUARD_COLORS = ("#fff3b0", "#b08800")
+BACKWARD_FILL = "#ffd9c7"
+REFUSED_COLOR = "#c00000"
+KERNEL_FILLS = [
+    ("#e8f1fb", "#2e75b6"),
+    ("#fdf0e2", "#c55a11"),
+    ("#e9f6e9", "#548235"),
+    ("#f7e9f6", "#a03070"),
+    ("#efeefb", "#5b4a8b"),
+    ("#fbf8dc", "#bf9000"),
+    ("#e6f6f6", "#1f7f7f"),
+]
+FONT = "Helvetica"
+INPLACE_OPS = ("index_update", "update_real", "update_imag")
+
+
+# ====================================================================== engine
+class EngineNotFound(graphviz.ExecutableNotFound):
+    """No graphviz layout command can run: says what to install."""
+
+    def __init__(self, message: str):
+        RuntimeError.__init__(self, message)
+
+
+_INSTALL_HINT = (
+    "tracekit draws graphs with a graphviz `dot` command. Install one of: the pip package "
+    "`graphviz-pure` (`pip install graphviz-pure`; a tracekit dependency, it provides the "
+    "`graphviz-pure` command), or the system graphviz (`apt install graphviz`, "
+    "`brew install graphviz`, `conda install graphviz`); or set TRACEKIT_DOT to the path of a "
+    "working `dot`."
+)
+
+
+@functools.lru_cache(maxsize=64)
+def _runs(path: str) -> bool:
+    try:
+        proc = subprocess.run([path, "-V"], capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return proc.returncode == 0
+
+
+def _graphviz_pure_candidates():
+    exe = "graphviz-pure" + (".exe" if os.name == "nt" else "")
+    found = shutil.which("graphviz-pure")
+    if found:
+        yield found
+    for d in (os.path.dirname(sys.executable), sysconfig.get_path("scripts")):
+        if d:
+            yield os.path.join(d, exe)
+    try:
+        dist = importlib.metadata.distribution("graphviz-pure")
+    except importlib.metadata.PackageNotFoundError:
+        return
+    for f in dist.files or ():
+        if f.name == exe:
+            yield str(dist.locate_file(f))
+
+
+def _executable(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+@functools.lru_cache(maxsize=32)
+def _resolve(env_value: str | None, search_path: str | None) -> tuple[str, str]:
+    if env_value:
+        path = shutil.which(env_value) or (env_value if _executable(env_value) else None)
+        if path is None or not _runs(path):
+            raise EngineNotFound(
+                f"{ENV_VAR}={env_value!r} does not name a runnable `dot` command "
+                f"(`{env_value} -V` failed). Unset it to use the system `dot` or "
+                f"graphviz-pure. {_INSTALL_HINT}"
+            )
+        return path, "TRACEKIT_DOT"
+    dot = shutil.which("dot")
+    if dot and _runs(dot):
+        return dot, "system dot"
+    for cand in _graphviz_pure_candidates():
+        if _executable(cand) and _runs(cand):
+            return cand, "graphviz-pure"
+    raise EngineNotFound(
+        "no graphviz layout engine found: no `dot` on PATH and no runnable `graphviz-pure` "
+        f"command. {_INSTALL_HINT}"
+    )
+
+
+def find_engine(describe: bool = False):
+    """The path of the layout command to run (``describe=True``: ``(path, where it came from)``).
+
+    Order: ``$TRACEKIT_DOT``, the system ``dot`` on ``PATH``, the ``graphviz-pure`` command.
+    Raises :class:`EngineNotFound` if none runs. Resolved once per (``TRACEKIT_DOT``, ``PATH``).
+    """
+    path, how = _resolve(os.environ.get(ENV_VAR) or None, os.environ.get("PATH"))
+    return (path, how) if describe else path
+
+
+_ENGINE_LOCK = threading.RLock()
+
+
+def _with_engine(fn, binary=None):
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        exe = binary or find_engine()
+        kwargs["quiet"] = True
+        with _ENGINE_LOCK:
+            saved = dot_command.DOT_BINARY
+            dot_command.DOT_BINARY = pathlib.Path(exe)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                dot_command.DOT_BINARY = saved
+
+    return call
+
+
+class Digraph(graphviz.Digraph):
+    """A ``graphviz.Digraph`` laid out by :func:`find_engine`'s command; its Jupyter SVG scales.
+
+    Set ``.dot_binary`` to force a command for this object.
+    """
+
+    dot_binary: str | None = None
+
+    @property
+    def _pipe_lines(self):
+        return _with_engine(piping.pipe_lines, self.dot_binary)
+
+    @property
+    def _pipe_lines_string(self):
+        return _with_engine(piping.pipe_lines_string, self.dot_binary)
+
+    @property
+    def _render(self):
+        return _with_engine(rendering.render, self.dot_binary)
+
+    def _repr_image_svg_xml(self) -> str:
+        return scale_svg(self.pipe(format="svg", encoding="utf-8"))
+
+
+_SVG_TAG = re.compile(r"<svg\b[^>]*>", re.S)
+
+
+def scale_svg(svg: str) -> str:
+    """Make graphviz's SVG shrink to its container's width (keeping its natural size when smaller).
+
+    Keeps the ``viewBox`` (it must be there: nothing is clipped when the size changes) and adds
+    ``style="max-width:100%;height:auto"`` to the root element.
+    """
+    m = _SVG_TAG.search(svg)
+    if m is None:
+        return svg
+    tag = m.group(0)
+    if "viewBox" not in tag:
+        w = re.search(r'\bwidth="([\d.]+)(pt|px)?"', tag)
+        h = re.search(r'\bheight="([\d.]+)(pt|px)?"', tag)
+        if w and h:
+            tag = tag.replace("<svg", f'<svg viewBox="0 0 {w.group(1)} {h.group(1)}"', 1)
+    tag = re.sub(r'\sstyle="[^"]*"', "", tag)
+    tag = tag.replace("<svg", '<svg style="max-width:100%;height:auto"', 1)
+    return svg[: m.start()] + tag + svg[m.end() :]
+
+
+# ====================================================================== labels
+def _clip(text: str, width: int) -> str:
+    text = str(text)
+    if width and len(text) > width:
+        return text[: max(1, width - 1)] + "\u2026"
+    return text
+
+
+def _label(lines, width) -> str:
+    """A DOT label from lines: clipped, backslashes literal, never an HTML label."""
+    out = [_clip(s, width).replace("\\", "\\\\") for s in lines if s is not None and s != ""]
+    return graphviz.nohtml("\\n".join(out))
+
+
+def _tooltip(lines) -> str:
+    return graphviz.nohtml("\\n".join(str(s).replace("\\", "\\\\") for s in lines if s))
+
+
+def _ops(n: int) -> str:
+    return f"{n} op" if n == 1 else f"{n} ops"
+
+
+def _base(name: str) -> str:
+    return re.sub(r"#\d+$", "", name)
+
+
+def _safe(name: str) -> str:
+    """A DOT node name for an id (':' would be read as a port)."""
+    return name.replace(":", "_")
+
+
+def _kind(op: str) -> str:
+    from .ops import OPS
+
+    o = OPS.get(op)
+    return o.kind if o is not None else "opaque"
+
+
+def _short(x, limit=24) -> str:
+    try:
+        s = fmt_value(x)
+    except Exception:  # an odd attribute value must not stop the drawing
+        s = repr(x)
+    return _clip(s, limit)
+
+
+def _value_line(value) -> str | None:
+    try:
+        a = np.asarray(value)
+    except Exception:
+        return None
+    if a.dtype.kind not in "biufc":
+        return None
+    if a.size <= 4:
+        flat = a.ravel().tolist()
+        text = ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in flat)
+        return text if a.ndim == 0 else f"[{text}]"
+    if a.dtype.kind == "c":
+        a = np.abs(a)
+    with np.errstate(all="ignore"):
+        lo, mean, hi = float(a.min()), float(a.mean()), float(a.max())
+    return f"min {lo:.3g} mean {mean:.3g} max {hi:.3g}"
+
+
+# ====================================================================== the builder
+@dataclass
+class _Unit:
+    """One drawn node standing for one op (``op``) or a group of ops (``scope``, ``repeat``)."""
+
+    id: str
+    kind: str
+    nodes: list
+    cluster: tuple
+    path: tuple = ()
+    count: int = 1
+    classes: list = field(default_factory=list)
+
+
+@dataclass
+class _Options:
+    depth: object = None
+    show_shapes: bool = True
+    show_values: bool = False
+    show_constants: bool = True
+    collapse_repeats: bool = False
+    max_label_width: int = 40
+
+
+def _common_prefix(scopes) -> tuple:
+    scopes = list(scopes)
+    if not scopes:
+        return ()
+    first = scopes[0]
+    n = len(first)
+    for s in scopes[1:]:
+        n = min(n, len(s))
+        for i in range(n):
+            if s[i] != first[i]:
+                n = i
+                break
+        if n == 0:
+            break
+    return tuple(first[:n])
+
+
+def _attr_key(attrs) -> str:
+    try:
+        return repr(sorted((k, _short(v, 200)) for k, v in attrs.items()))
+    except Exception:
+        return repr(attrs)
+
+
+class _Builder:
+    """Adds one graph's nodes, clusters and edges to a DOT graph (or a subgraph)."""
+
+    def __init__(self, graph: Graph, opts: _Options, prefix="", values=None, kernels=None,
+                 refusals=None, backward=False):  # fmt: skip
+        self.g = graph
+        self.o = opts
+        self.prefix = prefix
+        self.values = values or {}
+        self.kernels = list(kernels or [])
+        self.refusals = list(refusals or [])
+        self.backward = backward
+        self.width = opts.max_label_width
+        nodes = graph.nodes
+        self.root = _common_prefix(n.scope for n in nodes)
+        self.rel = [tuple(n.scope[len(self.root) :]) for n in nodes]
+
+    # ------------------------------------------------------------------ ids
+    def pid(self, s: str) -> str:
+        return self.prefix + s
+
+    def input_id(self, v: Var) -> str:
+        return self.pid(f"input-{v.name}")
+
+    # ------------------------------------------------------------------ grouping
+    def units(self):
+        """Group the ops into drawn units: depth collapse, repeat collapse, kernels."""
+        nodes, rel, o = self.g.nodes, self.rel, self.o
+        assigned: dict[int, tuple] = {}
+        repeat_info: dict[tuple, tuple] = {}
+        depth = None if self.kernels else o.depth
+        if o.collapse_repeats and not self.kernels:
+            self._find_repeats(depth, assigned, repeat_info)
+        if depth is not None:
+            for i, r in enumerate(rel):
+                if i not in assigned and len(r) > depth:
+                    assigned[i] = ("scope", r[: depth + 1])
+        kernel_of = self._kernel_map()
+        units: dict[tuple, _Unit] = {}
+        unit_of: list[_Unit] = []
+        for i, n in enumerate(nodes):
+            key = assigned.get(i, ("op", i))
+            u = units.get(key)
+            if u is None:
+                if key[0] == "op":
+                    cl = kernel_of.get(i, ()) if self.kernels else rel[i]
+                    u = _Unit(self.pid(f"node-{n.outputs[0].name}"), "op", [], cl)
+                elif key[0] == "scope":
+                    path = self.root + key[1]
+                    u = _Unit(self.pid("scope-" + "/".join(path)), "scope", [], key[1][:-1], path)
+                else:
+                    run = repeat_info[key]
+                    path = self.root + run[0]
+                    u = _Unit(
+                        self.pid("repeat-" + "/".join(path)),
+                        "repeat",
+                        [],
+                        run[0][:-1],
+                        path,
+                        count=len(run),
+                    )
+                units[key] = u
+            u.nodes.append(n)
+            unit_of.append(u)
+        return list(units.values()), unit_of
+
+    def _find_repeats(self, depth, assigned, repeat_info):
+        rel = self.rel
+        limit = 10**9 if depth is None else depth + 1
+        members: dict[tuple, list[int]] = defaultdict(list)
+        for i, r in enumerate(rel):
+            for k in range(1, min(len(r), limit) + 1):
+                members[r[:k]].append(i)
+        children: dict[tuple, list] = defaultdict(list)
+        for p in members:
+            children[p[:-1]].append(p)
+
+        def contiguous(idx):
+            return idx[-1] - idx[0] + 1 == len(idx)
+
+        sig_cache: dict[tuple, tuple] = {}
+
+        def sig(p):
+            if p not in sig_cache:
+                sig_cache[p] = self._signature(p, members[p])
+            return sig_cache[p]
+
+        for parent in sorted(children, key=len):
+            sibs = sorted(children[parent], key=lambda p: members[p][0])
+            run: list = []
+
+            def flush(run):
+                if len(run) >= 2:
+                    key = ("repeat", run[0])
+                    repeat_info[key] = tuple(run)
+                    for p in run:
+                        for i in members[p]:
+                            assigned[i] = key
+
+            for p in sibs:
+                if members[p][0] in assigned or not contiguous(members[p]):
+                    flush(run)
+                    run = []
+                    continue
+                if (
+                    run
+                    and _base(p[-1]) == _base(run[0][-1])
+                    and members[run[-1]][-1] + 1 == members[p][0]
+                    and sig(p) == sig(run[0])
+                ):
+                    run.append(p)
+                else:
+                    flush(run)
+                    run = [p]
+            flush(run)
+
+    def _signature(self, path, idxs):
+        local: dict = {}
+        out = []
+        for j, i in enumerate(idxs):
+            n = self.g.nodes[i]
+            ins = []
+            for x in n.inputs:
+                if isinstance(x, Var):
+                    ins.append(("l", local[x]) if x in local else ("x", x.type))
+                else:
+                    ins.append(("c", _short(x, 200)))
+            inner = tuple(_base(s) for s in self.rel[i][len(path) :])
+            out.append(
+                (n.op, _attr_key(n.attrs), tuple(v.type for v in n.outputs), tuple(ins), inner)
+            )
+            for k, v in enumerate(n.outputs):
+                local[v] = (j, k)
+        return tuple(out)
+
+    def _kernel_map(self) -> dict:
+        if not self.kernels:
+            return {}
+        index = {}
+        for i, n in enumerate(self.g.nodes):
+            index[id(n)] = i
+            for v in n.outputs:
+                index.setdefault(("var", v.name), i)
+        out = {}
+        for k, kern in enumerate(self.kernels):
+            for n in getattr(kern, "nodes", ()):
+                i = index.get(id(n))
+                if i is None and getattr(n, "outputs", None):
+                    i = index.get(("var", n.outputs[0].name))
+                if i is not None and i not in out:
+                    out[i] = (("kernel", k),)
+        return out
+
+    # ------------------------------------------------------------------ drawing
+    def build(self, dot) -> dict:
+        """Draw into ``dot``; return Var -> the DOT name of the node that shows it."""
+        g, o, width = self.g, self.o, self.width
+        units, unit_of = self.units()
+        self.unit_list = units
+        producer_unit = {}
+        for n, u in zip(g.nodes, unit_of):
+            for v in n.outputs:
+                producer_unit[v] = u
+        spec_of = dict(zip(g.inputs, g.specs))
+        hidden = set()
+        if not o.show_constants:
+            hidden = {v for v, s in spec_of.items() if s.kind == "const"}
+        src: dict[Var, str] = {v: self.input_id(v) for v in g.inputs}
+        for v, u in producer_unit.items():
+            src[v] = u.id
+        self.src = src
+        self.drawn: set[str] = set()
+        self._guards_drawn: set[str] = set()
+
+        refused = {}
+        for r in self.refusals:
+            node = getattr(r, "node", None)
+            if node is not None and getattr(node, "outputs", None):
+                refused.setdefault(node.outputs[0].name, []).append(str(getattr(r, "reason", "")))
+
+        guarded = defaultdict(list)
+        for gi, gd in enumerate(g.guards):
+            guarded[src.get(gd.var)].append(gi)
+        output_vars = set(g.outputs)
+
+        # ---- clusters: a tree of relative paths (or kernel keys)
+        tree: dict[tuple, list] = defaultdict(list)  # cluster path -> drawn items
+        children: dict[tuple, list] = defaultdict(list)
+
+        def ensure(path):
+            while path and path not in children[path[:-1]]:
+                children[path[:-1]].append(path)
+                path = path[:-1]
+
+        for u in units:
+            ensure(u.cluster)
+            tree[u.cluster].append(("unit", u))
+            for gi in guarded.get(u.id, ()):
+                tree[u.cluster].append(("guard", gi))
+
+        # ---- inputs
+        for v in g.inputs:
+            if v in hidden:
+                continue
+            s = spec_of[v]
+            fill, border = INPUT_COLORS.get(s.kind, INPUT_COLORS["arg"])
+            classes = ["input", s.kind] + (["output"] if v in output_vars else [])
+            if guarded.get(src[v]):
+                classes.append("guarded")
+            lines = [s.label if s.kind != "const" else "const", v.type]
+            if s.kind == "const" and v in g.constants:
+                lines[0] = "const " + _short(g.constants[v], 20)
+            vl = self._value(v)
+            attrs = dict(
+                shape={"arg": "box", "capture": "cylinder", "const": "plaintext"}.get(
+                    s.kind, "box"
+                ),
+                style="rounded,filled" if s.kind != "const" else "",
+                fillcolor=fill,
+                color=border,
+            )
+            if s.kind == "const":
+                attrs.update(fontsize="9", fontcolor="#666666")
+            self._node(
+                dot,
+                src[v],
+                _label(lines + [vl], width),
+                _tooltip([f"{s.kind} input %{v.name}: {v.type}", s.label]),
+                classes,
+                **attrs,
+            )
+            for gi in guarded.get(src[v], ()):
+                self._guard(dot, gi, src[v])
+
+        # ---- units, inside nested clusters
+        counter = [0]
+
+        def emit(container, path):
+            for what, item in tree.get(path, ()):
+                if what == "unit":
+                    self._unit(container, item, refused, guarded, output_vars)
+                else:
+                    self._guard(container, item, None)
+            for child in children.get(path, ()):
+                counter[0] += 1
+                sub = graphviz.Digraph(name=f"cluster_{self.prefix}{counter[0]}")
+                self._cluster_attrs(sub, child)
+                emit(sub, child)
+                container.subgraph(sub)
+
+        emit(dot, ())
+        for gi in range(len(g.guards)):  # guards on values that are not drawn (hidden constants)
+            self._guard(dot, gi, None)
+
+        # ---- edges
+        seen = set()
+        for u in units:
+            for n in u.nodes:
+                for x in n.inputs:
+                    if not isinstance(x, Var) or x in hidden:
+                        continue
+                    s = src.get(x)
+                    if s is None or s == u.id:
+                        continue
+                    key = (s, u.id, x)
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    self._data_edge(dot, s, u.id, x, n if u.kind == "op" else None)
+        # ---- outputs
+        for oi, v in enumerate(g.outputs):
+            oid = self.pid(f"output-{oi}")
+            classes = ["return"]
+            if oi >= g.n_results:
+                ii = dict(g.writebacks)[oi]
+                target = g.inputs[ii]
+                text = f"write back -> {spec_of[target].label}"
+                classes.append("writeback")
+            else:
+                target = None
+                text = "return" if g.n_results == 1 else f"return[{oi}]"
+            self._node(
+                dot,
+                oid,
+                _label([text], width),
+                _tooltip([f"graph output {oi}: %{v.name}: {v.type}", text]),
+                classes,
+                shape="box",
+                style="rounded,bold",
+                color="#333333",
+                fontsize="10",
+                peripheries="2",
+            )
+            if v in src and v not in hidden:
+                self._data_edge(dot, src[v], oid, v, None)
+            if target is not None and target not in hidden:
+                dot.edge(
+                    _safe(oid),
+                    _safe(src[target]),
+                    _attributes={
+                        "class": "writeback",
+                        "style": "dashed",
+                        "color": "#c0504d",
+                        "constraint": "false",
+                        "arrowhead": "vee",
+                        "tooltip": f"copied into {spec_of[target].label} after each call",
+                    },
+                )
+        return src
+
+    def _value(self, v):
+        if not self.o.show_values or v not in self.values:
+            return None
+        return _value_line(self.values[v])
+
+    def _node(self, dot, nid, label, tooltip, classes, **attrs):
+        self.drawn.add(nid)
+        attrs["id"] = nid
+        attrs["class"] = " ".join(dict.fromkeys(classes))
+        attrs["tooltip"] = tooltip
+        dot.node(_safe(nid), label, _attributes={k: v for k, v in attrs.items() if v != ""})
+
+    def _cluster_attrs(self, sub, path):
+        if path and path[0] and isinstance(path[0], tuple) and path[0][0] == "kernel":
+            k = path[0][1]
+            kern = self.kernels[k]
+            name = str(getattr(kern, "name", k))
+            fill, border = KERNEL_FILLS[k % len(KERNEL_FILLS)]
+            n_ops = len(getattr(kern, "nodes", ()))
+            sub.attr(
+                id=self.pid(f"kernel-{name}"),
+                label=_label([f"kernel {name}"], self.width),
+                tooltip=_tooltip([f"fused kernel {name}: {_ops(n_ops)}"]),
+                style="filled,rounded",
+                fillcolor=fill,
+                color=border,
+                fontcolor=border,
+                fontsize="11",
+                penwidth="1.5",
+                _attributes={"class": "kernel"},
+            )
+            return
+        full = self.root + path
+        sub.attr(
+            id=self.pid("cluster-" + "/".join(full)),
+            label=_label([path[-1]], self.width),
+            tooltip=_tooltip(["scope " + " > ".join(full)]),
+            style="filled,rounded",
+            fillcolor=SCOPE_FILL[len(path) % 2],
+            color="#9aa5b1",
+            fontcolor="#44546a",
+            fontsize="11",
+            labeljust="l",
+            _attributes={"class": "scope"},
+        )
+
+    def _unit(self, dot, u: _Unit, refused, guarded, output_vars):
+        width = self.width
+        if u.kind != "op":
+            ops = len(u.nodes)
+            produced = {v for n in u.nodes for v in n.outputs}
+            ins, outs = [], []
+            for n in u.nodes:
+                for x in n.inputs:
+                    if isinstance(x, Var) and x not in produced and x.type not in ins:
+                        ins.append(x.type)
+            users = self._users()
+            for n in u.nodes:
+                for v in n.outputs:
+                    used_out = v in output_vars or any(m not in u.nodes for m in users.get(v, ()))
+                    if used_out and v.type not in outs:
+                        outs.append(v.type)
+
+            def short_list(ts):
+                return ", ".join(ts[:3]) + (", \u2026" if len(ts) > 3 else "")
+
+            name = u.path[-1]
+            if u.kind == "repeat":
+                title = f"{_base(name)} \u00d7{u.count}"
+                count_line = f"{_ops(ops // u.count)} each"
+            else:
+                title = name
+                count_line = _ops(ops)
+            lines = [title, count_line, "in: " + short_list(ins), "out: " + short_list(outs)]
+            classes = ["scope"] + (["repeat"] if u.kind == "repeat" else [])
+            if any(v in output_vars for n in u.nodes for v in n.outputs):
+                classes.append("output")
+            if guarded.get(u.id):
+                classes.append("guarded")
+            fill, border = SUMMARY_COLORS
+            tip = [
+                f"{'repeated block' if u.kind == 'repeat' else 'collapsed scope'} "
+                + " > ".join(u.path),
+                _ops(ops) + (f" in {u.count} identical blocks" if u.kind == "repeat" else ""),
+            ]
+            tip += [format_node(n) for n in u.nodes[:12]]
+            if len(u.nodes) > 12:
+                tip.append(f"... {len(u.nodes) - 12} more")
+            self._node(
+                dot,
+                u.id,
+                _label(lines, width),
+                _tooltip(tip),
+                classes,
+                shape="box3d" if u.kind == "repeat" else "box",
+                style="filled,bold" if u.kind == "repeat" else "filled",
+                fillcolor=fill,
+                color=border,
+            )
+            return
+        n = u.nodes[0]
+        kind = _kind(n.op)
+        fill, border = KIND_COLORS.get(kind, KIND_COLORS["opaque"])
+        classes = ["op", kind]
+        if any(v in output_vars for v in n.outputs):
+            classes.append("output")
+        if guarded.get(u.id):
+            classes.append("guarded")
+        head = n.op
+        if kind == "opaque":
+            classes.append("python-op")
+            head = str(n.attrs.get("name") or n.op)
+        consts = [_short(x, 12) for x in n.inputs if not isinstance(x, Var)]
+        if consts and self.o.show_constants:
+            args = ["\u00b7" if isinstance(x, Var) else _short(x, 12) for x in n.inputs]
+            head = f"{head}({', '.join(args)})"
+        lines = [head]
+        attrs_line = self._attrs_line(n, kind)
+        if attrs_line:
+            lines.append(attrs_line)
+        if n.op in INPLACE_OPS:
+            classes.append("inplace")
+        if kind == "opaque":
+            lines.append("python op")
+        vl = self._value(n.outputs[0])
+        if vl:
+            lines.append(vl)
+        reasons = refused.get(n.outputs[0].name, [])
+        style = "rounded,filled"
+        extra = {}
+        if reasons:
+            classes.append("refused")
+            lines.append("not fused: " + reasons[0])
+            extra.update(color=REFUSED_COLOR, penwidth="2", fontcolor=REFUSED_COLOR)
+            style = "rounded,filled,dashed"
+        if n.op in INPLACE_OPS:
+            style += ",bold"
+        if self.backward:
+            classes.append("backward")
+            fill = BACKWARD_FILL
+        tip = [format_node(n, comment=False), f"kind: {kind}"]
+        if n.source is not None:
+            where = f"{n.source.file}:{n.source.line}"
+            tip.append(f"{where}  {n.source.text}".rstrip())
+        if n.scope:
+            tip.append("scope: " + " > ".join(n.scope))
+        if n.op in INPLACE_OPS:
+            tip.append("functionalised in-place write: a new value for the written buffer")
+        for r in reasons:
+            tip.append(f"fusion refused: {r}")
+        attrs = dict(
+            shape="doubleoctagon" if kind == "opaque" else "box",
+            style=style if kind != "opaque" else "filled" + (",dashed" if reasons else ""),
+            fillcolor=fill,
+            color=border,
+        )
+        attrs.update(extra)
+        self._node(dot, u.id, _label(lines, width), _tooltip(tip), classes, **attrs)
+
+    def _attrs_line(self, n, kind):
+        if n.op in INPLACE_OPS and "idx" in n.attrs:
+            idx = n.attrs["idx"]
+            idx = idx if isinstance(idx, tuple) else (idx,)
+            return "write [" + ", ".join(_short(i, 16) for i in idx) + "]"
+        if kind == "opaque":
+            return ""
+        parts = []
+        for k, v in n.attrs.items():
+            if v is None or (k == "keepdims" and v is False):
+                continue
+            if kind == "create" and k in ("shape", "dtype"):
+                continue
+            parts.append(f"{k}={_short(v, 16)}")
+        return " ".join(parts)
+
+    @functools.cached_property
+    def _users_map(self):
+        return self.g.users()
+
+    def _users(self):
+        return self._users_map
+
+    def _guard(self, dot, gi, attach):
+        gd = self.g.guards[gi]
+        gid = self.pid(f"guard-{gi}")
+        if gid in self._guards_drawn:
+            return
+        self._guards_drawn.add(gid)
+        where = str(gd.source) if gd.source else ""
+        text = gd.source.text if gd.source and gd.source.text else ""
+        lines = [f"guard {gd.how}() == {_short(gd.value, 16)}", where, text]
+        fill, border = GUARD_COLORS
+        self._node(
+            dot,
+            gid,
+            _label(lines, self.width),
+            _tooltip(
+                [
+                    str(gd),
+                    "tracing read this value and baked it into the graph",
+                    f"{gd.source.file}:{gd.source.line}  {text}" if gd.source else "",
+                ]
+            ),
+            ["guard"],
+            shape="note",
+            style="filled",
+            fillcolor=fill,
+            color=border,
+            fontsize="9",
+        )
+        source = self.src.get(gd.var)
+        if source in self.drawn:
+            dot.edge(
+                _safe(source),
+                _safe(gid),
+                _attributes={
+                    "class": "guard-link",
+                    "style": "dashed",
+                    "color": border,
+                    "arrowhead": "none",
+                },
+            )
+
+    def _data_edge(self, dot, tail, head, v: Var, consumer):
+        attrs = {"class": "data"}
+        label = v.type if self.o.show_shapes else ""
+        tip = f"%{v.name}: {v.type}"
+        if consumer is not None and _kind(consumer.op) == "elementwise":
+            out = consumer.outputs[0]
+            if v.shape != out.shape and out.ndim > 0:
+                attrs.update({"class": "data broadcast", "color": "#d35400", "style": "bold"})
+                shape = ",".join(map(str, out.shape))
+                if self.o.show_shapes:
+                    label = f"{v.type} \u2192 [{shape}]"
+                tip += f" broadcast to [{shape}]"
+        if label:
+            attrs["label"] = graphviz.nohtml(label)
+        attrs["tooltip"] = graphviz.nohtml(tip)
+        dot.edge(_safe(tail), _safe(head), _attributes=attrs)
+
+
+# ====================================================================== entry points
+def _graph_of(x) -> Graph:
+    if isinstance(x, Graph):
+        return x
+    g = getattr(x, "graph", None)
+    if isinstance(g, Graph):
+        return g
+    raise TypeError(
+        f"render() takes a Traced, a Graph or an object with a .graph; got {type(x).__name__}"
+    )
+
+
+def _auto_depth(graph: Graph):
+    """For a graph over LARGE_GRAPH ops: the deepest depth drawing <= COLLAPSED_TARGET units."""
+    if len(graph.nodes) <= LARGE_GRAPH:
+        return None
+    root = _common_prefix(n.scope for n in graph.nodes)
+    rel = [n.scope[len(root) :] for n in graph.nodes]
+    deepest = max((len(r) for r in rel), default=0)
+    for d in range(deepest - 1, -1, -1):
+        drawn = sum(1 for r in rel if len(r) <= d) + len({r[: d + 1] for r in rel if len(r) > d})
+        if drawn <= COLLAPSED_TARGET:
+            return d
+    return 0 if deepest else None
+
+
+def render(
+    x,
+    depth=None,
+    show_shapes=True,
+    rankdir="TB",
+    show_values=False,
+    show_constants=True,
+    collapse_repeats=False,
+    max_label_width=40,
+    with_forward=False,
+) -> Digraph:
+    """Draw a traced graph as a ``graphviz.Digraph`` (``.pipe(format="svg")``, ``.render(path)``).
+
+    Parameters
+    ----------
+    x : Traced, Graph, or an object with ``.graph``
+        Compiled objects add their ``.kernels`` (clusters, one colour each) and
+        ``.plan.refusals`` (marked nodes); a backward Traced has ``.forward`` and ``.links``.
+    depth : int, "all" or None
+        Scopes nested deeper than ``depth`` levels (below the scope every op shares, usually the
+        traced function) collapse into one summary node each (op count, in/out types).
+        ``None`` draws every op, except that graphs of more than ``LARGE_GRAPH`` (1,500) ops
+        collapse to the deepest depth that draws at most ``COLLAPSED_TARGET`` (500) nodes,
+        with a note (a warning and the graph's title) saying how to expand;
+        ``"all"`` always draws every op.
+    show_shapes : bool
+        Label edges with dtype and shape (``f32[128,64]``); a broadcast shows its target shape.
+    rankdir : str
+        ``"TB"`` (top to bottom) or ``"LR"``, ``"BT"``, ``"RL"``.
+    show_values : bool
+        Print small values or min/mean/max on nodes (needs ``trace(..., keep_values=True)``).
+    show_constants : bool
+        Draw constant inputs and literal arguments (``multiply(·, 2)``); ``False`` hides them.
+    collapse_repeats : bool
+        Draw consecutive identical sibling scopes (the same layer called N times) as one
+        node marked ``×N``.
+    max_label_width : int
+        Longer label lines are cut with ``…`` (full text in the tooltip).
+    with_forward : bool
+        For a backward graph: draw its forward graph on the same canvas, linked by dashed edges.
+    """
+    if rankdir not in ("TB", "LR", "BT", "RL"):
+        raise ValueError(f"rankdir must be one of TB, LR, BT, RL; got {rankdir!r}")
+    graph = _graph_of(x)
+    notes = []
+
+    def opts_for(g):
+        d = depth
+        if d is None:
+            d = _auto_depth(g)
+            if d is not None:
+                notes.append(
+                    f"{g.name}: {len(g.nodes):,} ops, drawn with scopes collapsed below depth={d}. "
+                    f"tk.render(x, depth='all') draws every op; depth={d + 1} one level more."
+                )
+        elif d == "all":
+            d = None
+        elif not isinstance(d, int | np.integer) or d < 0:
+            raise ValueError(f"depth must be a non-negative int, 'all' or None; got {depth!r}")
+        return _Options(
+            depth=None if d is None else int(d),
+            show_shapes=show_shapes,
+            show_values=show_values,
+            show_constants=show_constants,
+            collapse_repeats=collapse_repeats,
+            max_label_width=int(max_label_width or 0),
+        )
+
+    dot = Digraph(name=graph.name)
+    dot.attr(
+        rankdir=rankdir,
+        fontname=FONT,
+        fontsize="12",
+        nodesep="0.25",
+        ranksep="0.35",
+        labelloc="t",
+        labeljust="l",
+        id=graph.name if not with_forward else "tracekit",
+    )
+    dot.attr("node", fontname=FONT, fontsize="11", shape="box", height="0.3", margin="0.12,0.05")
+    dot.attr("edge", fontname=FONT, fontsize="9", fontcolor="#555555", color="#666666",
+             arrowsize="0.6")  # fmt: skip
+
+    values = getattr(x, "values", None) if show_values else None
+    plan = getattr(x, "plan", None)
+    refusals = getattr(plan, "refusals", None) if plan is not None else None
+    kernels = getattr(x, "kernels", None)
+    if kernels is not None and not isinstance(kernels, list | tuple):
+        kernels = list(kernels)
+
+    if with_forward:
+        fwd = getattr(x, "forward", None)
+        links = getattr(x, "links", None)
+        if fwd is None or links is None:
+            raise ValueError(
+                "with_forward=True needs a backward graph with .forward (the forward Traced) "
+                "and .links (backward var name -> forward var name), as tk.vjp returns"
+            )
+        fgraph = _graph_of(fwd)
+        fvalues = getattr(fwd, "values", None) if show_values else None
+        fsub = graphviz.Digraph(name="cluster_forward")
+        fsub.attr(id="graph-forward", label="forward", style="rounded", color="#9aa5b1",
+                  fontcolor="#44546a", fontsize="13")  # fmt: skip
+        fb = _Builder(fgraph, opts_for(fgraph), prefix="fwd-", values=fvalues)
+        fsrc = fb.build(fsub)
+        bsub = graphviz.Digraph(name="cluster_backward")
+        bsub.attr(id="graph-backward", label="backward", style="rounded", color="#c0504d",
+                  fontcolor="#c0504d", fontsize="13")  # fmt: skip
+        bb = _Builder(graph, opts_for(graph), values=values, kernels=kernels, refusals=refusals,
+                      backward=True)  # fmt: skip
+        bsrc = bb.build(bsub)
+        dot.subgraph(fsub)
+        dot.subgraph(bsub)
+        fby = {v.name: s for v, s in fsrc.items()}
+        bby = {v.name: s for v, s in bsrc.items()}
+        for bname, fname in dict(links).items():
+            tail, head = fby.get(str(fname)), bby.get(str(bname))
+            if tail is None or head is None or tail == head:
+                continue
+            dot.edge(
+                _safe(tail),
+                _safe(head),
+                _attributes={
+                    "class": "link",
+                    "style": "dashed",
+                    "color": "#8c8c8c",
+                    "arrowhead": "empty",
+                    "tooltip": f"forward %{fname} -> backward %{bname}",
+                },
+            )
+    else:
+        b = _Builder(graph, opts_for(graph), values=values, kernels=kernels, refusals=refusals)
+        b.build(dot)
+
+    title = graph.name
+    if notes:
+        for note in notes:
+            warnings.warn(note, stacklevel=2)
+        title = title + "\\n" + "\\n".join(notes)
+    dot.attr(label=graphviz.nohtml(title))
+    return dot
+
+
+def mimebundle(x) -> dict:
+    """Jupyter's view of a Traced: ``{"image/svg+xml": scaled SVG, "text/plain": the listing}``.
+
+    If no layout engine can run, returns the listing alone and warns with what to install.
+    """
+    graph = _graph_of(x)
+    listing = str(graph)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            svg = render(x).pipe(format="svg", encoding="utf-8")
+    except EngineNotFound as e:
+        warnings.warn(f"graph not drawn: {e}", stacklevel=2)
+        return {"text/plain": listing}
+    return {"image/svg+xml": scale_svg(svg), "text/plain": listing}
