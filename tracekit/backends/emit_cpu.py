@@ -17,6 +17,7 @@ from .planner import Step
 
 PARALLEL_MIN_WORK = 1 << 15  # elements; below this a kernel runs serially (no thread start-up)
 CHUNKS = 64  # partial results per whole-array reduction
+LANES = 16  # independent accumulators per row reduction
 
 
 def acc_dtype(op, out):
@@ -192,8 +193,25 @@ class KernelSource:
             depth += 1
         for v in scratch:
             if v not in self.alias:
-                self.emit(f"{self.p}s_{v.ident} = np.empty({L.red_total}, {S.ctor(v.dtype)})", depth)
-        lo, hi = (f"{ch} * {chunk}", f"min({n_outer}, ({ch} + 1) * {chunk})") if parallel else ("0", str(n_outer))
+                self.emit(
+                    f"{self.p}s_{v.ident} = np.empty({L.red_total}, {S.ctor(v.dtype)})", depth
+                )
+        lo, hi = (
+            (f"{ch} * {chunk}", f"min({n_outer}, ({ch} + 1) * {chunk})")
+            if parallel
+            else ("0", str(n_outer))
+        )
+        red_sizes = [L.sizes[c] for c in L.red]
+        self.lanes = (
+            LANES
+            if len(red_sizes) == 1
+            and red_sizes[0] >= 2 * LANES
+            and not any(r.op in ("argmax", "argmin") for r in self.reduces)
+            else 0
+        )
+        for r in self.reduces if self.lanes else ():
+            acc = S.ctor(acc_dtype(r.op, r.out.dtype))
+            self.emit(f"{self.p}r_{r.out.ident}_l = np.empty({LANES}, {acc})", depth)
         self.emit(f"for {i0} in range({lo}, {hi}):", depth)
         depth = self._loops(rest, depth + 1, False)
         self._row_nodes(phase, 0, depth)
@@ -201,11 +219,27 @@ class KernelSource:
             reds = [r for r in self.reduces if phase.get(r.inputs[0], 0) == p]
             for r in reds:
                 self._acc_init(r, depth)
-            inner = self._loops(L.red, depth, False)
-            self._pass_body(p, phase, scratch, reds, inner)
+            if self.lanes and reds:
+                self._lane_loops(p, phase, scratch, reds, depth, red_sizes[0])
+            else:
+                inner = self._loops(L.red, depth, False)
+                self._pass_body(p, phase, scratch, reds, inner)
             for r in reds:
                 self._acc_final(r, depth)
             self._row_nodes(phase, p + 1, depth)
+
+    def _lane_loops(self, p, phase, scratch, reds, depth, n):
+        """The reduced loop in blocks of LANES independent accumulators (they vectorise,
+        without reassociating anything), then the tail in lane 0."""
+        j, blk, lane = self.layout.names[self.layout.red[0]], f"{self.p}jb", f"{self.p}l"
+        main = n - n % LANES
+        self.emit(f"for {blk} in range(0, {main}, {LANES}):", depth)
+        self.emit(f"for {lane} in range({LANES}):", depth + 1)
+        self.emit(f"{j} = {blk} + {lane}", depth + 2)
+        self._pass_body(p, phase, scratch, reds, depth + 2, lane=lane)
+        if main < n:
+            self.emit(f"for {j} in range({main}, {n}):", depth)
+            self._pass_body(p, phase, scratch, reds, depth + 1, lane="0")
 
     def _whole(self):
         """A reduction over every dimension: parallel chunks, then an ordered combine."""
@@ -293,7 +327,7 @@ class KernelSource:
         o = self.alias.get(x)
         return self.at(o) if o is not None else f"{self.p}s_{x.ident}[{flat}]"
 
-    def _pass_body(self, p, phase, scratch, reds, depth, flat=None):
+    def _pass_body(self, p, phase, scratch, reds, depth, flat=None, lane=None):
         g, L = self.group, self.layout
         flat = flat or L.flat_red()
         self.local = {k: v for k, v in self.local.items() if g.role.get(k) == "row"}
@@ -315,7 +349,8 @@ class KernelSource:
             if r.op in ("argmax", "argmin"):
                 self._arg_update(r, v, flat, depth)
             else:
-                self._combine(r, S.cast(v, x.dtype, acc_dtype(r.op, r.out.dtype)), depth)
+                v = S.cast(v, x.dtype, acc_dtype(r.op, r.out.dtype))
+                self._combine(r, v, depth, lane)
 
     def _row_nodes(self, phase, p, depth):
         g = self.group
@@ -330,11 +365,13 @@ class KernelSource:
         if r.op in ("argmax", "argmin"):
             self.emit(f"{a} = {_init(r.op, x.dtype)}", depth)
             self.emit(f"{a}_i = 0", depth)
+        elif getattr(self, "lanes", 0):
+            self.emit(f"{a}_l[:] = {_init(r.op, acc_dtype(r.op, r.out.dtype))}", depth)
         else:
             self.emit(f"{a} = {_init(r.op, acc_dtype(r.op, r.out.dtype))}", depth)
 
-    def _combine(self, r, v, depth):
-        a = f"{self.p}r_{r.out.ident}"
+    def _combine(self, r, v, depth, lane=None):
+        a = f"{self.p}r_{r.out.ident}" + (f"_l[{lane}]" if lane is not None else "")
         acc = acc_dtype(r.op, r.out.dtype)
         if r.op == "sum":
             src = f"{a} | ({v} != 0)" if acc.kind == "b" else f"{a} + {v}"
@@ -360,6 +397,10 @@ class KernelSource:
 
     def _acc_final(self, r, depth):
         a = f"{self.p}r_{r.out.ident}"
+        if getattr(self, "lanes", 0) and r.op not in ("argmax", "argmin"):
+            self.emit(f"{a} = {_init(r.op, acc_dtype(r.op, r.out.dtype))}", depth)
+            self.emit(f"for {self.p}l in range({LANES}):", depth)
+            self._combine(r, f"{a}_l[{self.p}l]", depth + 1)
         src = (
             f"{a}_i"
             if r.op in ("argmax", "argmin")
