@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 import tracekit as tk
@@ -52,27 +54,74 @@ def main():
 
 
 def extras():
-    """Later stages of the tour, each present when its part of tracekit is."""
-    steps = []
-    try:
-        from tracekit import render  # noqa: F401
+    """Later stages of the tour: the picture, then compiling."""
+    return [_render_step, _compile_step]
 
-        steps.append(_render_step)
-    except ImportError:
-        pass
-    return steps
+
+def _median_ms(fn, repeats=15):
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return 1e3 * sorted(times)[len(times) // 2]
+
+
+def gelu(x):
+    return 0.5 * x * (1.0 + np.tanh(0.7978845608 * (x + 0.044715 * x**3)))
+
+
+def softmax(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def layernorm(x):
+    m = x.mean(axis=-1, keepdims=True)
+    d = x - m
+    return d / np.sqrt((d * d).mean(axis=-1, keepdims=True) + 1e-5)
+
+
+def _compile_step(t, model, x):
+    section("compiled with numba (tk.compile)")
+    c = tk.compile(t, target="cpu")
+    print(c.plan)
+    diff = np.abs(c(x) - model(x)).max()
+    print(f"compiled result equals NumPy's: max |difference| = {diff:.3g}")
+    section("speedups measured now, on this machine (median of 15 runs)")
+    rng = np.random.default_rng(0)
+    work = [
+        ("gelu f32[4M]", gelu, rng.standard_normal(4_000_000).astype(np.float32)),
+        ("softmax f32[1024,1024]", softmax, rng.standard_normal((1024, 1024)).astype(np.float32)),
+        ("layernorm f32[1024,1024]", layernorm, rng.standard_normal((1024, 1024)).astype(np.float32)),
+    ]
+    print(f"{'workload':28s} {'NumPy ms':>10s} {'tracekit ms':>12s} {'speedup':>8s} {'kernels':>8s}")
+    for name, fn, arg in work:
+        ck = tk.compile(tk.trace(fn, arg), progress=False)
+        ok = np.allclose(ck(arg), fn(arg), rtol=1e-4, atol=1e-5)
+        a, b = _median_ms(lambda: fn(arg)), _median_ms(lambda: ck(arg))
+        flag = "" if ok else "  (MISMATCH)"
+        print(f"{name:28s} {a:10.2f} {b:12.2f} {a / b:7.1f}x {len(ck.kernels):8d}{flag}")
+    print("(benchmarks/cpu.py compares with numexpr and jax.jit too: make bench)")
 
 
 def _render_step(t, model, x):
+    import os
+
+    from tracekit.render import find_engine
+
+    section("the graph as a picture (tk.render)")
     try:
+        path_to_dot, how = find_engine(describe=True)
         svg = tk.render(t).pipe(format="svg")
     except Exception as e:  # rendering is optional in the terminal tour
         print(f"(rendering skipped: {e})")
         return
-    with open("demo.svg", "wb") as f:
+    path = os.path.abspath("demo.svg")
+    with open(path, "wb") as f:
         f.write(svg)
-    section("rendered")
-    print("wrote demo.svg: the graph as a picture (open it in a browser)")
+    print(f"wrote {path}: the graph as a picture, laid out by {how} ({path_to_dot})")
+    print("open it in a browser; in a notebook, evaluating `t` shows the same picture")
 
 
 if __name__ == "__main__":
