@@ -461,6 +461,20 @@ def test_backward_with_forward_on_one_canvas_linked_by_dashed_edges():
         tk.render(fwd, with_forward=True)
 
 
+def test_a_real_backward_graph_with_its_forward():
+    t = mlp_traced()
+    b = tk.vjp(t)
+    d = draw(b, with_forward=True)
+    assert set(d.edges("data")) == expected_data_edges(t.graph, "fwd-") | expected_data_edges(
+        b.graph
+    )
+    links = set(d.edges("link"))
+    assert links and all(
+        tail.startswith("fwd-") and not head.startswith("fwd-") for tail, head in links
+    )
+    assert len(links) <= len(b.links)
+
+
 # ---------------------------------------------------------------------- engines
 @pytest.fixture(params=["system dot", "graphviz-pure"])
 def engine(request, monkeypatch):

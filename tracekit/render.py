@@ -75,6 +75,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import textwrap
 import threading
 import warnings
 from collections import defaultdict
@@ -835,7 +836,13 @@ class _Builder:
         extra = {}
         if reasons:
             classes.append("refused")
-            lines.append("not fused: " + reasons[0])
+            reason = reasons[0]
+            if not reason.lower().startswith("not fused"):
+                reason = "not fused: " + reason
+            wrapped = textwrap.wrap(reason, max(12, width or 40))
+            lines += wrapped[:2]
+            if len(wrapped) > 2:
+                lines[-1] = _clip(lines[-1] + " \u2026", width)
             extra.update(color=REFUSED_COLOR, penwidth="2", fontcolor=REFUSED_COLOR)
             style = "rounded,filled,dashed"
         if n.op in INPLACE_OPS:
@@ -1095,8 +1102,10 @@ def render(
                 _attributes={
                     "class": "link",
                     "style": "dashed",
-                    "color": "#8c8c8c",
+                    "color": "#a6a6a6",
+                    "penwidth": "0.8",
                     "arrowhead": "empty",
+                    "constraint": "false",
                     "tooltip": f"forward %{fname} -> backward %{bname}",
                 },
             )
