@@ -114,9 +114,13 @@ def _numba_type(v: Var, ks):
 
 
 def _fastmath_imports(source: str) -> str:
-    """The import line for the fast-math functions ``source`` calls."""
+    """Bindings for the fast-math functions ``source`` calls."""
     names = sorted(set(re.findall(r"\b(fm_\w+)\(", source)))
-    return "from tracekit.backends.fastmath import " + ", ".join(names) + "\n" if names else ""
+    if not names:
+        return ""
+    lines = ["from tracekit.backends.fastmath import namespace as _fast_math", "_fm = _fast_math()"]
+    lines += [f"{n} = _fm[{n!r}]" for n in names]
+    return "\n".join(lines) + "\n"
 
 
 def _describe_failure(name, steps, e) -> str:

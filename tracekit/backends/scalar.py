@@ -235,7 +235,7 @@ def _fast_name(op: str, dtype, math: str) -> str | None:
     except Exception:  # fast math unavailable: numba's libm calls are still correct
         return None
     name = fastmath.name_for(op, np.dtype(dtype))
-    return name if name and hasattr(fastmath, name) else None
+    return name if name and name in fastmath.namespace() else None
 
 
 def expr(node: Node, args: list, dtypes: list, math: str = "fast", templates=None) -> str:
