@@ -232,7 +232,10 @@ def test_depth_collapses_scopes_into_summary_nodes():
     assert scopes == ["scope-MLP.__call__/Linear.__call__", "scope-MLP.__call__/Linear.__call__#2"]
     text = collapsed.text(scopes[0])
     assert "Linear.__call__" in text and "2 ops" in text
-    assert "in: f32[4,6], f32[6,5], f32[5]" in text and "out: f32[4,5]" in text
+    assert "in: f32[4,6]\nout: f32[4,5]\n+2 captured: self.l1.w, self.l1.b" in text
+    # the weights read only inside a collapsed scope are folded into it, the argument is not
+    assert collapsed.ids("input") == ["input-x"]
+    assert "capture %self_l1_w: f32[6,5] = self.l1.w" in collapsed.tooltip(scopes[0])
     assert not collapsed.ids("cluster")
     tanh = "node-" + next(n for n in t.graph.nodes if n.op == "tanh").outputs[0].name
     assert set(collapsed.edges("data")) >= {(scopes[0], tanh), (tanh, scopes[1])}
@@ -249,6 +252,7 @@ def test_collapse_repeats_draws_identical_blocks_once_marked_xN():
     assert "layer \u00d712" in d.text(rep) and "3 ops each" in d.text(rep)
     x, w = (f"input-{v.name}" for v in t.graph.inputs)
     assert sorted(d.edges("data")) == sorted([(x, rep), (w, rep), (rep, "output-0")])
+    assert d.ids("input") == [x, w]  # arguments are always drawn
     full = draw(t)
     assert len(full.ids("op")) == 36 and len(full.ids("scope")) == 12
 
@@ -258,6 +262,30 @@ def test_collapse_repeats_leaves_different_blocks_alone():
     d = draw(t, collapse_repeats=True)
     assert not d.ids("repeat")
     assert len(d.ids("op")) == len(t.graph.nodes)
+
+
+def test_collapse_repeats_folds_per_block_weights_into_the_xN_node():
+    class Block:
+        def __init__(self, rng):
+            self.w = rng.standard_normal((4, 4))
+
+        def __call__(self, x):
+            return x + np.tanh(x @ self.w)
+
+    rng = np.random.default_rng(0)
+    blocks = [Block(rng) for _ in range(5)]
+
+    def net(x):
+        for b in blocks:
+            x = b(x)
+        return x
+
+    d = draw(tk.trace(net, np.ones((2, 4))), collapse_repeats=True)
+    [rep] = d.ids("repeat")
+    assert d.ids("input") == ["input-x"]
+    assert "Block.__call__ \u00d75" in d.text(rep) and "+5 captured: closure:blocks[0].w" in d.text(
+        rep
+    )
 
 
 def test_collapse_repeats_with_depth_collapses_the_repeated_summaries():

@@ -54,6 +54,9 @@ edge                        graphviz's own (``edge12``)               ``edge <ed
 - (b) <edge kind>: ``data`` (a value flowing; ``data broadcast`` when the consumer broadcasts
   it), ``guard-link`` (value -> guard), ``writeback`` (marker -> the input it is copied into),
   ``link`` (forward value -> the backward node that reads it).
+- A captured array or constant read only by one collapsed node (``depth=``, ``collapse_repeats``)
+  is folded into it (named in its label and tooltip) and has no ``input-`` node of its own;
+  arguments are always drawn. Edges from a folded input start at the collapsed node.
 - Scope paths are whole ``Node.scope`` tuples (the outermost function included; the scope
   every op shares is not drawn as a cluster). With ``with_forward=True`` every id of the
   forward half gets the prefix ``fwd-`` (``fwd-node-3``).
@@ -357,7 +360,7 @@ class _Unit:
     cluster: tuple
     path: tuple = ()
     count: int = 1
-    classes: list = field(default_factory=list)
+    absorbed: list = field(default_factory=list)  # (Var, InputSpec) folded into a summary
 
 
 @dataclass
@@ -564,6 +567,23 @@ class _Builder:
         src: dict[Var, str] = {v: self.input_id(v) for v in g.inputs}
         for v, u in producer_unit.items():
             src[v] = u.id
+        # captured arrays and constants read by one collapsed node only are folded into it
+        consumers = defaultdict(set)
+        for u in units:
+            for n in u.nodes:
+                for x in n.var_inputs:
+                    consumers[x].add(u.id)
+        by_id = {u.id: u for u in units}
+        guard_vars = {gd.var for gd in g.guards}
+        absorbed = {}
+        for v, s in spec_of.items():
+            if s.kind == "arg" or v in guard_vars or v in set(g.outputs):
+                continue
+            cs = consumers.get(v, ())
+            if len(cs) == 1 and by_id[next(iter(cs))].kind != "op":
+                absorbed[v] = by_id[next(iter(cs))]
+                absorbed[v].absorbed.append((v, s))
+                src[v] = absorbed[v].id
         self.src = src
         self.drawn: set[str] = set()
         self._guards_drawn: set[str] = set()
@@ -596,7 +616,7 @@ class _Builder:
 
         # ---- inputs
         for v in g.inputs:
-            if v in hidden:
+            if v in hidden or v in absorbed:
                 continue
             s = spec_of[v]
             fill, border = INPUT_COLORS.get(s.kind, INPUT_COLORS["arg"])
@@ -755,6 +775,7 @@ class _Builder:
         if u.kind != "op":
             ops = len(u.nodes)
             produced = {v for n in u.nodes for v in n.outputs}
+            produced.update(v for v, _ in u.absorbed)
             ins, outs = [], []
             for n in u.nodes:
                 for x in n.inputs:
@@ -778,6 +799,11 @@ class _Builder:
                 title = name
                 count_line = _ops(ops)
             lines = [title, count_line, "in: " + short_list(ins), "out: " + short_list(outs)]
+            if u.absorbed:
+                kinds = {s.kind for _, s in u.absorbed}
+                what = "captured" if kinds == {"capture"} else "inputs"
+                names = ", ".join(s.label for _, s in u.absorbed)
+                lines.append(f"+{len(u.absorbed)} {what}: {names}")
             classes = ["scope"] + (["repeat"] if u.kind == "repeat" else [])
             if any(v in output_vars for n in u.nodes for v in n.outputs):
                 classes.append("output")
@@ -789,6 +815,7 @@ class _Builder:
                 + " > ".join(u.path),
                 _ops(ops) + (f" in {u.count} identical blocks" if u.kind == "repeat" else ""),
             ]
+            tip += [f"{s.kind} %{v.name}: {v.type} = {s.label}" for v, s in u.absorbed[:12]]
             tip += [format_node(n) for n in u.nodes[:12]]
             if len(u.nodes) > 12:
                 tip.append(f"... {len(u.nodes) - 12} more")
