@@ -50,7 +50,9 @@ class Compiled:
     (1, 1.0)
     """
 
-    def __init__(self, traced: Traced, target="cpu", math="fast", progress=None, cache=True):
+    def __init__(
+        self, traced: Traced, target="cpu", math="fast", progress=None, cache=True, stream=None
+    ):
         if target not in TARGETS:
             raise ValueError(f"unknown target {target!r}; choose one of {TARGETS}")
         if math not in MATH:
@@ -64,6 +66,9 @@ class Compiled:
         if target == "cpu":
             from .cpu import RUNTIME, CpuProgram, Runner
 
+            if stream is not None:
+                raise ValueError("stream= applies to target='cuda' only")
+
             self.program = CpuProgram(self.plan, math)
             self.program.load(disk=cache, progress=report)
             self.runner = Runner(self.plan, self.program)
@@ -72,8 +77,8 @@ class Compiled:
             from .cuda import CudaProgram
 
             self.program = CudaProgram(self.plan, math)
-            self.program.load(progress=report)
-            self.runner = self.program.runner()
+            self.program.load(disk=cache, progress=report)
+            self.runner = self.program.runner(stream=stream)
         self._pools = threading.local()
         self._fast = _fast_signature(traced)
         self._consts = [g.constants[v] for v, s in zip(g.inputs, g.specs) if s.kind == "const"]
@@ -104,6 +109,22 @@ class Compiled:
         return self.traced.flatten_args(args)
 
     def __call__(self, *args, out=None):
+        if self.target == "cuda":  # device arrays in/out, streams: the cuda runner's own path
+            return self.runner.call(self, args, out)
+        fast = self.runner.fast
+        if fast is not None:
+            try:
+                pool = self._pools.pool
+            except AttributeError:
+                pool = self._pool()
+            outs = None if out is None else _normalise_out(out, 1)
+            result = fast(args, outs, pool)
+            if result is not None:
+                if out is not None:
+                    if result is not outs[0]:
+                        np.copyto(outs[0], result)
+                    return out
+                return result[()] if result.ndim == 0 else result
         values = self._arguments(args)
         g = self.graph
         inputs = values + self._consts if self._consts else values
@@ -198,16 +219,19 @@ def _in_notebook() -> bool:
     return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
 
 
-def compile(traced, target: str = "cpu", math: str = "fast", progress=None, cache=True):  # noqa: A001
+def compile(  # noqa: A001
+    traced, target: str = "cpu", math: str = "fast", progress=None, cache=True, stream=None
+):
     """Compile a :class:`~tracekit.traced.Traced` for ``target``.
 
     ``math="fast"`` uses tracekit's vectorisable exp/log/tanh/... (stated ulp bounds);
     ``math="libm"`` calls numba's libm. ``progress=False`` silences the compile progress;
-    ``cache=False`` skips the on-disk cache.
+    ``cache=False`` skips the on-disk cache. ``stream=`` (cuda only) runs every call on that
+    stream (numba, CuPy or torch stream, or a raw handle) instead of one made for it.
     """
     if not isinstance(traced, Traced):
         raise TypeError(f"tk.compile takes a Traced (from tk.trace), got {type(traced).__name__}")
     t0 = time.perf_counter()
-    c = Compiled(traced, target, math, progress, cache)
+    c = Compiled(traced, target, math, progress, cache, stream)
     c.compile_seconds = time.perf_counter() - t0
     return c

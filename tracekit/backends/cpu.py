@@ -35,9 +35,7 @@ def _segments(plan: Plan) -> list:
             g = step.group
             # a whole-array reduction accumulates per chunk in one scalar: let LLVM reassociate
             # it (row reductions vectorise exactly, in lanes; see emit_cpu)
-            reduces = g.kind == "row" and all(
-                d in g.axes for d, n in enumerate(g.shape) if n != 1
-            )
+            reduces = g.kind == "row" and all(d in g.axes for d, n in enumerate(g.shape) if n != 1)
             if cur is None or cur[2] != reduces:
                 cur = (i, [], reduces)
                 segs.append(cur)
@@ -142,7 +140,7 @@ class Runner:
     def __init__(self, plan: Plan, program: CpuProgram):
         self.plan, self.program = plan, program
         g = plan.graph
-        self.ns = {"np": np, "_empty": np.empty}
+        self.ns = {"np": np, "_empty": np.empty, "_ndarray": np.ndarray}
         self.escaping = _escaping(plan)
         self.local = threading.local()
         lines = ["def run(inputs, outs, pool):"]
@@ -175,10 +173,47 @@ class Runner:
                 lines.append(f"    {targets} = {self._host(node, names, result_pos)}")
         outs = [names[o] for o in g.outputs]
         guards = [names[gd.var] for gd in g.guards]
+        body = lines[2:] if g.inputs else lines[1:]  # after the def and the unpacking
         lines.append(f"    return [{', '.join(outs)}], [{', '.join(guards)}]")
         self.source = "\n".join(lines) + "\n"
+        fast = self._fast_source(body, outs)
+        if fast:
+            self.source += "\n\n" + fast
         exec(compile(self.source, f"<tracekit runner {g.name}>", "exec"), self.ns)
         self.fn = self.ns["run"]
+        self.fast = self.ns.get("fast")
+
+    def _fast_source(self, body, outs) -> str | None:
+        """``fast(args, outs, pool)``: the whole call for plain arrays of the traced shapes and
+        dtypes, one result, no write-backs, guards or captures; None (not a result) otherwise."""
+        g = self.plan.graph
+        args = [v for v, s in zip(g.inputs, g.specs) if s.kind == "arg"]
+        others = [v for v, s in zip(g.inputs, g.specs) if s.kind != "arg"]
+        if g.writebacks or g.guards or g.n_results != 1 or any(v.weak for v in args):
+            return None
+        if any(s.kind == "capture" for s in g.specs):
+            return None
+        lines = [
+            "def fast(args, outs, pool):",
+            f"    if len(args) != {len(args)}:",
+            "        return None",
+        ]
+        if args:
+            lines.append(f"    {', '.join(f'v_{v.ident}' for v in args)}, = args")
+        for v in args:
+            a = f"v_{v.ident}"
+            self.ns[f"_dt_{v.ident}"] = v.dtype
+            lines.append(
+                f"    if type({a}) is not _ndarray or {a}.shape != {v.shape!r} "
+                f"or {a}.dtype != _dt_{v.ident}:"
+            )
+            lines.append("        return None")
+        for v in others:  # constants
+            self.ns[f"_const_{v.ident}"] = g.constants[v]
+            lines.append(f"    v_{v.ident} = _const_{v.ident}")
+        lines += body
+        lines.append(f"    return {outs[0]}")
+        return "\n".join(lines) + "\n"
 
     def _alloc(self, v: Var, result_pos) -> str:
         shape, dt = v.shape, f"np.{v.dtype.name}"
