@@ -27,10 +27,19 @@ def render(x, **options):
 
 
 def explore(x, **options):
-    """An interactive notebook widget for a Traced / Compiled / backward graph."""
+    """An interactive notebook widget for a Traced / Compiled / backward graph.
+
+    See ``tracekit.explore.explore`` (options: ``view``, ``target``, ``height``, and
+    :func:`render`'s). ipywidgets is imported on the first call, not at ``import tracekit``.
+    """
     from .explore import explore as _explore
 
+    # That import bound `tracekit.explore` to the submodule: put this function back.
+    globals()["explore"] = _explore_entry
     return _explore(x, **options)
+
+
+_explore_entry = explore
 
 
 def compile(traced, target: str = "cpu", **options):  # noqa: A001  (the public name)
