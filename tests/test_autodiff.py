@@ -668,9 +668,9 @@ def test_float32_gradients_stay_float32():
 
 # ---------------------------------------------------------------------- compiled backward graphs
 _BACKEND_BUG = (
-    "CPU backend bug (reported): a view step inside a kernel segment is emitted after the "
-    "segment call (KeyError in Runner), and row kernels read an elementwise kernel's output "
-    "of the same segment wrongly: np.sum((x + 1.0) * m, axis=1) differs from NumPy"
+    "backend bug (reported): a broadcast_to view (of the scalar cotangent) feeding a fused kernel "
+    "is not bound when the kernel runs (KeyError on cpu and cuda); and the cpu row kernel of "
+    "np.sum((x + 1.0) * m, axis=1) with x: (5,), m: (5, 5) differs from NumPy"
 )
 
 
