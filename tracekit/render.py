@@ -88,7 +88,7 @@ import graphviz
 import numpy as np
 from graphviz.backend import dot_command, piping, rendering
 
-from .ir import Graph, Var, fmt_value, format_node
+from .ir import Graph, Var, fmt_value, format_node, type_str
 
 __all__ = [
     "render",
@@ -311,9 +311,34 @@ def _base(name: str) -> str:
     return re.sub(r"#\d+$", "", name)
 
 
-def _safe(name: str) -> str:
-    """A DOT node name for an id (':' would be read as a port)."""
-    return name.replace(":", "_")
+def _quote(value) -> str:
+    """A double-quoted DOT string (labels come here with their backslashes already doubled)."""
+    text = str(value).replace('"', '\\"')
+    if (len(text) - len(text.rstrip("\\"))) % 2:
+        text += "\\"
+    return f'"{text}"'
+
+
+def _attr_text(attrs: dict) -> str:
+    return " ".join(f"{k}={_quote(v)}" for k, v in attrs.items() if v is not None and v != "")
+
+
+def _add_node(dot, name: str, attrs: dict):
+    # written straight into the body: graphviz's node() quoting dominated the build time
+    dot.body.append(f"\t{_quote(name)} [{_attr_text(attrs)}]\n")
+
+
+def _add_edge(dot, tail: str, head: str, attrs: dict):
+    dot.body.append(f"\t{_quote(tail)} -> {_quote(head)} [{_attr_text(attrs)}]\n")
+
+
+@functools.lru_cache(maxsize=4096)
+def _type_of(shape, dtype, weak) -> str:
+    return type_str(shape, dtype) + ("~" if weak else "")
+
+
+def _vtype(v: Var) -> str:
+    return _type_of(v.shape, v.dtype, v.weak)
 
 
 def _kind(op: str) -> str:
@@ -521,12 +546,12 @@ class _Builder:
             ins = []
             for x in n.inputs:
                 if isinstance(x, Var):
-                    ins.append(("l", local[x]) if x in local else ("x", x.type))
+                    ins.append(("l", local[x]) if x in local else ("x", _vtype(x)))
                 else:
                     ins.append(("c", _short(x, 200)))
             inner = tuple(_base(s) for s in self.rel[i][len(path) :])
             out.append(
-                (n.op, _attr_key(n.attrs), tuple(v.type for v in n.outputs), tuple(ins), inner)
+                (n.op, _attr_key(n.attrs), tuple(_vtype(v) for v in n.outputs), tuple(ins), inner)
             )
             for k, v in enumerate(n.outputs):
                 local[v] = (j, k)
@@ -623,7 +648,7 @@ class _Builder:
             classes = ["input", s.kind] + (["output"] if v in output_vars else [])
             if guarded.get(src[v]):
                 classes.append("guarded")
-            lines = [s.label if s.kind != "const" else "const", v.type]
+            lines = [s.label if s.kind != "const" else "const", _vtype(v)]
             if s.kind == "const" and v in g.constants:
                 lines[0] = "const " + _short(g.constants[v], 20)
             vl = self._value(v)
@@ -641,7 +666,7 @@ class _Builder:
                 dot,
                 src[v],
                 _label(lines + [vl], width),
-                _tooltip([f"{s.kind} input %{v.name}: {v.type}", s.label]),
+                _tooltip([f"{s.kind} input %{v.name}: {_vtype(v)}", s.label]),
                 classes,
                 **attrs,
             )
@@ -699,7 +724,7 @@ class _Builder:
                 dot,
                 oid,
                 _label([text], width),
-                _tooltip([f"graph output {oi}: %{v.name}: {v.type}", text]),
+                _tooltip([f"graph output {oi}: %{v.name}: {_vtype(v)}", text]),
                 classes,
                 shape="box",
                 style="rounded,bold",
@@ -710,10 +735,11 @@ class _Builder:
             if v in src and v not in hidden:
                 self._data_edge(dot, src[v], oid, v, None)
             if target is not None and target not in hidden:
-                dot.edge(
-                    _safe(oid),
-                    _safe(src[target]),
-                    _attributes={
+                _add_edge(
+                    dot,
+                    oid,
+                    src[target],
+                    {
                         "class": "writeback",
                         "style": "dashed",
                         "color": "#c0504d",
@@ -722,7 +748,7 @@ class _Builder:
                         "tooltip": f"copied into {spec_of[target].label} after each call",
                     },
                 )
-        return src
+        return {v: s for v, s in src.items() if s in self.drawn}
 
     def _value(self, v):
         if not self.o.show_values or v not in self.values:
@@ -734,7 +760,8 @@ class _Builder:
         attrs["id"] = nid
         attrs["class"] = " ".join(dict.fromkeys(classes))
         attrs["tooltip"] = tooltip
-        dot.node(_safe(nid), label, _attributes={k: v for k, v in attrs.items() if v != ""})
+        attrs["label"] = label
+        _add_node(dot, nid, attrs)
 
     def _cluster_attrs(self, sub, path):
         if path and path[0] and isinstance(path[0], tuple) and path[0][0] == "kernel":
@@ -779,14 +806,14 @@ class _Builder:
             ins, outs = [], []
             for n in u.nodes:
                 for x in n.inputs:
-                    if isinstance(x, Var) and x not in produced and x.type not in ins:
-                        ins.append(x.type)
+                    if isinstance(x, Var) and x not in produced and _vtype(x) not in ins:
+                        ins.append(_vtype(x))
             users = self._users()
             for n in u.nodes:
                 for v in n.outputs:
                     used_out = v in output_vars or any(m not in u.nodes for m in users.get(v, ()))
-                    if used_out and v.type not in outs:
-                        outs.append(v.type)
+                    if used_out and _vtype(v) not in outs:
+                        outs.append(_vtype(v))
 
             def short_list(ts):
                 return ", ".join(ts[:3]) + (", \u2026" if len(ts) > 3 else "")
@@ -815,7 +842,7 @@ class _Builder:
                 + " > ".join(u.path),
                 _ops(ops) + (f" in {u.count} identical blocks" if u.kind == "repeat" else ""),
             ]
-            tip += [f"{s.kind} %{v.name}: {v.type} = {s.label}" for v, s in u.absorbed[:12]]
+            tip += [f"{s.kind} %{v.name}: {_vtype(v)} = {s.label}" for v, s in u.absorbed[:12]]
             tip += [format_node(n) for n in u.nodes[:12]]
             if len(u.nodes) > 12:
                 tip.append(f"... {len(u.nodes) - 12} more")
@@ -949,10 +976,11 @@ class _Builder:
         )
         source = self.src.get(gd.var)
         if source in self.drawn:
-            dot.edge(
-                _safe(source),
-                _safe(gid),
-                _attributes={
+            _add_edge(
+                dot,
+                source,
+                gid,
+                {
                     "class": "guard-link",
                     "style": "dashed",
                     "color": border,
@@ -962,20 +990,20 @@ class _Builder:
 
     def _data_edge(self, dot, tail, head, v: Var, consumer):
         attrs = {"class": "data"}
-        label = v.type if self.o.show_shapes else ""
-        tip = f"%{v.name}: {v.type}"
+        label = _vtype(v) if self.o.show_shapes else ""
+        tip = f"%{v.name}: {_vtype(v)}"
         if consumer is not None and _kind(consumer.op) == "elementwise":
             out = consumer.outputs[0]
             if v.shape != out.shape and out.ndim > 0:
                 attrs.update({"class": "data broadcast", "color": "#d35400", "style": "bold"})
                 shape = ",".join(map(str, out.shape))
                 if self.o.show_shapes:
-                    label = f"{v.type} \u2192 [{shape}]"
+                    label = f"{_vtype(v)} \u2192 [{shape}]"
                 tip += f" broadcast to [{shape}]"
         if label:
             attrs["label"] = graphviz.nohtml(label)
         attrs["tooltip"] = graphviz.nohtml(tip)
-        dot.edge(_safe(tail), _safe(head), _attributes=attrs)
+        _add_edge(dot, tail, head, attrs)
 
 
 # ====================================================================== entry points
@@ -1123,10 +1151,11 @@ def render(
             tail, head = fby.get(str(fname)), bby.get(str(bname))
             if tail is None or head is None or tail == head:
                 continue
-            dot.edge(
-                _safe(tail),
-                _safe(head),
-                _attributes={
+            _add_edge(
+                dot,
+                tail,
+                head,
+                {
                     "class": "link",
                     "style": "dashed",
                     "color": "#a6a6a6",
