@@ -291,7 +291,11 @@ def backward(t: Traced, wrt=None, *, seed: bool = False, with_value: bool = Fals
     b = BackwardTraced(graph, in_tree, out_tree, [by_var.get(v) for v in inputs], examples)
     b.forward = t
     names = {v.name for v in graph.inputs} | {o.name for n in graph.nodes for o in n.outputs}
-    links = {rename.get(k, k): v for k, v in ctx.links.items()}
+    links = {
+        rename.get(k, k): v
+        for k, v in ctx.links.items()
+        if k in rename or k not in ctx.generated  # (dropped gradient Vars kept their old names)
+    }
     b.links = {k: v for k, v in links.items() if k in names}
     return b
 
