@@ -305,7 +305,16 @@ def _column_stack(tup):
     return _concatenate(xs, 1)
 
 
-@implements(np.split, np.array_split)
+@implements(np.split)
+def _split_equal(ary, indices_or_sections, axis=0):
+    if isinstance(indices_or_sections, int | np.integer):
+        x = _traced(ary)
+        if x.shape[T._norm_axis(axis, x.ndim)[0]] % int(indices_or_sections):
+            raise ValueError("array split does not result in an equal division")
+    return _split(ary, indices_or_sections, axis)
+
+
+@implements(np.array_split)
 def _split(ary, indices_or_sections, axis=0):
     x = _traced(ary)
     axis = T._norm_axis(axis, x.ndim)[0]

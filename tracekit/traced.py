@@ -43,7 +43,7 @@ def trace(fn, *example_args, strict: bool = False, keep_values: bool = False, na
     names = _leaf_names(fn, paths)
     args = []
     for leaf, nm in zip(leaves, names):
-        weak = isinstance(leaf, float | complex)
+        weak = T._is_python_scalar(leaf)
         if isinstance(leaf, np.ndarray):
             if leaf.dtype.kind not in "biufc":
                 raise TraceError(
@@ -160,6 +160,7 @@ def _make_static(tree, leaves, outputs):
 
 # ---------------------------------------------------------------------- creation functions
 _CREATION = ("zeros", "ones", "empty", "full", "arange", "linspace", "eye", "identity")
+_CREATION += ("array", "asarray", "asanyarray", "ascontiguousarray")
 
 
 @contextlib.contextmanager
@@ -182,7 +183,8 @@ def _creation_wrapper(name, original):
         ctx = T.current()
         if ctx is None or not T.is_user_frame(sys._getframe(1)) or kwargs.get("like") is not None:
             return original(*args, **kwargs)
-        return builder(ctx, *args, **kwargs)
+        res = builder(ctx, *args, **kwargs)
+        return original(*args, **kwargs) if res is NotImplemented else res
 
     wrapper.__name__ = name
     wrapper.__wrapped__ = original
@@ -231,6 +233,8 @@ def _create_full(ctx, shape, fill_value, dtype=None, order="C", **kw):
 
 
 def _create_arange(ctx, *args, dtype=None, **kw):
+    if len(args) == 4:  # arange(start, stop, step, dtype)
+        *args, dtype = args
     args = [_static(a) for a in args]
     value = np.arange(*args, dtype=dtype)
     start, stop, step = (0, args[0], 1) if len(args) == 1 else (list(args) + [1])[:3]
@@ -264,6 +268,35 @@ def _create_eye(ctx, N, M=None, k=0, dtype=float, order="C", **kw):
 
 def _create_identity(ctx, n, dtype=None, **kw):
     return _create_eye(ctx, n, dtype=dtype or float)
+
+
+def _create_array(ctx, obj, dtype=None, *, copy=True, ndmin=0, **kw):
+    res = _as_traced_array(obj, dtype, copy)
+    if res is NotImplemented or res.ndim >= ndmin:
+        return res
+    return T.reshape(res, (1,) * (ndmin - res.ndim) + res.shape)
+
+
+def _create_asarray(ctx, a, dtype=None, order=None, **kw):
+    return _as_traced_array(a, dtype, kw.get("copy"))
+
+
+_create_asanyarray = _create_ascontiguousarray = _create_asarray
+
+
+def _as_traced_array(obj, dtype, copy):
+    """``np.array``/``np.asarray`` of traced values (NotImplemented: no traced value inside)."""
+    if isinstance(obj, T.TracedArray):
+        if dtype is not None and (np.dtype(dtype) != obj.dtype or obj.weak):
+            return T.astype(obj, dtype, False)
+        if obj.weak:
+            return T.astype(obj, obj.dtype, False)
+        return T.copy(obj) if copy else obj
+    if isinstance(obj, list | tuple) and any(
+        isinstance(e, T.TracedArray) for e in T._iter_deep(obj)
+    ):
+        return T.array_from(obj, dtype)
+    return NotImplemented
 
 
 # ---------------------------------------------------------------------- the traced callable
@@ -362,10 +395,11 @@ def check_value(var: Var, value, what: str):
     if var.weak:
         if not isinstance(value, float | complex | np.floating | np.complexfloating):
             raise TypeError(
-                f"{what}: traced with a Python {var.dtype.kind == 'c' and 'complex' or 'float'}, got {type(value).__name__}"
+                f"{what}: traced with a Python {'complex' if var.dtype.kind == 'c' else 'float'}, "
+                f"got {type(value).__name__}"
             )
         return
-    if isinstance(value, float | complex | int) and not isinstance(value, bool):
+    if isinstance(value, float | complex | int) and not isinstance(value, bool | np.generic):
         raise TypeError(
             f"{what}: traced with an array {var.type}, got a Python {type(value).__name__}"
         )

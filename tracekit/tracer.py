@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import linecache
+import operator
 import os
 import sys
 import threading
@@ -366,7 +367,7 @@ def scan_captures(fn, depth=4) -> dict:
     if owner is not None and not isinstance(owner, types.ModuleType):
         visit(owner, "self", lambda o=owner: o, depth)
         target = target.__func__
-    elif not isinstance(target, types.FunctionType) and hasattr(target, "__call__"):
+    elif not isinstance(target, types.FunctionType) and callable(target):
         visit(target, "self", lambda o=target: o, depth)
         target = getattr(type(target).__call__, "__func__", type(target).__call__)
     code = getattr(target, "__code__", None)
@@ -495,7 +496,7 @@ class TracedArray:
 
     @property
     def weak(self) -> bool:
-        return isinstance(self._value, float | complex)
+        return _is_python_scalar(self._value)
 
     def _write(self, new: Var):
         """Replace this array's whole contents by ``new`` (same shape and dtype)."""
@@ -552,8 +553,9 @@ class TracedArray:
     def __array__(self, dtype=None, copy=None):
         src = user_source(2)
         raise TraceError(
-            f"a traced array was converted to a plain NumPy array at {src} `{src.text if src else ''}`"
-            ": the graph would lose track of it. Create arrays inside the traced code with "
+            "a traced array was converted to a plain NumPy array at "
+            f"{src} `{src.text if src else ''}`: the graph would lose track of it. "
+            "Create arrays inside the traced code with "
             "np.zeros/np.empty_like (they are traced), or wrap non-NumPy code with tk.python_op."
         )
 
@@ -598,8 +600,8 @@ class TracedArray:
     # -- methods (NumPy's ndarray API)
     T = property(lambda self: transpose(self))
     mT = property(lambda self: swapaxes(self, -1, -2))
-    real = property(lambda self: real(self))
-    imag = property(lambda self: imag(self))
+    real = property(lambda self: real(self), lambda self, v: setitem(real(self), ..., v))
+    imag = property(lambda self: imag(self), lambda self, v: _set_imag(self, v))
 
     def astype(self, dtype, copy=True, **kw):
         return astype(self, dtype, copy)
@@ -630,7 +632,7 @@ class TracedArray:
         return copy(self)
 
     def conj(self):
-        return np.conjugate(self)
+        return np.conjugate(self) if self.dtype.kind == "c" else _alias(self)
 
     conjugate = conj
 
@@ -702,6 +704,9 @@ def _binary(name, reflected=False):
             list | tuple | np.ndarray | TracedArray | int | float | complex | bool | np.generic,
         ):
             a, b = (other, self) if reflected else (self, other)
+            fast = _fast_power(self, other) if name == "power" and not reflected else None
+            if fast is not None:
+                return _call_ufunc(fast, (self,), {})
             weak = _weak_operand(self) and _weak_operand(other)
             return _call_ufunc(uf, (a, b), {}, weak=weak)
         return NotImplemented
@@ -709,10 +714,29 @@ def _binary(name, reflected=False):
     return op
 
 
+def _fast_power(x, exponent):
+    """The ufunc NumPy's ``array ** scalar`` uses instead of ``power`` (its results differ)."""
+    if not isinstance(x._value, np.ndarray):
+        return None
+    kind = x.dtype.kind
+    if type(exponent) is int and exponent == 2:
+        return np.square
+    if type(exponent) is int and exponent == -1 and kind in "fc":
+        return np.reciprocal
+    if type(exponent) is float and exponent == 0.5 and kind in "fc":
+        return np.sqrt
+    return None
+
+
 def _weak_operand(x) -> bool:
     if isinstance(x, TracedArray):
         return x.weak
-    return isinstance(x, float | complex | int) and not isinstance(x, bool)
+    return isinstance(x, float | complex | int) and not isinstance(x, bool | np.generic)
+
+
+def _is_python_scalar(x) -> bool:
+    """A Python float or complex (weak under NEP 50); NumPy scalars subclassing them are not."""
+    return isinstance(x, float | complex) and not isinstance(x, np.generic)
 
 
 def _inplace(name):
@@ -721,7 +745,11 @@ def _inplace(name):
     def op(self, other):
         if not isinstance(self._value, np.ndarray):  # scalars rebind, as in Python
             return _call_ufunc(uf, (self, other), {}, weak=self.weak and _weak_operand(other))
-        _call_ufunc(uf, (self, other), {"out": (self,)})
+        fast = _fast_power(self, other) if name == "power" else None
+        if fast is not None:
+            _call_ufunc(fast, (self,), {"out": (self,)})
+        else:
+            _call_ufunc(uf, (self, other), {"out": (self,)})
         return self
 
     return op
@@ -807,8 +835,26 @@ def _ufunc(ufunc, method, inputs, kwargs):
     if method == "accumulate" and ufunc.__name__ in _ACCUMULATE_UFUNCS:
         axis = kwargs.pop("axis", 0)
         return scan(_ACCUMULATE_UFUNCS[ufunc.__name__], inputs[0], axis, **kwargs)
+    if method == "at" and ufunc is np.add and len(inputs) == 3 and not kwargs:
+        return _add_at(*inputs)
     raise unsupported(
         types.SimpleNamespace(__name__=f"{ufunc.__name__}.{method}", __module__="numpy")
+    )
+
+
+def _add_at(a, indices, b):
+    """``np.add.at(a, indices, b)``: an unbuffered scatter-add into ``a`` (an ``index_add``)."""
+    ctx = _ctx_of(a, indices, b)
+    target = ctx.lift(a)
+    if not isinstance(target, TracedArray):
+        raise TypeError("np.add.at needs an array to add into")
+    idx, arrays = _split_index(target, indices)
+    value = ctx.lift(b)
+    vv = value._value if isinstance(value, TracedArray) else value
+    np.add.at(target._value, _ops.build_index(idx, [x._value for x in arrays]), vv)
+    ins = [target.ir_var, value.ir_var if isinstance(value, TracedArray) else value]
+    target._write(
+        ctx.emit_var("index_add", ins + [x.ir_var for x in arrays], {"idx": idx}, target._value)
     )
 
 
@@ -827,7 +873,7 @@ def _call_ufunc(ufunc, inputs, kwargs, weak=False):
     ctx = _ctx_of(inputs, out)
     inputs = tuple(ctx.lift(x) for x in inputs)
     if dtype is not None:
-        inputs = tuple(astype(x, dtype, False) if isinstance(x, TracedArray) else x for x in inputs)
+        inputs = _cast_to_loop(ufunc, inputs, np.dtype(dtype))
     res = ctx.emit(name, inputs, weak=weak)
     if out is None:
         return res
@@ -836,6 +882,25 @@ def _call_ufunc(ufunc, inputs, kwargs, weak=False):
     ufunc(*vals, out=target._value)  # NumPy's own casting rules and errors, on the real values
     target._write(conform(res, target))
     return target
+
+
+def _cast_to_loop(ufunc, inputs, dtype):
+    """Inputs cast to the loop NumPy picks for ``ufunc(*inputs, dtype=dtype)``."""
+    ufunc(*(x._value if isinstance(x, TracedArray) else x for x in inputs), dtype=dtype)
+
+    def kind(x):
+        if isinstance(x, TracedArray):
+            return type(x._value) if x.weak else x.dtype
+        return type(x) if isinstance(x, int | float | complex) else np.asarray(x).dtype
+
+    loop = ufunc.resolve_dtypes(
+        tuple(kind(x) for x in inputs) + (None,) * ufunc.nout,
+        signature=(None,) * ufunc.nin + (dtype,) * ufunc.nout,
+    )
+    return tuple(
+        astype(x, d, False) if isinstance(x, TracedArray) and (x.dtype != d or x.weak) else x
+        for x, d in zip(inputs, loop)
+    )
 
 
 def store(target: TracedArray, value, casting="unsafe"):
@@ -854,6 +919,13 @@ def conform(value, target: TracedArray) -> Var:
         attrs = {"shape": target.shape, "fill_value": fill, "dtype": target.dtype}
         return ctx.emit_var("full", [], attrs, target._value)
     v = value.ir_var
+    if v.ndim > target.ndim:  # NumPy accepted it, so the extra leading axes have length 1
+        v = ctx.emit_var(
+            "reshape",
+            [v],
+            {"shape": v.shape[v.ndim - target.ndim :]},
+            _like(v)[(0,) * (v.ndim - target.ndim)],
+        )
     if v.dtype != target.dtype:
         v = ctx.emit_var("astype", [v], {"dtype": target.dtype}, _like(v, target.dtype))
     if v.shape != target.shape:
@@ -861,7 +933,7 @@ def conform(value, target: TracedArray) -> Var:
     return v
 
 
-# ---------------------------------------------------------------------- unview: write back through a view
+# ------------------------------------------------------------ unview: write back through a view
 def _unview(ctx, step, base: Var, new: Var) -> Var:
     if step.op is None:
         return new
@@ -885,7 +957,7 @@ def _like(var: Var, dtype=None):
     return np.broadcast_to(np.zeros((), dtype or var.dtype), var.shape)
 
 
-# ---------------------------------------------------------------------- array ops used by the tracer
+# ------------------------------------------------------------ array ops used by the tracer
 def _norm_axis(axis, ndim):
     if axis is None:
         return None
@@ -908,6 +980,8 @@ def reduce(op, x, axis=None, keepdims=False, dtype=None, ddof=None, out=None, **
         raise TypeError(f"{op}() got unexpected arguments {sorted(kw)}")
     ctx = _ctx_of(x)
     x = ctx.lift(x)
+    if x.ndim == 0 and op not in ("mean", "var", "std") and _is_int(axis) and axis in (0, -1):
+        axis = None  # NumPy's ufunc reductions accept an int axis 0 or -1 on a 0-d array
     attrs = {
         "axis": _norm_axis(axis, x.ndim),
         "keepdims": bool(keepdims),
@@ -938,6 +1012,10 @@ def scan(op, x, axis=None, dtype=None, out=None):
     return _maybe_out(res, out)
 
 
+def _is_int(x) -> bool:
+    return isinstance(x, int | np.integer) and not isinstance(x, bool | np.bool_)
+
+
 def _opt_dtype(dtype):
     return None if dtype is None else np.dtype(dtype)
 
@@ -954,7 +1032,7 @@ def astype(x, dtype, copy_=True):
     ctx = _ctx_of(x)
     x = ctx.lift(x)
     dtype = np.dtype(dtype)
-    if dtype == x.dtype:
+    if dtype == x.dtype and not x.weak:  # a weak Python scalar becomes a strong NumPy value
         return globals()["copy"](x) if copy_ else x
     return ctx.emit("astype", [x], {"dtype": dtype})
 
@@ -980,27 +1058,47 @@ def _alias(x):
 def transpose(x, axes=None):
     ctx = _ctx_of(x)
     x = ctx.lift(x)
-    axes = (
-        tuple(reversed(range(x.ndim))) if axes is None else tuple(a % max(x.ndim, 1) for a in axes)
-    )
-    if sorted(axes) != list(range(x.ndim)):
-        raise ValueError(f"axes {axes} don't match array of {x.ndim} dimensions")
+    if axes is None:
+        axes = tuple(reversed(range(x.ndim)))
+    else:
+        if len(axes) != x.ndim:
+            raise ValueError("axes don't match array")
+        axes = tuple(_axis_index(a, x.ndim) for a in axes)
+        if len(set(axes)) != len(axes):
+            raise ValueError("repeated axis in transpose")
     if axes == tuple(range(x.ndim)):
         return _alias(x)
     return ctx.emit("transpose", [x], {"axes": axes}, view=True)
 
 
+def _axis_index(a, ndim) -> int:
+    """``a`` as an axis in ``range(ndim)``; AxisError (as NumPy) when out of bounds."""
+    a = operator.index(a)
+    if not -ndim <= a < ndim:
+        raise np.exceptions.AxisError(a, ndim)
+    return a % ndim
+
+
 def swapaxes(x, a, b):
     perm = list(range(np.ndim(x._value if isinstance(x, TracedArray) else x)))
-    a, b = a % len(perm), b % len(perm)
+    a, b = _axis_index(a, len(perm)), _axis_index(b, len(perm))
     perm[a], perm[b] = perm[b], perm[a]
     return transpose(x, tuple(perm))
 
 
 def moveaxis(x, source, destination):
     n = x.ndim
-    src = [s % n for s in (source if isinstance(source, tuple | list) else [source])]
-    dst = [d % n for d in (destination if isinstance(destination, tuple | list) else [destination])]
+    src = [_axis_index(s, n) for s in (source if isinstance(source, tuple | list) else [source])]
+    dst = [
+        _axis_index(d, n)
+        for d in (destination if isinstance(destination, tuple | list) else [destination])
+    ]
+    if len(src) != len(dst):
+        raise ValueError(
+            "`source` and `destination` arguments must have the same number of elements"
+        )
+    if len(set(src)) != len(src) or len(set(dst)) != len(dst):
+        raise ValueError("repeated axis in `source` or `destination` argument")
     order = [i for i in range(n) if i not in src]
     for d, s in sorted(zip(dst, src)):
         order.insert(d, s)
@@ -1039,7 +1137,8 @@ def copy(x):
     """A new buffer holding the same Var (the IR is pure: copying costs no node)."""
     ctx = _ctx_of(x)
     x = ctx.lift(x)
-    return TracedArray(ctx, Buffer(x.ir_var), (), np.array(x._value, copy=True))
+    value = x._value if x.weak else np.array(x._value, copy=True)
+    return TracedArray(ctx, Buffer(x.ir_var), (), value)
 
 
 def real(x):
@@ -1051,9 +1150,20 @@ def real(x):
 
 def imag(x):
     x = _ctx_of(x).lift(x)
-    if x.dtype.kind != "c":
-        return x._ctx.emit("full", [], {"shape": x.shape, "fill_value": 0, "dtype": x.dtype})
+    if x.dtype.kind != "c":  # NumPy gives read-only zeros
+        zero = np.zeros((), x.dtype)[()]
+        res = x._ctx.emit("full", [], {"shape": x.shape, "fill_value": zero, "dtype": x.dtype})
+        res._buf.readonly = True
+        if isinstance(res._value, np.ndarray):
+            res._value.flags.writeable = False
+        return res
     return x._ctx.emit("imag", [x], view=True)
+
+
+def _set_imag(x, value):
+    if x.dtype.kind != "c":
+        raise TypeError("array does not have imaginary part to set")
+    setitem(imag(x), ..., value)
 
 
 def broadcast_to(x, shape):
