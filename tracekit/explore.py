@@ -131,6 +131,17 @@ def _hist_text(info: dict, width: int = 30) -> list[str]:
     ]
 
 
+def _json_safe(x):
+    """``x`` with non-finite floats as strings ("inf", "nan"): JSON for the browser."""
+    if isinstance(x, float):
+        return x if np.isfinite(x) else repr(x)
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_json_safe(v) for v in x]
+    return x
+
+
 # ====================================================================== one drawn graph
 def _example_args(traced) -> list:
     """The example arguments a Traced was traced with, as a call would take them."""
@@ -685,7 +696,12 @@ class Explorer(anywidget.AnyWidget):
 
     @property
     def step_env(self) -> dict:
-        """Values computed so far in step-through mode: Var name -> value."""
+        """Values computed so far in step-through mode: Var name -> value (inputs included)."""
+        if not self._step_env and self._drawn:
+            try:
+                self._advance(int(self.step))
+            except Exception:  # no example inputs (a bare Graph)
+                return {}
         return {v.name: x for v, x in self._step_env.items()}
 
     def details_text(self) -> str:
@@ -705,7 +721,7 @@ class Explorer(anywidget.AnyWidget):
             result = self._compare(targets, budget)
         finally:
             self.busy = ""
-        self.compare_result = result.to_dict()
+        self.compare_result = _json_safe(result.to_dict())
         return result
 
     # ------------------------------------------------------------------ views
@@ -933,7 +949,7 @@ class Explorer(anywidget.AnyWidget):
                     return d.var_id[what]
             raise KeyError(f"%{what.name} is not in the {self.view} view")
         s = str(what)
-        if self._lookup(s) is not None:
+        if self._lookup(s) is not None or s in self._meta_by_id:
             return s
         name = s[1:] if s.startswith("%") else s
         for d in self._drawn:
@@ -946,7 +962,7 @@ class Explorer(anywidget.AnyWidget):
         raise KeyError(f"nothing called {s!r} in the {self.view} view")
 
     def _on_selected(self, change):
-        self.details = self._details(change["new"])
+        self.details = _json_safe(self._details(change["new"]))
 
     def _details(self, sid: str) -> dict:
         if not sid:
@@ -1019,9 +1035,9 @@ class Explorer(anywidget.AnyWidget):
             info["id"] = self._main.node_id(node)
             info["label"] = format_node(node, comment=False)
             info["value"] = _describe_value(self._step_env[node.outputs[0]])
-        self.step_info = info
+        self.step_info = _json_safe(info)
         if self.selected:
-            self.details = self._details(self.selected)
+            self.details = _json_safe(self._details(self.selected))
 
     def _advance(self, k: int):
         d = self._main
