@@ -667,11 +667,6 @@ def test_float32_gradients_stay_float32():
 
 
 # ---------------------------------------------------------------------- compiled backward graphs
-_BACKEND_BUG = (
-    "backend bug (reported): a broadcast_to view (of the scalar cotangent) feeding a fused kernel "
-    "is not bound when the kernel runs (KeyError on cpu and cuda); and the cpu row kernel of "
-    "np.sum((x + 1.0) * m, axis=1) with x: (5,), m: (5, 5) differs from NumPy"
-)
 
 
 def _compiled_cases():
@@ -691,7 +686,6 @@ def _compiled_cases():
 
 @pytest.mark.parametrize("target", ["cpu", "cuda"])
 @pytest.mark.parametrize("name", ["mlp", "gather_cumprod", "python_op"])
-@pytest.mark.xfail(reason=_BACKEND_BUG, strict=False)
 def test_compiled_backward_equals_interpreted(name, target):
     if target == "cuda":
         pytest.importorskip("tracekit.backends.cuda")

@@ -81,6 +81,8 @@ class Compiled:
             self.runner = self.program.runner(stream=stream)
         self._pools = threading.local()
         self._fast = _fast_signature(traced)
+        if self._fast is None and target == "cpu":
+            self.runner.fast = None  # the generated fast path returns one plain result
         self._consts = [g.constants[v] for v, s in zip(g.inputs, g.specs) if s.kind == "const"]
         self.kernels = [
             Kernel(ks.group.name, ks.group.kind, list(ks.group.nodes), ks.text)

@@ -55,7 +55,8 @@ class KernelSource:
         self.p = f"{g.name}_"
         self.inputs = list(step.inputs)
         self.outputs = list(step.outputs)
-        self.layout = Layout(g.shape, g.axes, self.inputs + self.outputs, prefix=self.p)
+        rows = {v: g.row_shape for v in self.outputs if g.role.get(v) == "row"}
+        self.layout = Layout(g.shape, g.axes, self.inputs + self.outputs, self.p, rows)
         self.lines: list[str] = []
         self.local: dict = {}  # Var -> source of its current element / row value
         self.reduces = [n for n in g.nodes if _is_reduce(n)]

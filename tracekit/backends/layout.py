@@ -15,8 +15,19 @@ from ..ir import Var
 
 
 class Layout:
-    def __init__(self, shape: tuple, axes: tuple | None, operands: list, prefix: str = ""):
+    def __init__(
+        self,
+        shape: tuple,
+        axes: tuple | None,
+        operands: list,
+        prefix: str = "",
+        aligned: dict | None = None,
+    ):
+        """``aligned`` gives an operand's shape in the full space when NumPy's right-alignment
+        would be wrong: a per-row value without keepdims (``x.sum(axis=1)`` of ``[N, M]`` is
+        ``[N]``, aligned ``[N, 1]``)."""
         self.shape, self.axes = tuple(shape), tuple(axes or ())
+        self.aligned = aligned or {}
         nd = len(self.shape)
         dims = [d for d in range(nd) if self.shape[d] != 1]
         pattern = {v: self._pattern(v, dims) for v in operands}
@@ -48,7 +59,7 @@ class Layout:
             self._full[v] = [c for c, g in enumerate(groups) if p[dims.index(g[0])] == "f"]
 
     def _pattern(self, v: Var, dims) -> list:
-        aligned = (1,) * (len(self.shape) - len(v.shape)) + tuple(v.shape)
+        aligned = self.aligned.get(v) or (1,) * (len(self.shape) - len(v.shape)) + tuple(v.shape)
         return ["f" if aligned[d] == self.shape[d] else "b" for d in dims]
 
     # -- per operand

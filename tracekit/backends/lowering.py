@@ -76,8 +76,30 @@ def _lower(node: Node, b: Builder):
     return None
 
 
+def lift_array_literals(graph: Graph) -> Graph:
+    """Array constants written into nodes become ``const`` inputs, so kernels can read them."""
+    from ..ir import InputSpec
+
+    inputs, specs, consts, nodes = list(graph.inputs), list(graph.specs), dict(graph.constants), []
+    for node in graph.nodes:
+        ins = []
+        for x in node.inputs:
+            if isinstance(x, np.ndarray) and x.ndim > 0:
+                v = Var(f"lit{len(inputs)}", x.shape, x.dtype)
+                inputs.append(v)
+                specs.append(InputSpec("const", "literal"))
+                consts[v] = x
+                x = v
+            ins.append(x)
+        nodes.append(node.replace(inputs=tuple(ins)))
+    if len(inputs) == len(graph.inputs):
+        return graph
+    return graph.replace(inputs=inputs, specs=specs, constants=consts, nodes=nodes)
+
+
 def lower(graph: Graph) -> Graph:
-    """Replace mean/var/std by primitive reductions and elementwise ops."""
+    """Replace mean/var/std by primitive reductions and elementwise ops; lift array literals."""
+    graph = lift_array_literals(graph)
     mapping, kept = {}, []
     for node in graph.nodes:
         node = node.replace(inputs=tuple(resolve(mapping, x) for x in node.inputs))

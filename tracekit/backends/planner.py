@@ -127,15 +127,30 @@ def _literal_ok(x) -> bool:
     )
 
 
+def _numpy_only(node: Node) -> str | None:
+    """Why an elementwise op is left to NumPy though its dtypes are supported, or None."""
+    from .scalar import COMPLEX_ON_HOST, loop_dtypes
+
+    if node.op in COMPLEX_ON_HOST and any(
+        v.dtype.kind == "c" for v in node.var_inputs + list(node.outputs)
+    ):
+        return f"complex {node.op}: NumPy's special values (inf, nan) are kept"
+    if OPS[node.op].ufunc is not None and np.dtype(np.float16) in loop_dtypes(node)[0]:
+        return f"NumPy computes {node.op} of {node.var_inputs[0].dtype} in float16"
+    return None
+
+
 def classify(node: Node) -> str:
     """``elementwise``, ``reduce``, ``scan``, ``view`` or ``host``."""
     op = OPS[node.op]
     if not _supported_dtypes(node) or any(o.size == 0 for o in node.outputs):
         return "host"
+    if op.kind == "elementwise" and _numpy_only(node):
+        return "host"
     if (op.kind == "elementwise" and all(_literal_ok(x) for x in node.inputs)) or node.op == "full":
         return "elementwise"
     if node.op in REDUCTIONS:
-        if node.op in ("max", "min") and node.out.dtype.kind == "c":
+        if node.op in ("max", "min", "argmax", "argmin") and node.inputs[0].dtype.kind == "c":
             return "host"
         return "reduce"
     if node.op in SCANS:
@@ -372,7 +387,35 @@ class Planner:
                         reason,
                     )
                 )
-        return Plan(self.graph, steps, self.refusals)
+        return Plan(self.graph, _topological(steps), self.refusals)
+
+
+def _topological(steps: list) -> list:
+    """Steps in an order where every value is produced before it is read.
+
+    A group sits where it was opened, but it may later absorb a node that reads a value
+    produced after that point (a view, a host op); such a group moves down, and so does
+    everything that reads it. Among ready steps the planner's order is kept.
+    """
+    producer = {o: i for i, st in enumerate(steps) for o in st.outputs}
+    for i, st in enumerate(steps):
+        for n in st.nodes:
+            for o in n.outputs:
+                producer.setdefault(o, i)
+    deps = [
+        {producer[v] for n in st.nodes for v in n.var_inputs if producer.get(v, i) != i}
+        for i, st in enumerate(steps)
+    ]
+    done, order = set(), []
+    while len(order) < len(steps):
+        for i in range(len(steps)):
+            if i not in done and deps[i] <= done:
+                done.add(i)
+                order.append(steps[i])
+                break
+        else:
+            raise RuntimeError("fusion plan has a cycle")  # the planner prevents this
+    return order
 
 
 def _host_reason(node: Node) -> str:
@@ -383,6 +426,8 @@ def _host_reason(node: Node) -> str:
         return "Python op: runs between kernels"
     if not _supported_dtypes(node):
         return "dtype not supported in compiled loops"
+    if op.kind == "elementwise" and _numpy_only(node):
+        return _numpy_only(node)
     if any(o.size == 0 for o in node.outputs):
         return "empty array"
     if classify(node) == "view":

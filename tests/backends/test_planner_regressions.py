@@ -1,0 +1,39 @@
+"""Regressions found by the autodiff tests: plan order and per-row outputs without keepdims."""
+
+import numpy as np
+
+import tracekit as tk
+
+
+def _both(fn, *args):
+    t = tk.trace(fn, *args)
+    c = tk.compile(t, progress=False)
+    return c(*args), t(*args)
+
+
+def test_view_read_by_a_kernel_opened_before_it_runs_first():
+    got, want = _both(
+        lambda x, s: np.broadcast_to(s, (5,)) * np.cos(x), np.arange(5.0), np.array(3.0)
+    )
+    np.testing.assert_array_equal(got, want)
+
+
+def test_row_sum_without_keepdims_is_indexed_by_row():
+    x, m = np.arange(5.0), np.arange(25.0).reshape(5, 5)
+    got, want = _both(lambda x, m: np.sum((x + 1.0) * m, axis=1), x, m)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_array_literals_in_nodes_are_fused_as_constants():
+    mask = np.array([[True, False], [False, True]])
+    t = tk.trace(lambda x: np.where(mask, x, 1.0) * 2, np.ones((2, 2)))
+    c = tk.compile(t, progress=False)
+    assert len(c.kernels) == 1
+    np.testing.assert_array_equal(c(np.full((2, 2), 3.0)), t(np.full((2, 2), 3.0)))
+
+
+def test_tuple_result_is_not_unwrapped_by_the_fast_path():
+    t = tk.trace(lambda x: (x + 1,), np.ones(3))
+    c = tk.compile(t, progress=False)
+    out = c(np.ones(3))
+    assert isinstance(out, tuple) and len(out) == 1
