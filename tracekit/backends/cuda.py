@@ -1,0 +1,873 @@
+"""The numba CUDA target: a plan's kernels as ``numba.cuda.jit`` code, and a runner.
+
+The plan is the CPU target's (``planner.plan``); ``emit_cuda`` writes one kernel (or a short
+sequence) per fused group, a tiled kernel per matmul, gathers for views that are not free and
+scatters for in-place writes. What has no device code (Python ops, advanced indexing,
+concatenate, float16, a few complex functions) runs through NumPy on the host, between kernels,
+with its operands copied across; ``CudaProgram.notes`` says which.
+
+Data: NumPy inputs are copied into pooled device buffers and the results copied back; arrays
+with ``__cuda_array_interface__`` (numba device arrays, CuPy, torch) are used in place, and the
+results come back as the kind that came in. Temporaries (and, for NumPy callers, outputs) come
+from a per-thread device pool reused across calls; ``out=`` takes device or host buffers. All
+work goes to one stream per ``Compiled`` (``stream=`` to pass your own).
+
+Without a GPU, ``NUMBA_ENABLE_CUDASIM=1`` (set before numba is imported) runs the same kernels
+in numba's CUDA simulator: correct, slow, and its timings mean nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+import time
+
+import numpy as np
+
+from .. import pytree
+from ..interpret import as_input_value
+from ..ir import Var
+from ..ops import OPS
+from ..traced import check_guards, check_value
+from . import cache
+from .emit_cuda import (
+    HELPERS,
+    Arg,
+    DeviceUnsupported,
+    Launch,
+    MatmulSource,
+    Profile,
+    _PseudoGroup,
+    gather_source,
+    is_c_contiguous,
+    kernel_source,
+    matmul_plan,
+    scatter_source,
+    view_geometry,
+)
+from .planner import Plan
+
+
+class CudaUnavailableError(RuntimeError):
+    """target="cuda" without a usable GPU and without the simulator."""
+
+
+class CudaCompileError(RuntimeError):
+    """numba could not compile a kernel; the message names the nodes and the user's lines."""
+
+
+def simulator_active() -> bool:
+    """Whether numba runs CUDA kernels in its simulator (``NUMBA_ENABLE_CUDASIM=1``)."""
+    import numba
+
+    cfg = getattr(getattr(numba, "cuda", None), "config", None) or numba.config
+    return bool(getattr(cfg, "ENABLE_CUDASIM", 0))
+
+
+def require_cuda():
+    """Import ``numba.cuda`` and check there is a GPU or the simulator; a clear error if not."""
+    how = (
+        "Either run on a machine with an NVIDIA GPU and driver (pip install numba-cuda, or "
+        "tracekit[cuda]), or use numba's CUDA simulator for testing: set the environment "
+        "variable NUMBA_ENABLE_CUDASIM=1 before numba is imported (slow, pure Python), or "
+        "compile with target='cpu'."
+    )
+    try:
+        from numba import cuda
+    except Exception as e:  # numba-cuda missing or broken
+        raise CudaUnavailableError(f"target='cuda' needs numba.cuda ({e}). {how}") from e
+    if simulator_active():
+        return cuda
+    try:
+        ok = cuda.is_available()
+    except Exception as e:
+        ok, why = False, f"{type(e).__name__}: {e}"
+    else:
+        why = "numba.cuda.is_available() is False: no GPU or no CUDA driver found"
+    if not ok:
+        raise CudaUnavailableError(f"target='cuda': no usable GPU ({why}). {how}")
+    return cuda
+
+
+# ---------------------------------------------------------------------- the simulator's libdevice
+class _SimLibdevice:
+    """``numba.cuda.libdevice`` for the simulator (it only has stubs): NumPy on scalars.
+
+    The names ending in ``f`` compute in float32, the others in float64, as on the device; the
+    accuracy is NumPy's, not libdevice's (the ulp bounds are checked on a real GPU)."""
+
+    _NP = {
+        "exp": np.exp,
+        "exp2": np.exp2,
+        "expm1": np.expm1,
+        "log": np.log,
+        "log2": np.log2,
+        "log10": np.log10,
+        "log1p": np.log1p,
+        "sqrt": np.sqrt,
+        "cbrt": np.cbrt,
+        "sin": np.sin,
+        "cos": np.cos,
+        "tan": np.tan,
+        "asin": np.arcsin,
+        "acos": np.arccos,
+        "atan": np.arctan,
+        "sinh": np.sinh,
+        "cosh": np.cosh,
+        "tanh": np.tanh,
+        "asinh": np.arcsinh,
+        "acosh": np.arccosh,
+        "atanh": np.arctanh,
+        "floor": np.floor,
+        "ceil": np.ceil,
+        "trunc": np.trunc,
+        "rint": np.rint,
+        "fmod": np.fmod,
+        "copysign": np.copysign,
+        "atan2": np.arctan2,
+        "hypot": np.hypot,
+        "pow": np.power,
+    }
+
+    def __init__(self):
+        for base, fn in self._NP.items():
+            setattr(self, base, self._wrap(fn, np.float64))
+            setattr(self, base + "f", self._wrap(fn, np.float32))
+
+    @staticmethod
+    def _wrap(fn, t):
+        def f(*args):
+            with np.errstate(all="ignore"):
+                return t(fn(*(t(a) for a in args)))
+
+        return f
+
+    @staticmethod
+    def signbitd(x):
+        return int(np.signbit(np.float64(x)))
+
+    @staticmethod
+    def signbitf(x):
+        return int(np.signbit(np.float32(x)))
+
+
+sim_libdevice = _SimLibdevice()
+
+
+def _header(profile: Profile) -> str:
+    lib = (
+        "from tracekit.backends.cuda import sim_libdevice as libdevice  # simulator: NumPy"
+        if profile.simulator
+        else "from numba.cuda import libdevice"
+    )
+    dev = "numba's CUDA simulator" if profile.simulator else f"{profile.name}, cc {profile.cc}"
+    return (
+        f"# Generated by tracekit: numba CUDA kernels for one graph ({dev}).\n"
+        "import math\n\n"
+        "import numpy as np\n"
+        "from numba import cuda\n"
+        "from numba import types as nbt\n"
+        f"{lib}\n\n"
+        f"{cache.CACHE_FLAG}\n"
+    )
+
+
+# ---------------------------------------------------------------------- the program
+class Item:
+    """One thing the runner does, in plan order."""
+
+    def __init__(self, kind, step, **kw):
+        self.kind, self.step = kind, step
+        self.__dict__.update(kw)
+
+
+class CudaProgram:
+    """Source, launches and compiled kernels for one plan."""
+
+    def __init__(self, plan: Plan, math: str = "fast", profile: Profile | None = None, modes=None):
+        if profile is None:  # an explicit profile emits source for a device that may be absent
+            require_cuda()
+            profile = Profile.current()
+        self.plan, self.math = plan, math
+        self.profile = profile
+        self.kernel_sources = {}
+        self.items: list[Item] = []
+        self.notes: list[str] = []
+        modes = modes or {}
+        parts = [_header(self.profile), HELPERS]
+        for step in plan.steps:
+            if step.kind == "kernel":
+                try:
+                    ks = kernel_source(step, math, self.profile, modes.get(step.group.name))
+                except DeviceUnsupported as e:
+                    self.notes.append(f"{step.group.name}: runs on the host through NumPy ({e})")
+                    parts.append(f"# kernel {step.group.name}: host (NumPy) -- {e}")
+                    self.items.append(Item("host", step, nodes=list(step.nodes)))
+                    continue
+                self.kernel_sources[step.group.name] = ks
+                parts.append(ks.text)
+                self.items.append(Item("kernel", step, launches=ks.launches, src=ks))
+            elif step.kind == "view":
+                self._view(step, parts)
+            else:
+                self._host_step(step, parts)
+        self.source = "\n\n\n".join(parts) + "\n"
+        self.module = None
+
+    # -- non-kernel steps
+    def _name(self, prefix) -> str:
+        return f"{prefix}{len(self.items)}"
+
+    def _view(self, step, parts):
+        node = step.nodes[0]
+        x = node.inputs[0]
+        geo = None
+        if isinstance(x, Var) and not x.weak:
+            impl, attrs = OPS[node.op].impl, dict(node.attrs)
+            if node.op == "index" and any(isinstance(e, str) for e in attrs.get("idx", ())):
+                geo = None
+            elif node.op == "index":
+                idx = _as_view_index(attrs["idx"])
+                geo = view_geometry(x.shape, x.dtype, lambda a: a[idx])
+            else:
+                geo = view_geometry(x.shape, x.dtype, lambda a: impl(a, **attrs))
+        if geo is None or tuple(geo[0]) != node.out.shape:
+            self._host_step(step, parts, "not a pure view")
+            return
+        shape, strides, off = geo
+        if is_c_contiguous(shape, strides):
+            self.items.append(Item("alias", step, offset=off))
+            return
+        name = self._name("v")
+        text, (blocks, threads) = gather_source(name, node, shape, strides, off, self.profile)
+        parts.append(text)
+        self.kernel_sources[name] = _Src(_PseudoGroup(name, "gather", [node]), text)
+        size = node.out.size
+        launch = Launch(
+            name,
+            (blocks,),
+            (threads,),
+            [Arg("operand", x, (x.size,), x.dtype), Arg("operand", node.out, (size,), x.dtype)],
+        )
+        self.items.append(Item("kernel", step, launches=[launch], src=None))
+
+    def _host_step(self, step, parts, why=None):
+        node = step.nodes[0]
+        mp = matmul_plan(node) if step.kind == "host" else None
+        if mp is not None:
+            name = self._name("mm")
+            ms = MatmulSource(mp, name, self.profile)
+            parts.append(ms.text)
+            self.kernel_sources[name] = ms
+            self.items.append(Item("kernel", step, launches=ms.launches, src=ms))
+            return
+        if node.op == "index_update" and self._update(step, parts):
+            return
+        reason = why or step.reason or f"{node.op} runs as a NumPy call"
+        self.notes.append(f"{node.op} -> %{node.out.name}: host (NumPy): {reason}")
+        parts.append(f"# {node.op} -> %{node.out.name}: on the host through NumPy ({reason})")
+        self.items.append(Item("host", step, nodes=[node]))
+
+    def _update(self, step, parts) -> bool:
+        node = step.nodes[0]
+        if len(node.inputs) != 2:
+            return False
+        x, value = node.inputs
+        idx = node.attrs["idx"]
+        if not isinstance(x, Var) or any(isinstance(e, str) for e in idx):
+            return False
+        region = view_geometry(x.shape, x.dtype, lambda a: a[_as_view_index(idx)])
+        if region is None:
+            return False
+        rshape = region[0]
+        if isinstance(value, Var) and value.weak:
+            val = ("weak", value)
+            arg = Arg("operand", value, None, value.dtype)
+        elif isinstance(value, Var):
+            vshape = tuple(value.shape)
+            while len(vshape) > len(rshape) and vshape[0] == 1:
+                vshape = vshape[1:]
+            if len(vshape) > len(rshape):
+                return False
+            aligned = (1,) * (len(rshape) - len(vshape)) + vshape
+            st, acc = [], 1
+            for d in reversed(aligned):
+                st.append(acc)
+                acc *= d
+            st = list(reversed(st))
+            vstrides = []
+            for d, r, s in zip(aligned, rshape, st):
+                if d == r:
+                    vstrides.append(s)
+                elif d == 1:
+                    vstrides.append(0)
+                else:
+                    return False
+            val = ("var", value, tuple(vstrides))
+            arg = Arg("operand", value, (max(value.size, 1),), value.dtype)
+        else:
+            if not isinstance(value, bool | int | float | complex | np.generic):
+                return False
+            val = ("literal", value)
+            arg = None
+        name = self._name("u")
+        text, (blocks, threads) = scatter_source(name, node, region, val, self.profile)
+        parts.append(text)
+        self.kernel_sources[name] = _Src(_PseudoGroup(name, "scatter", [node]), text)
+        out_arg = Arg("operand", node.out, (node.out.size,), node.out.dtype)
+        launch = Launch(name, (blocks,), (threads,), [arg, out_arg])
+        self.items.append(Item("update", step, launches=[launch], src=None))
+        return True
+
+    # -- compiling
+    def load(self, disk=True, progress=None):
+        mod = cache.load(self.source, disk=disk)
+        self.module = mod
+        if self.profile.simulator:
+            if progress is not None:
+                progress(1, 1, 0.0)
+            return mod
+        sigs = {}
+        for item in self.items:
+            for la in getattr(item, "launches", []) or []:
+                sigs.setdefault((la.kernel, _signature(la.args)), (la, item))
+        start, total = time.perf_counter(), len(sigs)
+        for done, ((name, sig), (_, item)) in enumerate(sigs.items(), 1):
+            try:
+                getattr(mod, name).compile(sig)
+            except Exception as e:
+                raise CudaCompileError(_describe_failure(name, item.step, e)) from e
+            if progress is not None:
+                progress(done, total, time.perf_counter() - start)
+        return mod
+
+    def runner(self, stream=None) -> CudaRunner:
+        if self.module is None:
+            self.load()
+        return CudaRunner(self, stream)
+
+
+def _as_view_index(idx) -> tuple:
+    """A basic index that gives a (0-d) view even when it picks one element."""
+    idx = tuple(idx)
+    return idx if any(e is Ellipsis for e in idx) else idx + (Ellipsis,)
+
+
+class _Src:
+    def __init__(self, group, text):
+        self.group, self.text = group, text
+
+
+def _signature(args) -> tuple:
+    from numba import types as nbt
+    from numba.np.numpy_support import from_dtype
+
+    sig = []
+    for a in args:
+        if a is None:
+            sig.append(nbt.int64)
+        elif a.shape is None:
+            sig.append(nbt.complex128 if np.dtype(a.dtype).kind == "c" else nbt.float64)
+        else:
+            sig.append(nbt.Array(from_dtype(np.dtype(a.dtype)), len(a.shape), "C"))
+    return tuple(sig)
+
+
+def _describe_failure(name, step, e) -> str:
+    lines = [f"numba.cuda could not compile {name}, which covers:"]
+    for n in step.nodes:
+        where = f"  at {n.source} `{n.source.text}`" if n.source else ""
+        lines.append(f"  {n.op} -> %{n.out.name}: {n.out.type}{where}")
+    first = str(e).strip().splitlines()
+    lines.append(f"numba said: {first[0] if first else type(e).__name__}")
+    lines.append("The generated source is in Compiled.source.")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------- device arrays
+def _dshape(v: Var) -> tuple:
+    return tuple(v.shape) if v.shape else (1,)
+
+
+def is_device_array(x) -> bool:
+    """An object the CUDA target uses in place: ``__cuda_array_interface__`` or a simulator
+    device array."""
+    return hasattr(x, "__cuda_array_interface__") or bool(getattr(x, "__cuda_ndarray__", False))
+
+
+def _kind(x) -> str:
+    mod = type(x).__module__.split(".")[0]
+    return mod if mod in ("cupy", "torch") else "numba"
+
+
+def _to_numba(x):
+    from numba import cuda
+
+    if getattr(x, "__cuda_ndarray__", False):
+        return x
+    return cuda.as_cuda_array(x)
+
+
+def _from_numba(d, kind, like):
+    if kind == "cupy":
+        import cupy
+
+        return cupy.asarray(d)
+    if kind == "torch":
+        import torch
+
+        return torch.as_tensor(d, device=like.device)
+    return d
+
+
+_COPY_KERNELS: dict = {}
+
+
+def copy_kernel(nd: int):
+    """A kernel copying between two device arrays of the same shape and any strides."""
+    k = _COPY_KERNELS.get(nd)
+    if k is not None:
+        return k
+    from numba import cuda
+
+    idx = ", ".join(f"i{j}" for j in range(nd))
+    lines = [
+        f"def _copy{nd}(src, dst):",
+        "    t = cuda.grid(1)",
+        "    step = cuda.gridsize(1)",
+        "    n = dst.size",
+        "    while t < n:",
+        "        rem = t",
+    ]
+    for j in range(nd - 1, 0, -1):
+        lines += [f"        i{j} = rem % dst.shape[{j}]", f"        rem = rem // dst.shape[{j}]"]
+    lines += ["        i0 = rem", f"        dst[{idx}] = src[{idx}]", "        t += step"]
+    ns = {"cuda": cuda}
+    exec(compile("\n".join(lines), f"<tracekit copy{nd}>", "exec"), ns)
+    k = _COPY_KERNELS[nd] = cuda.jit(ns[f"_copy{nd}"])
+    return k
+
+
+def _make_stream(stream):
+    from numba import cuda
+
+    if stream is None:
+        return cuda.stream()
+    if isinstance(stream, int):
+        return cuda.external_stream(stream)
+    for attr in ("cuda_stream", "ptr"):  # torch.cuda.Stream, cupy.cuda.Stream
+        h = getattr(stream, attr, None)
+        if isinstance(h, int):
+            return cuda.external_stream(h)
+    return stream  # a numba stream
+
+
+# ---------------------------------------------------------------------- the runner
+class CudaRunner:
+    """Runs a CudaProgram: moves data, allocates from the pool, launches, converts back."""
+
+    def __init__(self, program: CudaProgram, stream=None):
+        self.program, self.plan = program, program.plan
+        self.profile = program.profile
+        self.stream = _make_stream(stream)
+        self.module = program.module
+        g = self.plan.graph
+        self.graph = g
+        from .cpu import _escaping
+
+        self.escaping = _escaping(self.plan)
+        self._const = {}
+        self._lock = threading.Lock()
+
+    # -- public entry points
+    def fn(self, inputs, outs, pool):
+        """NumPy in, NumPy out (the CPU runner's calling convention)."""
+        ctx = _Call(self, pool, device_mode=False, outs=outs)
+        env = self._run(ctx, inputs)
+        results = self._results_host(ctx, env, outs)
+        guards = [self._host_value(env[gd.var]) for gd in self.graph.guards]
+        self.stream.synchronize()
+        return results, guards
+
+    def call(self, compiled, args, out):
+        """``Compiled.__call__`` for the cuda target."""
+        traced, g = compiled.traced, self.graph
+        values, kinds = self._flatten(traced, args)
+        inputs = values + [g.constants[v] for v, s in zip(g.inputs, g.specs) if s.kind == "const"]
+        outs = _normalise_out(out, g.n_results)
+        device_mode = bool(kinds) or any(o is not None and is_device_array(o) for o in outs or [])
+        ctx = _Call(self, compiled._pool(), device_mode, outs)
+        env = self._run(ctx, inputs)
+        if g.guards:
+            gv = {gd.var: self._host_value(env[gd.var]) for gd in g.guards}
+            check_guards(g, gv)
+        self._writebacks(ctx, env, values)
+        if outs is not None:
+            self._results_into(ctx, env, outs)
+            return out
+        if device_mode:
+            kind, like = kinds[0]
+            results = []
+            for o in g.outputs[: g.n_results]:
+                r = env[o]
+                if o.weak or not _is_dev(r):
+                    results.append(self._host_value(r) if o.weak else r)
+                    continue
+                results.append(_from_numba(_unpad(r, o), kind, like))
+        else:
+            results = self._results_host(ctx, env, None)
+            self.stream.synchronize()
+            results = [r[()] if isinstance(r, np.ndarray) and r.ndim == 0 else r for r in results]
+        return pytree.unflatten(traced.out_tree, results)
+
+    # -- arguments
+    def _flatten(self, traced, args):
+        """Like ``Traced.flatten_args``, with device arrays as leaves (converted to numba)."""
+        kinds = []
+        extra = tuple({type(x) for x in _walk_objects(args) if is_device_array(x)})
+        leaves, tree = pytree.flatten(list(args), extra_types=extra)
+        diff = pytree.describe_difference(traced.in_tree, tree)
+        if diff:
+            raise TypeError(f"{traced.graph.name}: arguments differ from the trace: {diff}")
+        g, values = self.graph, []
+        for var, spec, leaf in zip(g.inputs, g.specs, leaves):
+            if is_device_array(leaf):
+                kinds.append((_kind(leaf), leaf))
+                leaf = _to_numba(leaf)
+            check_value(var, leaf, f"argument {spec.label!r}")
+            values.append(leaf)
+        for var, spec, get in zip(g.inputs, g.specs, traced.capture_getters):
+            if spec.kind == "capture":
+                value = get()
+                if is_device_array(value):
+                    value = _to_numba(value)
+                check_value(var, value, f"captured array {spec.label}")
+                values.append(value)
+        return values, kinds
+
+    def _input(self, ctx, i, var, value):
+        if var.weak:
+            return as_input_value(var, value)
+        if _is_dev(value):
+            if value.is_c_contiguous():
+                return value.reshape(_dshape(var)) if value.shape != _dshape(var) else value
+            buf = ctx.temp(("in", i), _dshape(var), var.dtype)
+            copy = copy_kernel(len(value.shape))
+            ew = self.profile
+            copy[ew.ew_blocks(var.size), ew.ew_threads, self.stream](
+                value, buf.reshape(value.shape) if value.shape else buf
+            )
+            return buf
+        spec = self.graph.specs[i]
+        if spec.kind == "const":
+            with self._lock:
+                d = self._const.get(i)
+                if d is None:
+                    host = np.ascontiguousarray(value, dtype=var.dtype).reshape(_dshape(var))
+                    from numba import cuda
+
+                    d = self._const[i] = cuda.to_device(host, stream=self.stream)
+            return d
+        host = np.ascontiguousarray(value, dtype=var.dtype).reshape(_dshape(var))
+        buf = ctx.temp(("in", i), _dshape(var), var.dtype)
+        buf.copy_to_device(host, stream=self.stream)
+        return buf
+
+    # -- running
+    def _run(self, ctx, inputs) -> dict:
+        with _simulator_switching() if self.profile.simulator else contextlib.nullcontext():
+            return self._run_steps(ctx, inputs)
+
+    def _run_steps(self, ctx, inputs) -> dict:
+        g = self.graph
+        env = {}
+        for i, (var, value) in enumerate(zip(g.inputs, inputs)):
+            env[var] = self._input(ctx, i, var, value)
+        for item in self.program.items:
+            try:
+                getattr(self, f"_do_{item.kind}")(ctx, env, item)
+            except Exception as e:
+                if not getattr(e, "__notes__", None):
+                    nodes = ", ".join(f"{n.op} -> %{n.out.name}" for n in item.step.nodes[:6])
+                    nodes += ", ..." if len(item.step.nodes) > 6 else ""
+                    src = item.step.nodes[0].source
+                    where = f" (from {src} `{src.text}`)" if src else ""
+                    e.add_note(f"while running {item.step.name} on the device: {nodes}{where}")
+                raise
+        return env
+
+    def _operand(self, ctx, env, a: Arg, item):
+        if a is None:
+            return 0
+        if a.kind == "scratch":
+            return ctx.temp(("s", item.step.name, a.key), a.shape, a.dtype)
+        val = env[a.var]
+        if a.shape is None:
+            return self._host_value(val) if _is_dev(val) else val
+        if not _is_dev(val):  # a weak value (Python scalar) read as an array
+            val = ctx.upload(np.asarray(val, a.var.dtype))
+        return val.reshape(a.shape) if tuple(val.shape) != tuple(a.shape) else val
+
+    def _launch(self, ctx, env, item):
+        for la in item.launches:
+            args = [self._operand(ctx, env, a, item) for a in la.args]
+            kern = getattr(self.module, la.kernel)
+            kern[la.grid, la.block, self.stream](*args)
+
+    def _do_kernel(self, ctx, env, item):
+        for v in item.step.outputs:
+            env[v] = ctx.alloc(v)
+        self._launch(ctx, env, item)
+
+    def _do_update(self, ctx, env, item):
+        node = item.step.nodes[0]
+        x = node.inputs[0]
+        out = env[node.out] = ctx.alloc(node.out)
+        out.copy_to_device(env[x], stream=self.stream)
+        self._launch(ctx, env, item)
+
+    def _do_alias(self, ctx, env, item):
+        node = item.step.nodes[0]
+        src = env[node.inputs[0]]
+        flat = src.reshape(max(node.inputs[0].size, 1))
+        size = max(node.out.size, 1)
+        view = (
+            flat[item.offset : item.offset + size] if (item.offset or size != flat.size) else flat
+        )
+        env[node.out] = view.reshape(_dshape(node.out))
+
+    def _do_host(self, ctx, env, item):
+        local = {}
+
+        def get(x):
+            if not isinstance(x, Var):
+                return x
+            if x in local:
+                return local[x]
+            v = env[x]
+            if _is_dev(v):
+                self.stream.synchronize()
+                v = v.copy_to_host(stream=self.stream).reshape(x.shape)
+                self.stream.synchronize()
+            local[x] = v
+            return v
+
+        for node in item.nodes:
+            args = [get(x) for x in node.inputs]
+            try:
+                res = OPS[node.op].impl(*args, **node.attrs)
+            except Exception as e:
+                where = f" at {node.source} `{node.source.text}`" if node.source else ""
+                e.add_note(f"while running {node.op} (node %{node.out.name}){where}")
+                raise
+            outs = node.outputs
+            res = (res,) if len(outs) == 1 else tuple(res)
+            for var, val in zip(outs, res):
+                local[var] = np.asarray(val).item() if var.weak else val
+        for v in item.step.outputs:
+            val = local[v]
+            if v.weak:
+                env[v] = val
+                continue
+            host = np.ascontiguousarray(val, dtype=v.dtype).reshape(_dshape(v))
+            buf = ctx.alloc(v)
+            buf.copy_to_device(host, stream=self.stream)
+            env[v] = buf
+
+    # -- results
+    def _host_value(self, val):
+        if not _is_dev(val):
+            return val
+        self.stream.synchronize()
+        host = val.copy_to_host(stream=self.stream)
+        self.stream.synchronize()
+        return host.reshape(-1)[0].item() if host.size == 1 else host
+
+    def _results_host(self, ctx, env, outs):
+        g = self.graph
+        results = []
+        for i, o in enumerate(g.outputs):
+            r = env[o]
+            if o.weak:
+                results.append(self._host_value(r) if _is_dev(r) else r)
+                continue
+            if not _is_dev(r):
+                results.append(np.asarray(r))
+                continue
+            buf = outs[i] if outs is not None and i < len(outs) else None
+            if (
+                isinstance(buf, np.ndarray)
+                and buf.flags.c_contiguous
+                and buf.shape == o.shape
+                and buf.dtype == o.dtype
+            ):
+                r.copy_to_host(buf.reshape(_dshape(o)), stream=self.stream)
+                results.append(buf)
+            else:
+                results.append(r.copy_to_host(stream=self.stream).reshape(o.shape))
+        return results
+
+    def _results_into(self, ctx, env, outs):
+        g = self.graph
+        for buf, o in zip(outs, g.outputs):
+            r = env[o]
+            if r is buf:
+                continue
+            if isinstance(buf, np.ndarray):
+                if _is_dev(r):
+                    self.stream.synchronize()
+                    host = r.copy_to_host(stream=self.stream)
+                    self.stream.synchronize()
+                else:
+                    host = np.asarray(r)
+                np.copyto(buf, host.reshape(o.shape))
+            else:
+                self._copy_device(_to_numba(buf), r, o)
+        self.stream.synchronize()
+
+    def _copy_device(self, dst, src, var):
+        if not _is_dev(src):
+            src = self._upload(np.asarray(src, var.dtype))
+        if dst is src:
+            return
+        if dst.is_c_contiguous() and tuple(dst.shape) == _dshape(var):
+            dst.copy_to_device(src.reshape(_dshape(var)), stream=self.stream)
+            return
+        shape = var.shape or (1,)
+        k = copy_kernel(len(shape))
+        P = self.profile
+        k[P.ew_blocks(var.size), P.ew_threads, self.stream](src.reshape(shape), dst.reshape(shape))
+
+    def _upload(self, host):
+        from numba import cuda
+
+        return cuda.to_device(np.ascontiguousarray(host), stream=self.stream)
+
+    def _writebacks(self, ctx, env, values):
+        g = self.graph
+        for oi, ii in g.writebacks:
+            target, var = values[ii], g.outputs[oi]
+            src = env[var]
+            if _is_dev(target):
+                self._copy_device(target, src, var)
+                continue
+            if not isinstance(target, np.ndarray) or not target.flags.writeable:
+                raise ValueError(
+                    f"the traced function writes into {g.specs[ii].label!r}, "
+                    "which is not a writeable NumPy or device array here"
+                )
+            self.stream.synchronize()
+            host = src.copy_to_host(stream=self.stream) if _is_dev(src) else np.asarray(src)
+            self.stream.synchronize()
+            np.copyto(target, host.reshape(var.shape))
+
+
+class _Call:
+    """Per-call state: the pool, whether results stay on the device, the out= buffers."""
+
+    def __init__(self, runner: CudaRunner, pool: dict, device_mode: bool, outs):
+        self.runner, self.pool, self.device_mode = runner, pool, device_mode
+        self.outs = outs
+        self.result_pos = {}
+        g = runner.graph
+        for i, v in enumerate(g.outputs[: g.n_results]):
+            self.result_pos.setdefault(v, i)
+
+    def temp(self, key, shape, dtype):
+        from numba import cuda
+
+        shape, dtype = tuple(shape), np.dtype(dtype)
+        buf = self.pool.get(key)
+        if buf is None or buf.shape != shape or buf.dtype != dtype:
+            buf = self.pool[key] = cuda.device_array(shape, dtype, stream=self.runner.stream)
+        return buf
+
+    def upload(self, host):
+        return self.runner._upload(host)
+
+    def alloc(self, v: Var):
+        from numba import cuda
+
+        if self.outs is not None and v in self.result_pos:
+            buf = self.outs[self.result_pos[v]]
+            if buf is not None and is_device_array(buf):
+                d = _to_numba(buf)
+                if d.is_c_contiguous() and tuple(d.shape) == v.shape and d.dtype == v.dtype:
+                    return d.reshape(_dshape(v)) if not v.shape else d
+        if self.device_mode and v in self.runner.escaping:
+            return cuda.device_array(_dshape(v), v.dtype, stream=self.runner.stream)
+        return self.temp(("v", v.name), _dshape(v), v.dtype)
+
+
+_switch_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _simulator_switching():
+    """The simulator runs a block's threads as Python threads that meet at every syncthreads;
+    with the default 5 ms GIL switch interval each meeting costs milliseconds."""
+    with _switch_lock:
+        old = sys.getswitchinterval()
+        sys.setswitchinterval(min(old, 5e-5))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(old)
+
+
+def _is_dev(x) -> bool:
+    return is_device_array(x) and not isinstance(x, np.ndarray)
+
+
+def _unpad(d, var: Var):
+    if var.shape:
+        return d
+    try:
+        return d.reshape(())
+    except Exception:
+        return d
+
+
+def _walk_objects(x):
+    if isinstance(x, tuple | list):
+        for e in x:
+            yield from _walk_objects(e)
+    elif isinstance(x, dict):
+        for e in x.values():
+            yield from _walk_objects(e)
+    else:
+        yield x
+
+
+def _normalise_out(out, n):
+    if out is None:
+        return None
+    outs = list(out) if isinstance(out, tuple | list) else [out]
+    if len(outs) != n:
+        raise ValueError(f"out= needs {n} array(s), got {len(outs)}")
+    for o in outs:
+        if is_device_array(o) and not isinstance(o, np.ndarray):
+            continue
+        if not isinstance(o, np.ndarray) or not o.flags.writeable:
+            raise TypeError("out= takes writeable NumPy arrays or device arrays")
+    return outs
+
+
+def device_info() -> dict:
+    """What the CUDA target runs on (the simulator or a GPU's name and properties)."""
+    require_cuda()
+    p = Profile.current()
+    return {k: getattr(p, k) for k in ("simulator", "name", "sm_count", "max_threads", "cc")}
+
+
+__all__ = [
+    "CudaProgram",
+    "CudaRunner",
+    "CudaUnavailableError",
+    "CudaCompileError",
+    "simulator_active",
+    "require_cuda",
+    "device_info",
+    "is_device_array",
+]
