@@ -37,3 +37,39 @@ def test_tuple_result_is_not_unwrapped_by_the_fast_path():
     c = tk.compile(t, progress=False)
     out = c(np.ones(3))
     assert isinstance(out, tuple) and len(out) == 1
+
+
+def test_numba_python_op_runs_inside_the_fused_kernel():
+    import numba
+
+    @numba.njit
+    def softplus(x):
+        return np.log1p(np.exp(x))
+
+    op = tk.python_op(softplus, name="softplus")
+    f = lambda x: op(x * 2.0) + 1.0  # noqa: E731
+    x = np.linspace(-3, 3, 7)
+    c = tk.compile(tk.trace(f, x), progress=False)
+    assert len(c.kernels) == 1 and "softplus" in str(c.plan)
+    np.testing.assert_allclose(c(x), f(x), rtol=1e-15)
+
+
+def test_plain_python_op_splits_the_plan_and_says_so():
+    op = tk.python_op(lambda x: np.sort(x), name="sort")
+    x = np.array([3.0, 1.0, 2.0])
+    c = tk.compile(tk.trace(lambda x: op(x * 2) + 1, x), progress=False)
+    assert len(c.kernels) == 2 and "splits" in str(c.plan)
+    np.testing.assert_array_equal(c(x), np.sort(x * 2) + 1)
+
+
+def test_different_numba_functions_get_different_kernel_sources():
+    import numba
+
+    a = tk.python_op(numba.njit(lambda x: x + 1.0), name="f")
+    b = tk.python_op(numba.njit(lambda x: x + 2.0), name="f")
+    x = np.ones(3)
+    ca = tk.compile(tk.trace(lambda x: a(x) * 2, x), progress=False)
+    cb = tk.compile(tk.trace(lambda x: b(x) * 2, x), progress=False)
+    assert ca.source != cb.source
+    np.testing.assert_array_equal(ca(x), 4.0)
+    np.testing.assert_array_equal(cb(x), 6.0)

@@ -79,12 +79,22 @@ class CpuProgram:
             lines.append("    return 0")
             parts.append("\n\n" + "\n".join(lines) + "\n")
             self.segments.append((name, first, steps, srcs))
-        parts[1] = _fastmath_imports("".join(parts))
+        self.pyops = {
+            S.pyop_name(n): n.attrs["pyop"].fn
+            for ks in self.kernel_sources.values()
+            for n in ks.group.nodes
+            if n.op == "python_op"
+        }
+        parts[1] = _fastmath_imports("".join(parts)) + "".join(
+            f"{name} = None  # numba python op, bound at load\n" for name in sorted(self.pyops)
+        )
         self.source = "\n".join(parts)
         self.module = None
 
     def load(self, disk=True, progress=None):
         mod = cache.load(self.source, disk=disk)
+        for name, fn in self.pyops.items():
+            setattr(mod, name, fn)
         total = len(self.segments)
         start = time.perf_counter()
         for done, (name, _, steps, srcs) in enumerate(self.segments, 1):

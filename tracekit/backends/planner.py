@@ -140,11 +140,34 @@ def _numpy_only(node: Node) -> str | None:
     return None
 
 
+def scalar_pyop(node: Node) -> bool:
+    """A python op whose function is a numba dispatcher that also works on scalars, with one
+    output of the inputs' broadcast shape: it is called per element inside fused kernels."""
+    if node.op != "python_op" or len(node.outputs) != 1 or not node.attrs["pyop"].is_numba:
+        return False
+    if not all(isinstance(x, Var) for x in node.inputs) or not node.inputs:
+        return False
+    if np.broadcast_shapes(*(x.shape for x in node.inputs)) != node.out.shape:
+        return False
+    import numba
+
+    disp = node.attrs["pyop"].fn
+    argtypes = tuple(numba.from_dtype(x.dtype) for x in node.inputs)
+    try:
+        disp.compile(argtypes)
+        restype = disp.overloads[argtypes].signature.return_type
+    except Exception:  # not typable on scalars: an array function, run as a host step
+        return False
+    return isinstance(restype, numba.types.Number | numba.types.Boolean)
+
+
 def classify(node: Node) -> str:
     """``elementwise``, ``reduce``, ``scan``, ``view`` or ``host``."""
     op = OPS[node.op]
     if not _supported_dtypes(node) or any(o.size == 0 for o in node.outputs):
         return "host"
+    if node.op == "python_op":
+        return "elementwise" if scalar_pyop(node) else "host"
     if op.kind == "elementwise" and _numpy_only(node):
         return "host"
     if (op.kind == "elementwise" and all(_literal_ok(x) for x in node.inputs)) or node.op == "full":
@@ -423,7 +446,9 @@ def _host_reason(node: Node) -> str:
     if op.kind == "matmul":
         return "BLAS through NumPy"
     if op.kind == "opaque":
-        return "Python op: runs between kernels"
+        if node.attrs["pyop"].is_numba:
+            return "numba python op that is not elementwise: called between kernels"
+        return "Python op: the plan splits around it (kernels before, the call, kernels after)"
     if not _supported_dtypes(node):
         return "dtype not supported in compiled loops"
     if op.kind == "elementwise" and _numpy_only(node):

@@ -9,6 +9,7 @@ entries of ``TEMPLATES`` and ``HELPERS`` where the device differs.
 from __future__ import annotations
 
 import math as _math
+import operator
 
 import numpy as np
 
@@ -56,6 +57,20 @@ def _float_src(v: float) -> str:
     if _math.isinf(v):
         return "np.inf" if v > 0 else "-np.inf"
     return repr(v)
+
+
+def pyop_name(node: Node) -> str:
+    """A name for a python op's numba function in generated code, stable across processes and
+    different for different functions (it is part of the disk cache key)."""
+    import hashlib
+
+    fn = node.attrs["pyop"].fn
+    py = getattr(fn, "py_func", fn)
+    code = getattr(py, "__code__", None)
+    ident = f"{getattr(py, '__module__', '')}.{getattr(py, '__qualname__', '')}"
+    if code is not None:
+        ident += repr((code.co_code, code.co_consts, code.co_names))
+    return "pyop_" + hashlib.sha256(ident.encode()).hexdigest()[:16]
 
 
 def _pytype(x):
@@ -143,6 +158,10 @@ TEMPLATES = {
 
 # Helpers defined once in every generated module (numba compiles those that are used).
 HELPERS = """
+import math
+
+from tracekit.backends.scalar import _fma
+
 @numba.njit(inline="always")
 def _maximum(a, b):
     return a if (a >= b or a != a) else b
@@ -182,14 +201,14 @@ def _lshift(a, b):
 def _rshift(a, b):
     if 0 <= b < 64:
         return a >> b
-    return a - a - 1 if a < 0 else a - a
+    return (a >> 63) >> 1  # -1 for negative a, else 0 (in a's own type: uint64 stays exact)
 
 
 @numba.njit
-def _ipow(a, b):
+def _ipow(a, b, one):
     if b < 0:
-        return a - a + (1 if a == 1 else (0 if a != -1 else (1 if b % 2 == 0 else -1)))
-    r = a - a + 1
+        raise ValueError("Integers to negative integer powers are not allowed.")
+    r = one
     while b:
         if b & 1:
             r = r * a
@@ -204,10 +223,346 @@ def _ireciprocal(a):
 
 
 @numba.njit(inline="always")
-def _csign(z):
-    r = abs(z)
-    return z / r if r != 0 else z - z
+def _fdivmod(a, b, one):
+    # NumPy's npy_divmod for floats: (floor quotient, Python-style remainder)
+    zero = one - one
+    mod = np.fmod(a, b)
+    if not b:
+        return a / b, mod
+    div = (a - mod) / b
+    if mod:
+        if (b < zero) != (mod < zero):
+            mod = mod + b
+            div = div - one
+    else:
+        mod = np.copysign(zero, b)
+    if div:
+        floordiv = np.floor(div)
+        if div - floordiv > one / (one + one):
+            floordiv = floordiv + one
+    else:
+        floordiv = np.copysign(zero, a / b)
+    return floordiv, mod
+
+
+@numba.njit(inline="always")
+def _ffloor_divide(a, b, one):
+    if not b:
+        return a / b
+    return _fdivmod(a, b, one)[0]
+
+
+@numba.njit(inline="always")
+def _fremainder(a, b, one):
+    if not b:
+        return np.fmod(a, b)
+    return _fdivmod(a, b, one)[1]
+
+
+@numba.njit(inline="always")
+def _ifloor_divide(a, b):
+    if b == 0:
+        return a - a
+    if b == -1:
+        return -a
+    return a // b
+
+
+@numba.njit(inline="always")
+def _iremainder(a, b):
+    if b == 0 or b == -1:
+        return a - a
+    return a % b
+
+
+@numba.njit(inline="always")
+def _uremainder(a, b):
+    if b == 0:
+        return a - a
+    return a % b
+
+
+@numba.njit(inline="always")
+def _ufloor_divide(a, b):
+    if b == 0:
+        return a - a
+    return a // b
+
+
+@numba.njit(inline="always")
+def _cabs(z, one):
+    # NumPy's SIMD complex absolute: larger * sqrt(fma(ratio, ratio, 1))
+    re = abs(z.real)
+    im = abs(z.imag)
+    inf = one / (one - one)
+    if re == inf or im == inf:
+        return inf
+    if re != re or im != im:
+        return re + im
+    larger = re if re > im else im
+    smaller = im if re > im else re
+    if larger == 0:
+        return larger
+    ratio = smaller / larger
+    return np.sqrt(_fma(ratio, ratio, one)) * larger
+
+
+@numba.njit(inline="always")
+def _csign(z, one):
+    re = z.real
+    im = z.imag
+    r = math.hypot(re, im)
+    zero = one - one
+    if r != r:
+        return complex(zero / zero, zero / zero)
+    if r == one / zero:
+        if abs(re) == r:
+            if abs(im) == r:
+                return complex(zero / zero, zero / zero)
+            return complex(one if re > zero else -one, zero)
+        return complex(zero, one if im > zero else -one)
+    if r == zero:
+        return complex(zero, zero)
+    return complex(re / r, im / r)
+
+
+@numba.njit(inline="always")
+def _cdiv(a, b, one):
+    # NumPy's complex division (Smith's method, scaled by a reciprocal)
+    ar = a.real
+    ai = a.imag
+    br = b.real
+    bi = b.imag
+    abs_br = abs(br)
+    abs_bi = abs(bi)
+    if abs_br >= abs_bi:
+        if abs_br == 0 and abs_bi == 0:
+            return complex(ar / abs_br, ai / abs_br)
+        rat = bi / br
+        scl = one / (br + bi * rat)
+        return complex((ar + ai * rat) * scl, (ai - ar * rat) * scl)
+    rat = br / bi
+    scl = one / (bi + br * rat)
+    return complex((ar * rat + ai) * scl, (ai * rat - ar) * scl)
+
+
+@numba.njit(inline="always")
+def _creciprocal(z, one):
+    re = z.real
+    im = z.imag
+    if abs(im) <= abs(re):
+        r = im / re
+        d = re + im * r
+        return complex(one / d, -r / d)
+    r = re / im
+    d = re * r + im
+    return complex(r / d, -one / d)
+
+
+@numba.njit(inline="always")
+def _cge(a, b):
+    ar = a.real
+    ai = a.imag
+    br = b.real
+    bi = b.imag
+    return (ar > br and ai == ai and bi == bi) or (ar == br and ai >= bi)
+
+
+@numba.njit(inline="always")
+def _cle(a, b):
+    ar = a.real
+    ai = a.imag
+    br = b.real
+    bi = b.imag
+    return (ar < br and ai == ai and bi == bi) or (ar == br and ai <= bi)
+
+
+@numba.njit(inline="always")
+def _cgt(a, b):
+    ar = a.real
+    ai = a.imag
+    br = b.real
+    bi = b.imag
+    return (ar > br and ai == ai and bi == bi) or (ar == br and ai > bi)
+
+
+@numba.njit(inline="always")
+def _clt(a, b):
+    ar = a.real
+    ai = a.imag
+    br = b.real
+    bi = b.imag
+    return (ar < br and ai == ai and bi == bi) or (ar == br and ai < bi)
+
+
+@numba.njit(inline="always")
+def _cisnan(z):
+    return z.real != z.real or z.imag != z.imag
+
+
+@numba.njit(inline="always")
+def _cmaximum(a, b):
+    return a if (_cisnan(a) or _cge(a, b)) else b
+
+
+@numba.njit(inline="always")
+def _cminimum(a, b):
+    return a if (_cisnan(a) or _cle(a, b)) else b
+
+
+@numba.njit(inline="always")
+def _cfmax(a, b):
+    return a if (_cisnan(b) or _cge(a, b)) else b
+
+
+@numba.njit(inline="always")
+def _cfmin(a, b):
+    return a if (_cisnan(b) or _cle(a, b)) else b
+
+
+@numba.njit(inline="always")
+def _cmul(a, b):
+    # NumPy's SIMD complex multiply: fused multiply-adds
+    ar = a.real
+    ai = a.imag
+    br = b.real
+    bi = b.imag
+    return complex(_fma(ar, br, -(ai * bi)), _fma(ar, bi, ai * br))
 """
+
+
+def _numpy_uses_fma() -> bool:
+    """NumPy's SIMD loops (complex multiply and absolute) fuse multiply-adds on this CPU."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__ as f
+    except ImportError:  # pragma: no cover
+        return False
+    return bool(f.get("FMA3") or f.get("AVX512F"))
+
+
+NUMPY_FMA = _numpy_uses_fma()
+
+
+def _make_fma():
+    from llvmlite import ir
+    from numba.core import types
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def _fma(typingctx, a, b, c):
+        """``a * b + c`` rounded as NumPy's loops round it here (fused when NumPy fuses)."""
+        if isinstance(a, types.Float) and a == b == c:
+
+            def codegen(context, builder, sig, args):
+                if not NUMPY_FMA:
+                    return builder.fadd(builder.fmul(args[0], args[1]), args[2])
+                lty = args[0].type
+                fn = builder.module.declare_intrinsic(
+                    "llvm.fma", [lty], ir.FunctionType(lty, [lty, lty, lty])
+                )
+                return builder.call(fn, args)
+
+            return a(a, a, a), codegen
+        return None
+
+    return _fma
+
+
+def __getattr__(name):  # the intrinsic is built on first use (numba imports are slow)
+    if name == "_fma":
+        globals()["_fma"] = fn = _make_fma()
+        return fn
+    raise AttributeError(name)
+
+
+def _one(dt) -> str:
+    """The literal 1 of ``dt``'s real type (what the helpers compute in)."""
+    dt = np.dtype(dt)
+    return literal(1, np.dtype(f"f{dt.itemsize // 2}") if dt.kind == "c" else dt)
+
+
+def _reciprocal_of_zero(dt) -> str:
+    """NumPy's integer reciprocal is ``1.0 / x`` cast back: for 0 that is the CPU's cast of inf."""
+    with np.errstate(all="ignore"):
+        return literal(np.reciprocal(np.zeros(1, dt))[0], dt)
+
+
+def _by_kind(**forms):
+    """A template choosing its form by the loop dtype's kind (``i``, ``u``, ``f``, ``c``, ...);
+    ``other`` for the rest."""
+
+    def template(a, dt):
+        form = forms.get(dt.kind, forms.get("other"))
+        return form(a, dt)
+
+    return template
+
+
+def _fsign(a, dt):
+    one, zero, x = literal(1, dt), literal(0, dt), a[0]
+    return f"({one} if {x} > 0 else (-{one} if {x} < 0 else ({zero} if {x} == 0 else {x})))"
+
+
+# The CPU target's templates: NumPy's own algorithms where numba's differ (float floor division
+# and remainder, integer division by 0 and -1, complex ordering, division and absolute value).
+CPU_TEMPLATES = dict(
+    TEMPLATES,
+    floor_divide=_by_kind(
+        i=lambda a, dt: f"_ifloor_divide({a[0]}, {a[1]})",
+        u=lambda a, dt: f"_ufloor_divide({a[0]}, {a[1]})",
+        f=lambda a, dt: f"_ffloor_divide({a[0]}, {a[1]}, {_one(dt)})",
+        other=TEMPLATES["floor_divide"],
+    ),
+    remainder=_by_kind(
+        i=lambda a, dt: f"_iremainder({a[0]}, {a[1]})",
+        u=lambda a, dt: f"_uremainder({a[0]}, {a[1]})",
+        f=lambda a, dt: f"_fremainder({a[0]}, {a[1]}, {_one(dt)})",
+        other=TEMPLATES["remainder"],
+    ),
+    sign=_by_kind(
+        u=lambda a, dt: f"({literal(1, dt)} if {a[0]} > 0 else {literal(0, dt)})",
+        f=_fsign,
+        c=lambda a, dt: f"_csign({a[0]}, {_one(dt)})",
+        other=TEMPLATES["sign"],
+    ),
+    reciprocal=_by_kind(
+        i=lambda a, dt: f"({_reciprocal_of_zero(dt)} if {a[0]} == 0 else _ireciprocal({a[0]}))",
+        u=lambda a, dt: f"({_reciprocal_of_zero(dt)} if {a[0]} == 0 else _ireciprocal({a[0]}))",
+        c=lambda a, dt: f"_creciprocal({a[0]}, {_one(dt)})",
+        other=lambda a, dt: f"({literal(1, dt)} / {a[0]})",
+    ),
+    power=_by_kind(
+        i=lambda a, dt: f"_ipow({a[0]}, {a[1]}, {literal(1, dt)})",
+        u=lambda a, dt: f"_ipow({a[0]}, {a[1]}, {literal(1, dt)})",
+        other=TEMPLATES["power"],
+    ),
+    absolute=_by_kind(c=lambda a, dt: f"_cabs({a[0]}, {_one(dt)})", other=TEMPLATES["absolute"]),
+    multiply=_by_kind(c=lambda a, dt: f"_cmul({a[0]}, {a[1]})", other=TEMPLATES["multiply"]),
+    square=_by_kind(c=lambda a, dt: f"_cmul({a[0]}, {a[0]})", other=TEMPLATES["square"]),
+    divide=_by_kind(
+        c=lambda a, dt: f"_cdiv({a[0]}, {a[1]}, {_one(dt)})", other=TEMPLATES["divide"]
+    ),
+)
+for _op, _fn in (
+    ("maximum", "_cmaximum"),
+    ("minimum", "_cminimum"),
+    ("fmax", "_cfmax"),
+    ("fmin", "_cfmin"),
+    ("less", "_clt"),
+    ("less_equal", "_cle"),
+    ("greater", "_cgt"),
+    ("greater_equal", "_cge"),
+):
+    CPU_TEMPLATES[_op] = _by_kind(
+        c=(lambda f: lambda a, dt: f"{f}({a[0]}, {a[1]})")(_fn), other=TEMPLATES[_op]
+    )
+
+# Complex functions whose special values (inf, nan) numba computes differently from NumPy:
+# the planner leaves them to NumPy (host steps).
+COMPLEX_ON_HOST = frozenset(
+    "exp exp2 expm1 log log2 log10 log1p sqrt cbrt sin cos tan arcsin arccos arctan sinh cosh "
+    "tanh arcsinh arccosh arctanh power rint".split()
+)
 
 FAST_MATH_OPS = {
     "exp",
@@ -240,11 +595,13 @@ def _fast_name(op: str, dtype, math: str) -> str | None:
 
 def expr(node: Node, args: list, dtypes: list, math: str = "fast", templates=None) -> str:
     """Source of one output element of elementwise ``node``; ``args``/``dtypes`` per input."""
-    templates = TEMPLATES if templates is None else templates
+    templates = CPU_TEMPLATES if templates is None else templates
     op = node.op
     out = node.out.dtype
     if op == "full":
         return literal(node.attrs["fill_value"], out)
+    if op == "python_op":
+        return f"{pyop_name(node)}({', '.join(args)})"
     if op == "astype":
         return cast(args[0], dtypes[0], out)
     if op == "where":
@@ -266,6 +623,9 @@ def expr(node: Node, args: list, dtypes: list, math: str = "fast", templates=Non
         deg = " * (180.0 / np.pi)" if node.attrs.get("deg") else ""
         return cast(f"(np.arctan2(({args[0]}).imag, ({args[0]}).real){deg})", np.float64, out)
     loop_in, loop_out = loop_dtypes(node)
+    known = _out_of_range_comparison(node, loop_in)
+    if known is not None:
+        return cast(known, np.bool_, out)
     cargs = [cast(a, d, l) for a, d, l in zip(args, dtypes, loop_in)]
     fast = _fast_name(op, loop_out, math)
     if fast:
@@ -275,6 +635,33 @@ def expr(node: Node, args: list, dtypes: list, math: str = "fast", templates=Non
     else:
         body = f"np.{op}({', '.join(cargs)})"
     return cast(body, loop_out, out)
+
+
+_COMPARE = {
+    "equal": operator.eq,
+    "not_equal": operator.ne,
+    "less": operator.lt,
+    "less_equal": operator.le,
+    "greater": operator.gt,
+    "greater_equal": operator.ge,
+}
+
+
+def _out_of_range_comparison(node: Node, loop_in) -> str | None:
+    """NumPy 2 compares an integer array with a Python int outside its dtype's range exactly
+    (``uint8_array < -1`` is all False), where a cast of the literal would wrap: the result is
+    known without looking at the array."""
+    cmp = _COMPARE.get(node.op)
+    if cmp is None or np.dtype(loop_in[0]).kind not in "iu":
+        return None
+    for k, x in enumerate(node.inputs):
+        if isinstance(x, int) and not isinstance(x, bool):
+            info = np.iinfo(loop_in[k])
+            if not info.min <= x <= info.max:
+                inside = info.max if x < info.min else info.min  # any value of the dtype
+                pair = (inside, x) if k == 1 else (x, inside)
+                return "True" if cmp(*pair) else "False"
+    return None
 
 
 NATIVE = {np.dtype(t) for t in (np.float64, np.int64, np.bool_, np.complex128)}
