@@ -35,7 +35,6 @@ import numpy as np
 from ..ir import Node, Var, format_node
 from . import scalar as S
 from .emit_cpu import KernelSource, _init, acc_dtype
-from .layout import Layout
 from .planner import REDUCTIONS, Step
 
 # ---------------------------------------------------------------------- device profile
@@ -291,18 +290,9 @@ def _libdevice_call(op: str, base: str, args: list, dt, math: str) -> str:
 
 def _unary(op: str, base: str, math: str):
     def t(a, dt):
-        if dt.kind == "c":
-            return _complex_unary(op, a[0], dt)
         return _libdevice_call(op, base, a, dt, math)
 
     return t
-
-
-def _complex_unary(op, z, dt):
-    helper = {"exp": "_cexp", "log": "_clog", "sqrt": "_csqrt"}.get(op)
-    if helper is None:
-        raise DeviceUnsupported(f"{op} on {dt}")
-    return f"{helper}({z})"
 
 
 def _binary(op: str, base: str, math: str):
@@ -328,10 +318,7 @@ def _power(math):
 def _rounding(base):
     def t(a, dt):
         if dt.kind == "c":
-            part = np.dtype(f"f{dt.itemsize // 2}")
-            re = _libdevice_call(base, base, [f"({a[0]}).real"], part, "fast")
-            im = _libdevice_call(base, base, [f"({a[0]}).imag"], part, "fast")
-            return f"complex({re}, {im})"
+            raise DeviceUnsupported(f"{base} on {dt}")
         if dt.kind != "f":
             return a[0]
         return _libdevice_call(base, base, a, dt, "fast")
@@ -605,27 +592,6 @@ def _csign(z):
     return z / r if r != 0 else z - z
 
 
-@cuda.jit(device=True)
-def _cexp(z):
-    e = math.exp(z.real)
-    return complex(e * math.cos(z.imag), e * math.sin(z.imag))
-
-
-@cuda.jit(device=True)
-def _clog(z):
-    return complex(math.log(abs(z)), math.atan2(z.imag, z.real))
-
-
-@cuda.jit(device=True)
-def _csqrt(z):
-    a = z.real
-    b = z.imag
-    if a == 0 and b == 0:
-        return complex(0.0, b)
-    t = math.sqrt((abs(a) + abs(z)) * 0.5)
-    if a >= 0:
-        return complex(t, b / (2 * t))
-    return complex(abs(b) / (2 * t), math.copysign(t, b))
 """
     + _FLOAT_HELPERS.format(b="32", f="f")
     + _FLOAT_HELPERS.format(b="64", f="")
@@ -641,39 +607,11 @@ ROW_MODES = ("block", "thread", "split")
 FORCE_ROW_MODE = None  # tests set one of ROW_MODES to run every row group that way
 
 
-class _KeepdimsLayout:
-    """``Layout`` that indexes a per-row value of the reduced-away shape (``keepdims=False``)
-    like its keepdims shape: ``Layout`` aligns shapes to the right, which puts ``sum(x,
-    axis=(0, 2))`` of a ``[3, 5, 12]`` group on the wrong axis."""
-
-    def __init__(self, g, operands, prefix):
-        self.map = {}
-        if g.axes is not None:
-            squeezed = tuple(d for i, d in enumerate(g.shape) if i not in g.axes)
-            for v in operands:
-                if g.role.get(v) == "row" and v.shape == squeezed and v.ndim != len(g.shape):
-                    self.map[v] = Var(v.name, g.row_shape, v.dtype, v.weak)
-        self.inner = Layout(g.shape, g.axes, [self.map.get(v, v) for v in operands], prefix)
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def operand_shape(self, v):
-        return self.inner.operand_shape(self.map.get(v, v))
-
-    def index(self, v):
-        return self.inner.index(self.map.get(v, v))
-
-    def is_scalar(self, v):
-        return self.inner.is_scalar(self.map.get(v, v))
-
-
 class CudaKernelSource(KernelSource):
     """Source and launches of one fused group. ``text`` holds its kernel functions."""
 
     def __init__(self, step: Step, math: str, profile: Profile, mode: str | None = None):
         super().__init__(step, math)
-        self.layout = _KeepdimsLayout(self.group, self.inputs + self.outputs, self.p)
         self.profile = profile
         self.funcs: list[str] = []
         self.launches: list[Launch] = []
