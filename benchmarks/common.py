@@ -35,15 +35,16 @@ def _time_batch(fn: Callable[[], object], number: int) -> float:
     return (time.perf_counter() - t0) / number
 
 
-def calibrate(fn: Callable[[], object], batch_s: float, max_number: int = 100_000) -> int:
-    """How many back-to-back calls make one batch last about ``batch_s`` (at least one)."""
+def calibrate(
+    fn: Callable[[], object], batch_s: float, max_number: int = 100_000
+) -> tuple[int, float]:
+    """(calls per batch, seconds per call): enough back-to-back calls for about ``batch_s``."""
     t = _time_batch(fn, 1)
-    if t <= 0.0:
-        t = 1e-7
     if t < batch_s / 10:  # too short to trust one call: measure a few
-        n = max(1, min(max_number, int(batch_s / 10 / t)))
+        n = max(1, min(max_number, int(batch_s / 10 / max(t, 1e-9))))
         t = _time_batch(fn, n)
-    return max(1, min(max_number, math.ceil(batch_s / max(t, 1e-9))))
+    t = max(t, 1e-9)
+    return max(1, min(max_number, math.ceil(batch_s / t))), t
 
 
 @contextlib.contextmanager
@@ -78,9 +79,9 @@ def interleaved(
     if not fns:
         return {}
     names = list(fns)
-    numbers = {k: calibrate(fns[k], batch_s) for k in names}
-    est = {k: _time_batch(fns[k], numbers[k]) * numbers[k] for k in names}
-    per_round = sum(est.values()) + pause_s * len(names)
+    cal = {k: calibrate(fns[k], batch_s) for k in names}
+    numbers = {k: n for k, (n, _) in cal.items()}
+    per_round = sum(n * t for n, t in cal.values()) + pause_s * len(names)
     rounds = int(min(max_rounds, max(min_rounds, budget_s / max(per_round, 1e-9))))
     samples: dict[str, list[float]] = {k: [] for k in names}
     deadline = time.perf_counter() + 3 * budget_s
@@ -264,15 +265,24 @@ def machine_info() -> dict:
 
 
 def fmt_time(s: float | None) -> str:
-    if s is None or (isinstance(s, float) and math.isnan(s)):
+    """Seconds as a short string with a unit: 2.26 s, 44.0 ms, 854 ns."""
+    if s is None or not math.isfinite(s):
         return "-"
-    if s >= 1.0:
-        return f"{s:.2f} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.3g} ms"
-    if s >= 1e-6:
-        return f"{s * 1e6:.3g} us"
-    return f"{s * 1e9:.3g} ns"
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns")):
+        v = s / scale
+        if round(v, 2) >= 1.0 or unit == "ns":
+            if round(v, 2) < 10:
+                return f"{v:.2f} {unit}"
+            return f"{v:.1f} {unit}" if round(v, 1) < 100 else f"{v:.0f} {unit}"
+    return "-"  # pragma: no cover
+
+
+def load_average() -> float | None:
+    """The 1-minute load average (None where the OS does not say)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
 
 
 def table(headers: list[str], rows: list[list[str]], right: set[int] | None = None) -> str:

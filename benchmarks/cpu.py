@@ -52,6 +52,7 @@ from common import (  # noqa: E402
     fmt_time,
     git_revision,
     interleaved,
+    load_average,
     machine_info,
     summarize,
     table,
@@ -1293,6 +1294,14 @@ def main(argv=None) -> int:
         + (" -- QUICK (sizes and repeats too small to quote)" if opts.quick else ""),
         file=out,
     )
+    loads = [load_average()]
+    cores = info["affinity"] or info["cores"] or 1
+    if loads[0] is not None and loads[0] >= cores / 2:
+        print(
+            f"WARNING: the machine is busy (load average {loads[0]:.1f} on {cores} cores) -- "
+            "times are inflated, multi-threaded peers most; quote only a run on a quiet machine",
+            file=out,
+        )
     bw = copy_bandwidth(32 * 2**20 if opts.quick else 256 * 2**20)
     print(f"copy bandwidth (np.copyto, read+write): {bw / 1e9:.2f} GB/s", file=out)
     print(
@@ -1335,6 +1344,7 @@ def main(argv=None) -> int:
         doc["wrong"] = wrong
         doc["harness_errors"] = harness_errors
         doc["elapsed_s"] = time.perf_counter() - started
+        doc["load_average"] = loads
         json_path.parent.mkdir(parents=True, exist_ok=True)
         tmp = json_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(doc, indent=1, default=str))
@@ -1351,6 +1361,8 @@ def main(argv=None) -> int:
             log(traceback.format_exc())
             harness_errors.append(f"{w.name}: {_short(e)}")
             continue
+        wr["load_average_after"] = load_average()
+        loads.append(wr["load_average_after"])
         workloads.append(wr)
         wrong += [f"{w.name} / {r.peer}: {r.message}" for r in wr["results"] if r.status == "WRONG"]
         print_workload(wr, out)
@@ -1362,6 +1374,7 @@ def main(argv=None) -> int:
     if do_warm:
         log(f"[{time.perf_counter() - started:6.0f}s] warmstart ...")
         warm = warm_start(opts, log)
+        loads.append(load_average())
         wrong += [
             f"warmstart / {k}: {v['message']}" for k, v in warm.items() if v["status"] == "WRONG"
         ]
@@ -1372,7 +1385,9 @@ def main(argv=None) -> int:
     dump()
     if json_path is not None:
         print(f"JSON: {json_path}", file=out)
-    print(f"elapsed: {time.perf_counter() - started:.0f} s", file=out)
+    seen = [x for x in loads if x is not None]
+    load_note = f"; 1-min load average {min(seen):.1f}..{max(seen):.1f} on {cores} cores"
+    print(f"elapsed: {time.perf_counter() - started:.0f} s" + (load_note if seen else ""), file=out)
     if wrong:
         bar = "!" * 78
         print(f"\n{bar}\nWRONG ANSWERS (not timed):", file=out)
