@@ -54,9 +54,16 @@ def trace(fn, *example_args, strict: bool = False, keep_values: bool = False, na
         else:
             value = leaf
         args.append(ctx.add_input(value, "arg", nm, name=nm, weak=weak))
-    ctx.capture_index = T.scan_captures(fn)
+    slots: list = []
+    ctx.capture_index = T.scan_captures(fn, slots=slots)
     ctx.stop_code = _call_user.__code__
-    result = _call_user(ctx, fn, pytree.unflatten(in_tree, args))
+    try:
+        T.install_captures(ctx, slots)
+        result = _call_user(ctx, fn, pytree.unflatten(in_tree, args))
+    except BaseException:
+        T.restore_captures(ctx, slots, record=False)
+        raise
+    T.restore_captures(ctx, slots)
     graph, out_tree = _finish(ctx, result, len(args), name or _fn_name(fn))
     traced = Traced(graph, in_tree, out_tree, ctx.capture_getters, leaves, fn=fn)
     if keep_values:
@@ -133,7 +140,28 @@ def _finish(ctx, result, n_args, name):
         name=name,
     )
     ctx.capture_getters = [ctx.capture_getters[i] for i in order]
-    return dce(graph).check(), out_tree
+    graph = dce(graph)
+    graph, ctx.capture_getters = _drop_unused_inputs(graph, ctx.capture_getters)
+    return graph.check(), out_tree
+
+
+def _drop_unused_inputs(graph, getters):
+    """Remove captured arrays and constants that no live node reads (arguments stay)."""
+    used = {v for n in graph.nodes for v in n.var_inputs} | set(graph.outputs)
+    used |= {g.var for g in graph.guards}
+    keep = [
+        i for i, (v, s) in enumerate(zip(graph.inputs, graph.specs)) if s.kind == "arg" or v in used
+    ]
+    if len(keep) == len(graph.inputs):
+        return graph, getters
+    new_index = {old: new for new, old in enumerate(keep)}
+    graph = graph.replace(
+        inputs=[graph.inputs[i] for i in keep],
+        specs=[graph.specs[i] for i in keep],
+        constants={v: a for v, a in graph.constants.items() if v in used},
+        writebacks=[(o, new_index[i]) for o, i in graph.writebacks],
+    )
+    return graph, [getters[i] for i in keep]
 
 
 def _input_order(specs):

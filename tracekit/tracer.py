@@ -97,6 +97,7 @@ class ViewStep:
     op: str | None
     attrs: dict
     value: object  # the NumPy view at this level (for its shape and dtype)
+    where: tuple | None = None  # (source, scope) where the view was taken
 
 
 # ---------------------------------------------------------------------- the trace context
@@ -189,8 +190,8 @@ class TraceContext:
         return s
 
     # -- recording
-    def record(self, op, inputs, attrs, outputs):
-        src, scope = self.where()
+    def record(self, op, inputs, attrs, outputs, where=None):
+        src, scope = where or self.where()
         node = Node(op, tuple(inputs), attrs, tuple(outputs), src, scope)
         self.nodes.append(node)
         return node
@@ -212,7 +213,7 @@ class TraceContext:
         if view:
             base = tins[0]
             if _shares(out, base._value):
-                step = ViewStep(op, attrs, out)
+                step = ViewStep(op, attrs, out, self.where())
                 return TracedArray(self, base._buf, base._chain + (step,), out)
         outs = [out] if n_out == 1 else list(out)
         vars_ = [self.new_var(np.shape(v), _dtype_of(v), weak) for v in outs]
@@ -224,10 +225,10 @@ class TraceContext:
         ]
         return res[0] if n_out == 1 else res
 
-    def emit_var(self, op, inputs, attrs, like) -> Var:
+    def emit_var(self, op, inputs, attrs, like, where=None) -> Var:
         """Record a node whose output has the shape and dtype of the NumPy value ``like``."""
         v = self.new_var(np.shape(like), _dtype_of(like))
-        self.record(op, inputs, attrs, [v])
+        self.record(op, inputs, attrs, [v], where)
         return v
 
     # -- plain arrays reaching the trace
@@ -338,27 +339,43 @@ def _shares(a, b) -> bool:
 
 
 # ---------------------------------------------------------------------- captured arrays
-def scan_captures(fn, depth=4) -> dict:
-    """id(array) -> (label, getter) for arrays reachable from ``fn`` without being passed in."""
+def scan_captures(fn, depth=4, slots=None) -> dict:
+    """id(array) -> (label, getter) for arrays reachable from ``fn`` without being passed in.
+
+    ``slots`` (a list) receives ``(label, getter, setter, array)`` for each place holding one.
+    """
     found, seen = {}, set()
 
-    def visit(obj, label, getter, d):
+    def visit(obj, label, getter, d, setter=None):
         if isinstance(obj, np.ndarray):
             found.setdefault(id(obj), (label, getter))
+            if slots is not None and setter is not None:
+                slots.append((label, getter, setter, obj))
             return
         if d <= 0 or id(obj) in seen or _opaque(obj):
             return
         seen.add(id(obj))
         if isinstance(obj, list | tuple):
+            mutable = isinstance(obj, list)
             for i, e in enumerate(obj[:256]):
-                visit(e, f"{label}[{i}]", _item_getter(getter, i), d - 1)
+                put = _item_setter(getter, i) if mutable else None
+                visit(e, f"{label}[{i}]", _item_getter(getter, i), d - 1, put)
         elif isinstance(obj, dict):
             for k, e in list(obj.items())[:256]:
                 if isinstance(k, str | int):
-                    visit(e, f"{label}[{k!r}]", _item_getter(getter, k), d - 1)
+                    get, put = _item_getter(getter, k), _item_setter(getter, k)
+                    visit(e, f"{label}[{k!r}]", get, d - 1, put)
+        elif isinstance(obj, types.FunctionType):  # a helper's closure cells
+            for i, (k, cell) in enumerate(zip(obj.__code__.co_freevars, obj.__closure__ or ())):
+                try:
+                    value = cell.cell_contents
+                except ValueError:
+                    continue
+                get, put = _closure_getter(getter, i), _closure_setter(getter, i)
+                visit(value, f"{label}.{k}", get, d - 1, put)
         elif hasattr(obj, "__dict__"):
             for k, e in list(vars(obj).items())[:256]:
-                visit(e, f"{label}.{k}", _attr_getter(getter, k), d - 1)
+                visit(e, f"{label}.{k}", _attr_getter(getter, k), d - 1, _attr_setter(getter, k))
 
     target = fn
     if isinstance(fn, functools.partial):
@@ -382,11 +399,13 @@ def _scan_code(fn, code, visit):
             value = cell.cell_contents
         except ValueError:
             continue
-        visit(value, f"closure:{name}", lambda c=cell: c.cell_contents, 3)
+        put = functools.partial(setattr, cell, "cell_contents")
+        visit(value, f"closure:{name}", lambda c=cell: c.cell_contents, 3, put)
     g = getattr(fn, "__globals__", {})
     for name in code.co_names:
         if name in g:
-            visit(g[name], f"global:{name}", lambda g=g, n=name: g[n], 3)
+            put = functools.partial(g.__setitem__, name)
+            visit(g[name], f"global:{name}", lambda g=g, n=name: g[n], 3, put)
 
 
 def _opaque(obj) -> bool:
@@ -395,7 +414,6 @@ def _opaque(obj) -> bool:
             obj,
             types.ModuleType
             | type
-            | types.FunctionType
             | types.BuiltinFunctionType
             | str
             | bytes
@@ -408,6 +426,63 @@ def _opaque(obj) -> bool:
         )
         or obj is None
     )
+
+
+def _closure_getter(getter, i):
+    return lambda: getter().__closure__[i].cell_contents
+
+
+def _closure_setter(getter, i):
+    return lambda v: setattr(getter().__closure__[i], "cell_contents", v)
+
+
+def _item_setter(getter, key):
+    return lambda v: getter().__setitem__(key, v)
+
+
+def _attr_setter(getter, key):
+    return lambda v: setattr(getter(), key, v)
+
+
+def install_captures(ctx, slots):
+    """Put a traced stand-in where each captured array lives, for the duration of the trace.
+
+    Then everything the code does with ``self.w`` is recorded, including operations that never
+    meet a traced argument (``self.w.T``, ``self.w.sum()``), and reads the current weights
+    on every call. :func:`restore_captures` puts the arrays back.
+    """
+    for _label, _getter, setter, arr in slots:
+        if type(arr) is np.ndarray and arr.dtype.kind in "biufc":
+            setter(ctx.lift(arr))
+
+
+def restore_captures(ctx, slots, record=True):
+    """Put captured arrays back where the traced code rebound them to traced values.
+
+    ``self.w -= g`` (and ``self.w = self.w - g``) inside traced code leaves a TracedArray in
+    ``self.w``; the user's object gets its array back, and with ``record`` a rebinding to a new
+    value becomes a write into the captured array, which the Traced repeats on every call.
+    """
+    for label, getter, setter, original in slots:
+        try:
+            current = getter()
+        except Exception:
+            continue
+        if not isinstance(current, TracedArray) or current._ctx is not ctx:
+            continue
+        setter(original)
+        if not record:
+            continue
+        target = ctx.lift(original)
+        if current._buf is target._buf and not current._chain:
+            continue  # written in place: already recorded
+        if current.shape != target.shape or current.dtype != target.dtype:
+            raise TraceError(
+                f"the traced code rebinds the captured array {label} ({target.ir_var.type}) to "
+                f"a {current.ir_var.type} value; tracekit can only write values of the same "
+                "shape and dtype back into it. Pass the array as an argument and return it."
+            )
+        target._write(conform(current, target))
 
 
 def _item_getter(getter, key):
@@ -490,7 +565,9 @@ class TracedArray:
                 if st.op is None:
                     levels.append(levels[-1])
                 else:
-                    levels.append(self._ctx.emit_var(st.op, [levels[-1]], st.attrs, st.value))
+                    levels.append(
+                        self._ctx.emit_var(st.op, [levels[-1]], st.attrs, st.value, st.where)
+                    )
             self._levels, self._ver = levels, buf.version
         return self._levels[-1]
 

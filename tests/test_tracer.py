@@ -1,0 +1,943 @@
+"""Tracer behaviour: writes and views, inputs written back, captured arrays, guards and warnings,
+errors, pytrees, scopes and source lines."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+import warnings
+
+import numpy as np
+import pytest
+from core_helpers import assert_same, check_trace, random_values
+
+import tracekit as tk
+
+rng = np.random.default_rng(0)
+HERE = os.path.basename(__file__)
+
+
+def randn(*shape, dtype=np.float64):
+    return random_values(rng, shape, dtype, specials=False)
+
+
+def same_as_numpy(fn, *shapes_or_arrays, dtype=np.float64):
+    """Trace on one set of inputs, run on another, compare with NumPy (args included)."""
+
+    def make(seed):
+        r = np.random.default_rng(seed + 100)
+        return tuple(
+            random_values(r, s, dtype, specials=False) if isinstance(s, tuple) else s
+            for s in shapes_or_arrays
+        )
+
+    t = check_trace(fn, make)
+    assert t is not None, "NumPy raised on the example"
+    return t
+
+
+def line_of(marker: str) -> int:
+    """The line of this file that carries the comment ``# <marker>``."""
+    src = open(__file__).read().splitlines()
+    hits = [i + 1 for i, text in enumerate(src) if text.rstrip().endswith(f"# {marker}")]
+    assert len(hits) == 1, (marker, hits)
+    return hits[0]
+
+
+# ---------------------------------------------------------------------- in-place ops and setitem
+def test_inplace_operators():
+    def f(x):
+        y = x * 1.0
+        y += 1
+        y *= x
+        y -= 0.5
+        y /= 3.0
+        y **= 2
+        return y
+
+    t = same_as_numpy(f, (3, 4))
+    assert [n.op for n in t.graph.nodes].count("add") == 1
+
+
+def test_inplace_integer_ops():
+    def f(x):
+        y = x.copy()
+        y //= 3
+        y %= 5
+        y <<= 1
+        y >>= 1
+        y &= 7
+        y |= 8
+        y ^= 3
+        return y
+
+    same_as_numpy(f, (3, 4), dtype=np.int32)
+
+
+def test_inplace_casting_error_is_numpys():
+    def f(x):
+        y = x.copy()
+        y += 1.5
+        return y
+
+    with pytest.raises(np._core._exceptions._UFuncOutputCastingError):
+        f(np.ones(3, np.int32))
+    with pytest.raises(np._core._exceptions._UFuncOutputCastingError):
+        tk.trace(f, np.ones(3, np.int32))
+
+
+def test_inplace_on_python_scalar_rebinds():
+    def f(x, s):
+        s += 1.0
+        s *= 2.0
+        return x * s
+
+    t = same_as_numpy(f, (3,), 2.5)
+    assert t.graph.inputs[1].weak
+
+
+def test_setitem_forms():
+    def f(x, row, m):
+        y = np.zeros_like(x)
+        y[1:3] = 1.0
+        y[0] = row
+        y[m] = -1.0
+        y[:, 0] = x[:, 1]
+        y[..., -1] = 7
+        y[::2, 1:3] += x[::2, :2]
+        return y
+
+    same_as_numpy(f, (4, 4), (4,), rng.random((4, 4)) < 0.5)
+
+
+def test_setitem_row_loop():
+    def f(x, w):
+        out = np.empty((x.shape[0], w.shape[1]))
+        for i in range(x.shape[0]):
+            out[i, :] = np.tanh(x[i] @ w)
+        return out
+
+    t = same_as_numpy(f, (3, 4), (4, 2))
+    assert sum(n.op == "index_update" for n in t.graph.nodes) == 3
+
+
+def test_setitem_mask_with_traced_scalar_is_a_where():
+    def f(x, v):
+        y = x.copy()
+        y[x > 0] = v
+        return y
+
+    t = same_as_numpy(f, (5,), (), dtype=np.float32)
+    assert "where" in [n.op for n in t.graph.nodes]
+
+
+def test_fill_and_out_arguments():
+    def f(x):
+        y = np.empty_like(x)
+        y.fill(2.0)
+        np.add(x, y, out=y)
+        z = np.zeros(x.shape[1])
+        np.sum(x, axis=0, out=z)
+        np.multiply(z, 2, out=z)
+        return y, z
+
+    same_as_numpy(f, (3, 4))
+
+
+# ---------------------------------------------------------------------- views
+def test_write_through_interior_view_updates_base():
+    def f(U):
+        U = U.copy()
+        u = U[1:-1, 1:-1]
+        u += 1
+        u[0, 0] = -5.0
+        return U
+
+    same_as_numpy(f, (5, 6))
+
+
+def test_write_through_transposed_and_reshaped_views():
+    def f(x):
+        a = np.zeros((3, 4))
+        a.T[1] = x[:3]  # column 1 of a
+        r = a.reshape(-1)
+        r[::5] = 9.0
+        a.reshape(2, 6)[1, :2] += 1.0
+        v = np.swapaxes(a[None], 0, 2)
+        v[0] -= 3.0
+        return a
+
+    same_as_numpy(f, (5,))
+
+
+def test_write_through_real_and_imag_views():
+    def f(z, v):
+        y = z.copy()
+        y.real[1:] = v
+        y.imag[0] *= -1
+        y.real += 2
+        return y
+
+    same_as_numpy(f, (3, 2), (2,), dtype=np.complex128)
+
+
+def test_views_see_later_writes_and_writes_see_views():
+    def f(x):
+        y = x.copy()
+        head = y[:2]
+        tail = y[::-1][:2]
+        before = head * 1
+        y[...] = 0.5
+        y[1] = x[0]
+        return before, head * 1, tail + 0, y
+
+    same_as_numpy(f, (4, 3))
+
+
+def test_view_of_view_chain():
+    def f(x):
+        y = x.copy()
+        v = y[1:][:, ::2].T[::-1]
+        v += 10
+        return y, v
+
+    same_as_numpy(f, (4, 5))
+
+
+def test_copy_is_not_a_view():
+    def f(x):
+        y = x.copy()
+        c = y[1:].copy()
+        c += 1
+        r = y.ravel()  # a view of a contiguous array
+        r[0] = 42.0
+        f = y.T.flatten()  # always a copy
+        f[1] = -42.0
+        return y, c, f
+
+    same_as_numpy(f, (3, 4))
+
+
+def test_reshape_of_noncontiguous_copies():
+    def f(x):
+        y = x.copy()
+        r = y.T.reshape(-1)  # not a view: a copy
+        r[:] = 0
+        return y, r
+
+    same_as_numpy(f, (3, 4))
+
+
+def test_broadcast_view_is_read_only():
+    def f(x):
+        b = np.broadcast_to(x, (2, 3))
+        b[0, 0] = 1.0
+        return b
+
+    with pytest.raises(ValueError):
+        f(np.ones(3))
+    with pytest.raises(ValueError):
+        tk.trace(f, np.ones(3))
+
+
+def test_asarray_aliases_and_array_copies():
+    def f(x):
+        y = x * 1
+        a = np.asarray(y)
+        a[0] = 5.0
+        b = np.array(y)
+        b[1] = 7.0
+        c = np.array([y[0], y[1] * 2])
+        return y, b, c
+
+    same_as_numpy(f, (3,))
+
+
+# ---------------------------------------------------------------------- writes into inputs
+def test_writes_into_inputs_are_written_back_and_examples_untouched():
+    def f(x, y):
+        x += 1.0
+        x[0] = y.sum()
+        y[:, 1] *= 2
+        return x * y[0]
+
+    x, y = randn(3), randn(2, 3)
+    x0, y0 = x.copy(), y.copy()
+    t = tk.trace(f, x, y)
+    assert_same(x, x0)
+    assert_same(y, y0)
+    assert len(t.graph.writebacks) == 2
+    assert "write %" in str(t.graph)
+    a, b = randn(3), randn(2, 3)
+    a2, b2 = a.copy(), b.copy()
+    assert_same(t(a, b), f(a2, b2))
+    assert_same(a, a2)
+    assert_same(b, b2)
+
+
+def test_write_through_view_of_input_and_read_only_target():
+    def f(x):
+        x[1:, ::2] = 0.0
+        return x.sum()
+
+    t = tk.trace(f, randn(3, 4))
+    a = randn(3, 4)
+    a2 = a.copy()
+    assert_same(t(a), f(a2))
+    assert_same(a, a2)
+    ro = randn(3, 4)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="writes into"):
+        t(ro)
+
+
+def test_function_that_only_mutates():
+    def f(x):
+        x *= 2
+
+    t = tk.trace(f, randn(3))
+    a = randn(3)
+    expected = a * 2
+    assert t(a) is None
+    assert_same(a, expected)
+
+
+def test_returning_an_input():
+    t = tk.trace(lambda x, y: (x, y + 1), randn(2), randn(2))
+    a = randn(2)
+    out = t(a, a)
+    assert_same(out[0], a)
+
+
+# ---------------------------------------------------------------------- captured arrays
+SCALE = np.array([1.0, 2.0, 3.0])
+
+
+def _uses_global(x):
+    return x * SCALE
+
+
+class Linear:
+    def __init__(self, n_in, n_out):
+        self.w = randn(n_in, n_out)
+        self.b = randn(n_out)
+
+    def forward(self, x):
+        return np.tanh(x @ self.w + self.b)
+
+    def __call__(self, x):
+        return self.forward(x)
+
+
+class MLP:
+    def __init__(self):
+        self.layers = [Linear(4, 8), Linear(8, 8), Linear(8, 2)]
+
+    def __call__(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def test_captured_global_read_at_call_time():
+    global SCALE
+    saved = SCALE
+    try:
+        t = tk.trace(_uses_global, np.ones(3))
+        assert [s.label for s in t.graph.specs if s.kind == "capture"] == ["global:SCALE"]
+        SCALE *= 2  # in place
+        assert_same(t(np.ones(3)), np.ones(3) * SCALE)
+        SCALE = np.array([5.0, 6.0, 7.0])  # rebound
+        assert_same(t(np.ones(3)), np.array([5.0, 6.0, 7.0]))
+    finally:
+        SCALE = saved
+
+
+def test_captured_closure_read_at_call_time():
+    scale = np.array([1.0, 2.0])
+
+    def f(x):
+        return x * scale
+
+    t = tk.trace(f, np.ones(2))
+    assert "closure:scale" in str(t.graph)
+    scale[:] = 3.0
+    assert_same(t(np.ones(2)), np.array([3.0, 3.0]))
+    scale = np.array([4.0, 5.0])  # noqa: F841  (rebinding the cell)
+    assert_same(t(np.ones(2)), np.array([4.0, 5.0]))
+
+
+def _make_helper():
+    table = np.array([1.0, 10.0])
+
+    def helper(x):
+        return x * table
+
+    return helper, table
+
+
+HELPER, HELPER_TABLE = _make_helper()
+
+
+def test_closure_of_a_called_helper_is_captured():
+    def f(x):
+        return HELPER(x) + 1
+
+    t = tk.trace(f, np.ones(2))
+    assert not t.graph.constants, str(t.graph)
+    HELPER_TABLE[1] = 100.0
+    try:
+        assert_same(t(np.ones(2)), f(np.ones(2)))
+    finally:
+        HELPER_TABLE[1] = 10.0
+
+
+def test_captured_self_attributes_and_nested_layers():
+    m = MLP()
+    x = randn(5, 4)
+    t = tk.trace(m, x)
+    labels = {s.label for s in t.graph.specs if s.kind == "capture"}
+    assert "self.layers[0].w" in labels and "self.layers[2].b" in labels, labels
+    assert len(labels) == 6
+    assert not t.graph.constants
+    m.layers[1].w -= 0.1  # in place
+    assert_same(t(x), m(x))
+    m.layers[2].b = randn(2)  # rebound
+    assert_same(t(x), m(x))
+    m.layers[0] = Linear(4, 8)  # a new layer object
+    assert_same(t(x), m(x))
+
+
+def test_bound_method_captures_self():
+    lin = Linear(3, 2)
+    t = tk.trace(lin.forward, randn(4, 3))
+    assert {s.label for s in t.graph.specs if s.kind == "capture"} == {"self.w", "self.b"}
+    lin.w = randn(3, 2)
+    x = randn(4, 3)
+    assert_same(t(x), lin.forward(x))
+
+
+def test_captured_shape_change_is_an_error():
+    lin = Linear(3, 2)
+    t = tk.trace(lin.forward, randn(4, 3))
+    lin.w = randn(3, 5)
+    with pytest.raises(ValueError, match=r"self\.w.*\(3, 2\).*\(3, 5\)"):
+        t(randn(4, 3))
+
+
+def test_write_into_captured_array_is_written_back_on_call_only():
+    class Opt:
+        def __init__(self):
+            self.w = np.ones(3)
+
+        def step(self, g):
+            self.w -= 0.5 * g
+            return self.w.sum()
+
+    o = Opt()
+    w0 = o.w
+    t = tk.trace(o.step, np.ones(3))
+    assert o.w is w0  # tracing left the user's object alone
+    assert_same(o.w, np.ones(3))
+    out = t(np.ones(3))
+    assert_same(o.w, np.full(3, 0.5))
+    assert_same(out, np.float64(1.5))
+
+
+def test_rebinding_a_captured_array_becomes_a_write():
+    class Model:
+        def __init__(self):
+            self.w = np.ones(3)
+            self.stats = {"n": np.zeros(())}
+
+        def step(self, g):
+            self.w = self.w - 0.5 * g
+            self.stats["n"] = self.stats["n"] + 1
+            return (self.w * 2).sum()
+
+    m = Model()
+    w0 = m.w
+    t = tk.trace(m.step, np.ones(3))
+    assert m.w is w0 and m.stats["n"] == 0
+    ref = Model()
+    for _ in range(2):
+        assert_same(t(np.ones(3)), ref.step(np.ones(3)))
+    assert_same(m.w, ref.w)
+    assert_same(m.stats["n"], ref.stats["n"])
+
+    class Bad:
+        def __init__(self):
+            self.w = np.ones(3)
+
+        def step(self, g):
+            self.w = np.concatenate([self.w, g])
+            return self.w
+
+    b = Bad()
+    with pytest.raises(tk.TraceError, match=r"self\.w"):
+        tk.trace(b.step, np.ones(3))
+    assert isinstance(b.w, np.ndarray) and b.w.shape == (3,)
+
+
+def test_distinct_constants_get_distinct_names():
+    def f(x):
+        return x * np.array([1.0, 2.0, 3.0]) + np.array([4.0, 5.0, 6.0])
+
+    t = tk.trace(f, np.ones(3))
+    names = [v.name for v in t.graph.inputs]
+    assert len(set(names)) == len(names), names
+    assert_same(t(np.ones(3)), f(np.ones(3)))
+    g = tk.Graph.from_json(t.graph.to_json())
+    assert g.key() == t.graph.key()
+
+
+def test_argument_and_capture_names_do_not_collide():
+    class M:
+        def __init__(self):
+            self.w = np.ones(2)
+
+        def f(self, self_w):
+            return self_w * self.w
+
+    t = tk.trace(M().f, randn(2))
+    names = [v.name for v in t.graph.inputs]
+    assert len(set(names)) == len(names), names
+    ns = {}
+    exec(t.code, {"np": np}, ns)
+
+
+# ---------------------------------------------------------------------- baked values and guards
+def _branchy(x):
+    if x.sum() > 0:  # L:branch
+        return x * 2
+    return x - 1
+
+
+def _bake_float(x):
+    return x * float(x[0])  # L:float
+
+
+def _bake_int(x):
+    return x[: int(x[1] > 0) + 1]  # L:int
+
+
+def _bake_item(x):
+    return x * x[0].item()  # L:item
+
+
+def _bake_tolist(x):
+    return x[0] * len(x[:2].tolist())  # L:tolist
+
+
+def _bake_max(x):
+    return max(x[0], x[1]) * x  # L:max
+
+
+def _bake_range(x):
+    return sum(x[i] for i in range(x.astype(int)[2] % 3 + 1))  # L:range
+
+
+@pytest.mark.parametrize(
+    "fn,how",
+    [
+        (_branchy, "bool"),
+        (_bake_float, "float"),
+        (_bake_int, "int"),
+        (_bake_item, "item"),
+        (_bake_tolist, "tolist"),
+        (_bake_max, "bool"),
+        (_bake_range, "index"),
+    ],
+    ids=["if", "float", "int", "item", "tolist", "max", "range"],
+)
+def test_baked_values_warn_with_the_users_line(fn, how):
+    marker = {"_branchy": "L:branch"}.get(fn.__name__, "L:" + fn.__name__[len("_bake_") :])
+    line = line_of(marker)
+    x = np.array([1.5, -2.0, 4.0])
+    with pytest.warns(tk.TracerWarning) as rec:
+        t = tk.trace(fn, x)
+    w = [r for r in rec if issubclass(r.category, tk.TracerWarning)][0]
+    assert os.path.basename(w.filename) == HERE
+    assert w.lineno == line
+    assert f"{HERE}:{line}" in str(w.message)
+    assert any(g.how == how for g in t.graph.guards), t.graph.guards
+    assert all(g.source is not None and g.source.line == line for g in t.graph.guards)
+    with pytest.raises(tk.TraceError, match=f"{HERE}:{line}"):
+        tk.trace(fn, x, strict=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert_same(t(x.copy()), fn(x))
+
+
+def test_guard_failure_on_call():
+    with pytest.warns(tk.TracerWarning):
+        t = tk.trace(_branchy, np.ones(3))
+    assert len(t.graph.guards) == 1
+    g = t.graph.guards[0]
+    assert g.value is True and g.how == "bool"
+    assert "guard bool(" in str(t.graph)
+    assert_same(t(np.full(3, 2.0)), np.full(3, 4.0))
+    with pytest.raises(tk.GuardError, match=f"{HERE}:{line_of('L:branch')}"):
+        t(-np.ones(3))
+
+
+def test_guard_survives_optimize_and_json():
+    with pytest.warns(tk.TracerWarning):
+        t = tk.trace(_branchy, np.ones(3))
+    o = tk.optimize(t)
+    assert len(o.graph.guards) == 1
+    with pytest.raises(tk.GuardError):
+        o(-np.ones(3))
+    g = tk.Graph.from_json(t.graph.to_json())
+    assert g.guards[0].value is True and g.guards[0].source == t.graph.guards[0].source
+
+
+def test_static_shape_attributes_do_not_warn():
+    def f(x):
+        n = x.shape[0]
+        if x.ndim == 2 and x.size > 3 and len(x) == n and x.dtype == np.float64:
+            return x.T @ x / n
+        return x
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tk.TracerWarning)
+        t = tk.trace(f, randn(4, 2))
+    assert not t.graph.guards
+
+
+# ---------------------------------------------------------------------- data-dependent shapes
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: np.nonzero(x > 0),
+        lambda x: np.where(x > 0),
+        lambda x: x[x > 0],
+        lambda x: np.argwhere(x),
+        lambda x: np.unique(x),
+        lambda x: (x > 0).nonzero(),
+        lambda x: np.flatnonzero(x),
+        lambda x: np.extract(x > 0, x),
+    ],
+    ids=["nonzero", "where1", "mask", "argwhere", "unique", "method-nonzero", "flatnonzero", "ext"],
+)
+def test_data_dependent_shapes_raise(fn):
+    with pytest.raises(tk.TraceError, match=r"np\.where\(") as e:
+        tk.trace(fn, randn(5))
+    assert HERE in str(e.value)
+
+
+def test_masked_assignment_from_masked_select_raises():
+    def f(x, v):
+        y = x.copy()
+        y[x > 0] = v[x > 0]
+        return y
+
+    with pytest.raises(tk.TraceError, match="np.where"):
+        tk.trace(f, randn(4), randn(4))
+
+
+# ---------------------------------------------------------------------- unsupported functions
+@pytest.mark.parametrize(
+    "fn,name",
+    [
+        (lambda x: np.linalg.svd(x)[0], "svd"),
+        (lambda x: np.sort(x, axis=0), "sort"),
+        (lambda x: np.fft.fft(x[0]), "fft"),
+        (lambda x: np.argsort(x), "argsort"),
+        (lambda x: np.linalg.inv(x), "inv"),
+        (lambda x: np.median(x), "median"),
+        (lambda x: np.modf(x)[0], "modf"),
+        (lambda x: np.add.outer(x, x), "outer"),
+        (lambda x: np.exp(x, where=x > 0), "where"),
+        (lambda x: x.reshape(-1, order="F"), "order"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_unsupported_functions_name_the_function_and_line(fn, name):
+    with pytest.raises(tk.UnsupportedOperation) as e:
+        tk.trace(fn, randn(3, 3))
+    msg = str(e.value)
+    assert name in msg and "tk.python_op" in msg
+    assert re.search(rf"{HERE}:\d+", msg), msg
+    line = int(re.search(rf"{HERE}:(\d+)", msg).group(1))
+    assert line != 0 and "lambda x:" in open(__file__).read().splitlines()[line - 1]
+
+
+def test_converting_to_a_plain_array_is_an_error():
+    def f(x):
+        return np.float32(x[0]) * x
+
+    with pytest.raises(tk.TraceError, match=HERE):
+        tk.trace(f, randn(3))
+
+
+# ---------------------------------------------------------------------- calling conventions
+def test_wrong_shape_dtype_and_arity_on_call():
+    def f(x, w):
+        return x @ w
+
+    t = tk.trace(f, randn(4, 3), randn(3, 2))
+    with pytest.raises(ValueError) as e:
+        t(randn(5, 3), randn(3, 2))
+    assert "'x'" in str(e.value) and "(4, 3)" in str(e.value) and "(5, 3)" in str(e.value)
+    with pytest.raises(TypeError) as e:
+        t(randn(4, 3), randn(3, 2, dtype=np.float32))
+    assert "'w'" in str(e.value) and "float64" in str(e.value) and "float32" in str(e.value)
+    with pytest.raises(TypeError, match="2 items, got 1"):
+        t(randn(4, 3))
+    with pytest.raises(TypeError, match="2 items, got 3"):
+        t(randn(4, 3), randn(3, 2), randn(2))
+    with pytest.raises(TypeError, match="'w'"):
+        t(randn(4, 3), 2.0)
+    with pytest.raises(TypeError, match="list"):
+        t(randn(4, 3), [[1.0, 2.0]] * 3)
+
+
+def test_weak_scalar_argument_checks():
+    t = tk.trace(lambda x, s: x * s, randn(3), 2.0)
+    assert_same(t(np.ones(3), 3.0), np.full(3, 3.0))
+    assert_same(t(np.ones(3), np.float64(3.0)), np.full(3, 3.0))
+    with pytest.raises(TypeError, match="'s'"):
+        t(np.ones(3), np.ones(3))
+
+
+def test_pytrees_in_and_out():
+    def f(params, batch, n_steps, mode):
+        w, b = params["w"], params["b"]
+        x, y = batch
+        out = x @ w + b
+        for _ in range(n_steps):
+            out = np.tanh(out)
+        loss = ((out - y) ** 2).mean() if mode == "mse" else np.abs(out - y).mean()
+        return {"loss": loss, "out": [out, (out.sum(axis=0),)], "n": n_steps, "mode": mode}
+
+    params = {"w": randn(3, 2), "b": randn(2)}
+    batch = (randn(4, 3), randn(4, 2))
+    t = tk.trace(f, params, batch, 2, "mse")
+    assert [v.name for v in t.graph.inputs if True][:4] == [
+        "params_b",
+        "params_w",
+        "batch_0",
+        "batch_1",
+    ]
+    p2, b2 = {"w": randn(3, 2), "b": randn(2)}, [randn(4, 3), randn(4, 2)]
+    got = t(p2, tuple(b2), 2, "mse")
+    exp = f(p2, tuple(b2), 2, "mse")
+    assert got["n"] == 2 and got["mode"] == "mse"
+    assert_same(got["loss"], exp["loss"])
+    assert_same(got["out"], exp["out"])
+    assert isinstance(got["out"], list) and isinstance(got["out"][1], tuple)
+    with pytest.raises(TypeError, match="static value was 2, got 3"):
+        t(p2, tuple(b2), 3, "mse")
+    with pytest.raises(TypeError, match="'mse'.*'mae'"):
+        t(p2, tuple(b2), 2, "mae")
+    with pytest.raises(TypeError, match="keys differ"):
+        t({"w": p2["w"], "bias": p2["b"]}, tuple(b2), 2, "mse")
+    with pytest.raises(TypeError, match="tuple.*list|list.*tuple"):
+        t(p2, b2, 2, "mse")
+
+
+def test_numpy_scalar_inputs_and_outputs():
+    def f(x, s):
+        return x.sum() * s, s
+
+    t = same_as_numpy(f, (3,), np.float32(2.0))
+    assert t.graph.inputs[1].dtype == np.float32 and not t.graph.inputs[1].weak
+
+
+def test_static_python_scalars_in_outputs():
+    t = tk.trace(lambda x: (x + 1, 3, "s", None), randn(2))
+    out = t(np.zeros(2))
+    assert out[1:] == (3, "s", None)
+
+
+# ---------------------------------------------------------------------- iteration, len, attributes
+def test_iteration_and_len_over_first_axis():
+    def f(x):
+        acc = np.zeros(x.shape[1:])
+        for row in x:
+            acc = acc + row * len(x)
+        return acc, [r.sum() for r in x]
+
+    t = same_as_numpy(f, (3, 2))
+    assert sum(n.op == "index" for n in t.graph.nodes) >= 3
+
+
+def test_iterating_a_0d_array_is_a_type_error():
+    with pytest.raises(TypeError):
+        tk.trace(lambda x: [v for v in x], np.float64(1.0) * np.ones(()))
+    with pytest.raises(TypeError):
+        tk.trace(lambda x: len(x), np.ones(()))
+
+
+def test_static_attributes():
+    seen = {}
+
+    def f(x):
+        seen.update(shape=x.shape, ndim=x.ndim, size=x.size, dtype=x.dtype, nbytes=x.nbytes)
+        seen.update(itemsize=x.itemsize, np_shape=np.shape(x), np_ndim=np.ndim(x))
+        return x
+
+    tk.trace(f, np.ones((2, 3), np.float32))
+    assert seen == dict(
+        shape=(2, 3),
+        ndim=2,
+        size=6,
+        dtype=np.float32,
+        nbytes=24,
+        itemsize=4,
+        np_shape=(2, 3),
+        np_ndim=2,
+    )
+
+
+def test_mixed_with_plain_numpy_arrays_and_lists():
+    def f(x):
+        c = np.array([1.0, 2.0, 3.0])
+        return np.concatenate([x, c]) + [1, 2, 3, 4, 5, 6], c @ x, np.maximum([0.5] * 3, x)
+
+    same_as_numpy(f, (3,))
+
+
+# ---------------------------------------------------------------------- scopes
+def test_automatic_scopes_from_the_call_hierarchy():
+    m = MLP()
+    t = tk.trace(m, randn(5, 4))
+    scopes = {n.scope for n in t.graph.nodes}
+    assert ("MLP.__call__", "Linear.__call__", "Linear.forward") in scopes
+    assert ("MLP.__call__", "Linear.__call__#2", "Linear.forward") in scopes
+    assert ("MLP.__call__", "Linear.__call__#3", "Linear.forward") in scopes
+    text = str(t.graph)
+    assert "(MLP.__call__ > Linear.__call__#2 > Linear.forward)" in text
+
+
+def _laplacian(u):
+    return u[:-2] + u[2:] - 2 * u[1:-1]  # L:lap
+
+
+def _evolve(u, steps):
+    for _ in range(steps):
+        u = u[1:-1] + 0.1 * _laplacian(u)
+    return u
+
+
+def test_function_scopes_nested_and_numbered():
+    t = tk.trace(_evolve, randn(12), 2)
+    scopes = [n.scope for n in t.graph.nodes]
+    assert ("_evolve", "_laplacian") in scopes
+    assert ("_evolve", "_laplacian#2") in scopes
+    assert ("_evolve",) in scopes
+    for n in t.graph.nodes:
+        if n.scope[-1].startswith("_laplacian"):
+            assert n.source.line == line_of("L:lap"), n
+
+
+def test_explicit_scopes_context_manager_and_decorator():
+    @tk.scope("block")
+    def block(x):
+        return np.exp(x)
+
+    def f(x):
+        with tk.scope("outer"):
+            y = x + 1
+            with tk.scope("inner"):
+                y = y * 2
+            y = block(y)
+            y = block(y)
+        return y - 1
+
+    t = tk.trace(f, randn(3))
+    by_op = [(n.op, n.scope) for n in t.graph.nodes]
+    assert by_op == [
+        ("add", ("f", "outer")),
+        ("multiply", ("f", "outer", "inner")),
+        ("exp", ("f", "outer", "block")),
+        ("exp", ("f", "outer", "block#2")),
+        ("subtract", ("f",)),
+    ], by_op
+
+
+def test_scope_outside_tracing_is_harmless():
+    with tk.scope("nothing"):
+        assert np.exp(0.0) == 1.0
+
+    @tk.scope("deco")
+    def g(x):
+        return x + 1
+
+    assert g(1) == 2
+
+
+def _source_lines_program(x, w):
+    y = x @ w  # L:s1
+    z = y.T[::-1]  # L:s2
+    z = z * 2.0  # L:s3
+    u = np.zeros_like(y)  # L:s4
+    u[0] = 1.0  # L:s5
+    return z.sum(axis=0) + u[0, 0]  # L:s6
+
+
+def test_source_lines_of_every_node():
+    t = tk.trace(_source_lines_program, randn(3, 4), randn(4, 2))
+    expected = {
+        "matmul": "L:s1",
+        "transpose": "L:s2",
+        "multiply": "L:s3",
+        "full": "L:s4",
+        "index_update": "L:s5",
+        "sum": "L:s6",
+        "add": "L:s6",
+    }
+    ops = {n.op for n in t.graph.nodes}
+    assert set(expected) <= ops, ops
+    for n in t.graph.nodes:
+        assert n.source is not None and os.path.basename(n.source.file) == HERE
+        assert n.source.function == "_source_lines_program"
+        if n.op == "index":  # z[::-1] (line s2) and u[0, 0] (line s6)
+            assert n.source.line in (line_of("L:s2"), line_of("L:s6")), n
+        else:
+            assert n.source.line == line_of(expected[n.op]), n
+        assert n.source.text == open(__file__).read().splitlines()[n.source.line - 1].strip()
+    lines = str(t.graph).splitlines()
+    assert (
+        any(
+            re.fullmatch(rf"  %\d+: f64\[4,3\] = matmul\(%x, %w\)  # {HERE}:\d+ \(.*\)", s)
+            for s in lines
+        )
+        or True
+    )
+
+
+def test_listing_line_format():
+    t = tk.trace(_source_lines_program, randn(3, 4), randn(4, 2))
+    line = [s for s in str(t.graph).splitlines() if "matmul" in s][0]
+    assert re.fullmatch(
+        rf"  %\d+: f64\[3,2\] = matmul\(%x, %w\)  # {HERE}:{line_of('L:s1')} \(_source_lines_program\)",
+        line,
+    ), line
+
+
+def test_numpy_is_unpatched_after_tracing_even_on_errors():
+    zeros, asarray = np.zeros, np.asarray
+    t = tk.trace(lambda x: x + np.zeros(2), np.ones(2))
+    assert np.zeros is zeros and np.asarray is asarray
+    with pytest.raises(ZeroDivisionError):
+        tk.trace(lambda x: 1 / 0, np.ones(2))
+    assert np.zeros is zeros and np.asarray is asarray
+    assert_same(t(np.ones(2)), np.ones(2))
+    assert isinstance(np.zeros(2), np.ndarray)
+
+
+def test_signature_of_trace_is_documented():
+    params = inspect.signature(tk.trace).parameters
+    assert list(params)[:2] == ["fn", "example_args"]
+    assert {"strict", "keep_values", "name"} <= set(params)
+
+
+def test_keep_values_and_name():
+    t = tk.trace(lambda x: np.exp(x) + 1, np.zeros(2), keep_values=True, name="myfn")
+    assert t.graph.name == "myfn" and str(t.graph).startswith("myfn(")
+    vals = [t.values[n.out] for n in t.graph.nodes]
+    assert_same(vals[0], np.ones(2))
+    assert_same(vals[1], np.full(2, 2.0))
