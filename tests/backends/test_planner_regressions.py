@@ -73,3 +73,19 @@ def test_different_numba_functions_get_different_kernel_sources():
     assert ca.source != cb.source
     np.testing.assert_array_equal(ca(x), 4.0)
     np.testing.assert_array_equal(cb(x), 6.0)
+
+
+def test_index_update_of_a_dead_fresh_buffer_stores_in_place_and_results_stay_distinct():
+    def step(U):
+        V = U * 2.0
+        V[1:-1, 1:-1] = 0.25 * (U[:-2, 1:-1] + U[2:, 1:-1])
+        return V + 1, V[0]
+
+    U = np.random.default_rng(0).standard_normal((6, 5))
+    c = tk.compile(tk.trace(step, U), progress=False)
+    assert "_store(" in c.runner.source
+    a, b = c(U)
+    a2, b2 = c(U * 3)
+    for got, want in zip((a, b, a2, b2), step(U) + step(U * 3)):
+        np.testing.assert_array_equal(got, want)
+    assert not np.shares_memory(b, b2)

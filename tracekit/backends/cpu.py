@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from ..ir import Var
-from ..ops import OPS
+from ..ops import OPS, build_index
 from . import cache
 from . import scalar as S
 from .emit_cpu import kernel_source
@@ -152,6 +152,7 @@ class Runner:
         g = plan.graph
         self.ns = {"np": np, "_empty": np.empty, "_ndarray": np.ndarray}
         self.escaping = _escaping(plan)
+        self.in_place = _in_place_updates(plan)
         self.local = threading.local()
         lines = ["def run(inputs, outs, pool):"]
         names = {v: f"v_{v.ident}" for v in g.inputs}
@@ -174,6 +175,7 @@ class Runner:
                 self.ns[name] = getattr(program.module, name)
                 lines.append(f"    {name}({', '.join(args)})")
             elif step.kind != "kernel":
+                self._step = i
                 node = step.nodes[0]
                 for o in node.outputs:
                     names[o] = f"v_{o.ident}"
@@ -253,6 +255,13 @@ class Runner:
                 k = f"c{len(self.ns)}"
                 self.ns[k] = x
                 ins.append(k)
+        if node.op == "index_update" and getattr(self, "_step", None) in self.in_place:
+            # the base is dead after this step and ours: store into it, no copy
+            base, value, arrays = ins[0], ins[1], ins[2:]
+            idx = f"idx{len(self.ns)}"
+            self.ns[idx] = node.attrs["idx"]
+            self.ns["_build_index"] = build_index
+            return f"_store({base}, _build_index({idx}, ({''.join(a + ', ' for a in arrays)})), {value})"
         if node.op == "matmul" and node.out.dtype.kind in "fc" and node.out.ndim >= 1:
             # BLAS writes straight into a pooled (or the caller's) buffer: no fresh allocation
             return f"np.matmul({ins[0]}, {ins[1]}, out={self._alloc(node.out, result_pos)})"
@@ -263,13 +272,45 @@ class Runner:
         return f"{impl}({', '.join(ins)}, **{attrs})"
 
 
+def _in_place_updates(plan: Plan) -> set:
+    """Indices of ``index_update`` host steps that may write into their base's buffer: the base
+    is a fresh buffer of this run (a kernel's or a copying host op's result, not an input, a
+    view or a Python op's value) and nothing reads it afterwards."""
+    g = plan.graph
+    producer, last = {}, {}
+    for i, st in enumerate(plan.steps):
+        for v in st.inputs:
+            last[v] = i
+        for o in st.outputs:
+            producer[o] = st
+    for v in list(g.outputs) + [gd.var for gd in g.guards]:
+        last[v] = len(plan.steps)
+    out = set()
+    for i, st in enumerate(plan.steps):
+        if st.kind != "host" or st.nodes[0].op != "index_update":
+            continue
+        base = st.nodes[0].inputs[0]
+        src = producer.get(base)
+        fresh = src is not None and (
+            src.kind == "kernel" or (src.kind == "host" and src.nodes[0].op != "python_op")
+        )
+        if fresh and last.get(base) == i and st.nodes[0].inputs.count(base) == 1:
+            out.add(i)
+    return out
+
+
 def _escaping(plan: Plan) -> set:
-    """Vars whose memory a caller can see: outputs, and what views of them are taken from."""
+    """Vars whose memory a caller can see: outputs, what views of them are taken from, and the
+    bases that in-place updates write them into."""
     g = plan.graph
     esc = set(g.outputs)
-    for step in reversed(plan.steps):
-        if step.kind == "view" and any(o in esc for o in step.outputs):
-            esc.update(step.inputs)
+    in_place = _in_place_updates(plan)
+    for i in range(len(plan.steps) - 1, -1, -1):
+        step = plan.steps[i]
+        if (step.kind == "view" or i in in_place) and any(o in esc for o in step.outputs):
+            esc.add(step.nodes[0].inputs[0] if i in in_place else step.inputs[0])
+            if step.kind == "view":
+                esc.update(step.inputs)
     return esc
 
 
@@ -304,6 +345,11 @@ def _temp(pool, k, shape, dtype):
     return buf
 
 
+def _store(base, index, value):
+    base[index] = value
+    return base
+
+
 def _scalar(a):
     return a.reshape(-1)[0] if isinstance(a, np.ndarray) else a
 
@@ -313,4 +359,5 @@ RUNTIME = {
     "_temp": _temp,
     "_recycled": _recycled,
     "_scalar": _scalar,
+    "_store": _store,
 }
