@@ -261,7 +261,8 @@ class Runner:
             idx = f"idx{len(self.ns)}"
             self.ns[idx] = node.attrs["idx"]
             self.ns["_build_index"] = build_index
-            return f"_store({base}, _build_index({idx}, ({''.join(a + ', ' for a in arrays)})), {value})"
+            arrs = "".join(a + ", " for a in arrays)
+            return f"_store({base}, _build_index({idx}, ({arrs})), {value})"
         if node.op == "matmul" and node.out.dtype.kind in "fc" and node.out.ndim >= 1:
             # BLAS writes straight into a pooled (or the caller's) buffer: no fresh allocation
             return f"np.matmul({ins[0]}, {ins[1]}, out={self._alloc(node.out, result_pos)})"
