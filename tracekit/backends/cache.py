@@ -39,7 +39,8 @@ def environment_key() -> str:
 
     from .. import __version__
 
-    return f"tracekit {__version__} numba {numba.__version__} numpy {numpy.__version__} cpu {llvm.get_host_cpu_name()}"
+    cpu = llvm.get_host_cpu_name()
+    return f"tracekit {__version__} numba {numba.__version__} numpy {numpy.__version__} cpu {cpu}"
 
 
 def module_key(source: str) -> str:
