@@ -89,3 +89,20 @@ def test_index_update_of_a_dead_fresh_buffer_stores_in_place_and_results_stay_di
     for got, want in zip((a, b, a2, b2), step(U) + step(U * 3)):
         np.testing.assert_array_equal(got, want)
     assert not np.shares_memory(b, b2)
+
+
+def test_whole_array_argmax_finds_the_first_nan_across_chunks():
+    x = np.random.default_rng(0).standard_normal(100_003).astype(np.float32)
+    x[500] = np.nan
+    t = tk.trace(lambda x: x.argmax(), x)
+    assert tk.compile(t, progress=False)(x) == t(x) == 500
+
+
+def test_whole_array_reductions_in_lanes_match_the_interpreter():
+    rng = np.random.default_rng(1)
+    for n in (7, 33, 100_001):
+        x = rng.standard_normal(n)
+        t = tk.trace(lambda x: (x.sum(), x.max(), x.min(), (x > 0).all(), x / x.sum()), x)
+        c = tk.compile(t, progress=False)
+        for got, want in zip(c(x), t(x)):
+            np.testing.assert_allclose(got, want, rtol=1e-13)

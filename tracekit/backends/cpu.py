@@ -32,10 +32,7 @@ def _segments(plan: Plan) -> list:
     segs, cur = [], None
     for i, step in enumerate(plan.steps):
         if step.kind == "kernel":
-            g = step.group
-            # a whole-array reduction accumulates per chunk in one scalar: let LLVM reassociate
-            # it (row reductions vectorise exactly, in lanes; see emit_cpu)
-            reduces = g.kind == "row" and all(d in g.axes for d, n in enumerate(g.shape) if n != 1)
+            reduces = False  # no reassociation: reductions vectorise in lanes
             if cur is None or cur[2] != reduces:
                 cur = (i, [], reduces)
                 segs.append(cur)

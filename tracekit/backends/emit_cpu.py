@@ -243,7 +243,8 @@ class KernelSource:
             self._pass_body(p, phase, scratch, reds, depth + 1, lane="0")
 
     def _whole(self):
-        """A reduction over every dimension: parallel chunks, then an ordered combine."""
+        """A reduction over every dimension: parallel chunks (each in LANES accumulators), then
+        an ordered combine of the chunks' partial results."""
         g, L = self.group, self.layout
         phase = self._phases()
         full = [n for n in g.nodes if g.role[n.out] == "full"]
@@ -253,42 +254,79 @@ class KernelSource:
         total = L.red_total
         nch = max(1, min(CHUNKS, total // (PARALLEL_MIN_WORK // 4)))
         chunk = -(-total // nch)
+        chunk = -(-chunk // LANES) * LANES  # whole blocks of lanes, except in the last chunk
+        nch = -(-total // chunk)
         scratch = self._scratch(phase)
         for v in scratch:
             if v not in self.alias:
                 self.emit(f"{self.p}s_{v.ident} = np.empty({total}, {S.ctor(v.dtype)})", 1)
         self._row_nodes(phase, 0, 1)
+        ch, f, fb, lane = (f"{self.p}{n}" for n in ("ch", "f", "fb", "l"))
         for p in range(passes):
             reds = [r for r in self.reduces if phase.get(r.inputs[0], 0) == p]
+            lanes = total >= 2 * LANES and not any(r.op in ("argmax", "argmin") for r in reds)
             for r in reds:
                 a = f"{self.p}r_{r.out.ident}"
-                self.emit(f"{a}_p = np.empty({nch}, {S.ctor(acc_dtype(r.op, r.out.dtype))})", 1)
+                pdt = (
+                    r.inputs[0].dtype
+                    if r.op in ("argmax", "argmin")
+                    else acc_dtype(r.op, r.out.dtype)
+                )
+                self.emit(f"{a}_p = np.empty({nch}, {S.ctor(pdt)})", 1)
                 if r.op in ("argmax", "argmin"):
                     self.emit(f"{a}_q = np.empty({nch}, np.int64)", 1)
-            rng = "prange" if nch > 1 else "range"
-            self.emit(f"for {self.p}ch in {rng}({nch}):", 1)
-            for r in reds:
-                self._acc_init(r, 2)
-            ch, f = f"{self.p}ch", f"{self.p}f"
-            self.emit(f"for {f} in range({ch} * {chunk}, min({total}, ({ch} + 1) * {chunk})):", 2)
-            for stmt in L.unravel_red(f):
-                self.emit(stmt, 3)
-            self._pass_body(p, phase, scratch, reds, 3, flat=f)
+            self.emit(f"for {ch} in {'prange' if nch > 1 else 'range'}({nch}):", 1)
+            lo, hi = f"{ch} * {chunk}", f"min({total}, ({ch} + 1) * {chunk})"
+            self.lanes = LANES if lanes else 0
+            if lanes and reds:
+                for r in reds:
+                    acc = S.ctor(acc_dtype(r.op, r.out.dtype))
+                    self.emit(f"{self.p}r_{r.out.ident}_l = np.empty({LANES}, {acc})", 2)
+                    self._acc_init(r, 2)
+                self.emit(f"{self.p}hi = {hi}", 2)
+                self.emit(f"{self.p}mid = {lo} + ({self.p}hi - {lo}) // {LANES} * {LANES}", 2)
+                self.emit(f"for {fb} in range({lo}, {self.p}mid, {LANES}):", 2)
+                self.emit(f"for {lane} in range({LANES}):", 3)
+                self.emit(f"{f} = {fb} + {lane}", 4)
+                for stmt in L.unravel_red(f):
+                    self.emit(stmt, 4)
+                self._pass_body(p, phase, scratch, reds, 4, flat=f, lane=lane)
+                self.emit(f"for {f} in range({self.p}mid, {self.p}hi):", 2)
+                for stmt in L.unravel_red(f):
+                    self.emit(stmt, 3)
+                self._pass_body(p, phase, scratch, reds, 3, flat=f, lane="0")
+                for r in reds:
+                    self._lanes_to_scalar(r, 2)
+            else:
+                self.lanes = 0
+                for r in reds:
+                    self._acc_init(r, 2)
+                self.emit(f"for {f} in range({lo}, {hi}):", 2)
+                for stmt in L.unravel_red(f):
+                    self.emit(stmt, 3)
+                self._pass_body(p, phase, scratch, reds, 3, flat=f)
+            self.lanes = 0
             for r in reds:
                 a = f"{self.p}r_{r.out.ident}"
-                self.emit(f"{a}_p[{self.p}ch] = {a}", 2)
+                self.emit(f"{a}_p[{ch}] = {a}", 2)
                 if r.op in ("argmax", "argmin"):
-                    self.emit(f"{a}_q[{self.p}ch] = {a}_i", 2)
+                    self.emit(f"{a}_q[{ch}] = {a}_i", 2)
             for r in reds:
                 self._acc_init(r, 1)
                 a = f"{self.p}r_{r.out.ident}"
-                self.emit(f"for {self.p}ch in range({nch}):", 1)
+                self.emit(f"for {ch} in range({nch}):", 1)
                 if r.op in ("argmax", "argmin"):
-                    self._arg_update(r, f"{a}_p[{self.p}ch]", f"{a}_q[{self.p}ch]", 2)
+                    self._arg_update(r, f"{a}_p[{ch}]", f"{a}_q[{ch}]", 2)
                 else:
-                    self._combine(r, f"{a}_p[{self.p}ch]", 2)
+                    self._combine(r, f"{a}_p[{ch}]", 2)
                 self._acc_final(r, 1)
             self._row_nodes(phase, p + 1, 1)
+
+    def _lanes_to_scalar(self, r, depth):
+        a = f"{self.p}r_{r.out.ident}"
+        self.emit(f"{a} = {_init(r.op, acc_dtype(r.op, r.out.dtype))}", depth)
+        self.emit(f"for {self.p}l in range({LANES}):", depth)
+        self._combine(r, f"{a}_l[{self.p}l]", depth + 1)
 
     def _scratch(self, phase) -> list:
         """Full values computed in one pass and read in a later one, not stored as outputs.
@@ -399,9 +437,7 @@ class KernelSource:
     def _acc_final(self, r, depth):
         a = f"{self.p}r_{r.out.ident}"
         if getattr(self, "lanes", 0) and r.op not in ("argmax", "argmin"):
-            self.emit(f"{a} = {_init(r.op, acc_dtype(r.op, r.out.dtype))}", depth)
-            self.emit(f"for {self.p}l in range({LANES}):", depth)
-            self._combine(r, f"{a}_l[{self.p}l]", depth + 1)
+            self._lanes_to_scalar(r, depth)
         src = (
             f"{a}_i"
             if r.op in ("argmax", "argmin")
