@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from .ir import Graph, Var, format_node
 from .ops import OPS, helper_source
 
@@ -9,13 +11,14 @@ from .ops import OPS, helper_source
 def graph_to_python(graph: Graph, name: str | None = None) -> str:
     """Source of a NumPy function computing ``graph``; paste it anywhere and run it.
 
-    Captured arrays and large constants become keyword-only parameters (their labels in a
-    comment); write-backs into inputs are ``np.copyto`` calls, as the traced function did.
+    Captured arrays and constants become keyword-only parameters (their labels in a comment);
+    constants of up to ``MAX_INLINE`` elements default to their values, so the function runs
+    as it is. Write-backs into inputs are ``np.copyto`` calls, as the traced function did.
     """
     name = name or (graph.name if graph.name.isidentifier() else "traced")
     args = [v.ident for v, s in zip(graph.inputs, graph.specs) if s.kind == "arg"]
     extra = [(v, s) for v, s in zip(graph.inputs, graph.specs) if s.kind != "arg"]
-    params = args + (["*"] + [v.ident for v, _ in extra] if extra else [])
+    params = args + (["*"] + [_param(v, s, graph) for v, s in extra] if extra else [])
     helpers = []
     for n in graph.nodes:
         src = helper_source(OPS[n.op])
@@ -40,6 +43,16 @@ def graph_to_python(graph: Graph, name: str | None = None) -> str:
     else:
         lines.append(f"    return ({', '.join(results)}{',' if len(results) == 1 else ''})")
     return "\n".join(lines) + "\n"
+
+
+MAX_INLINE = 256
+
+
+def _param(v, spec, graph) -> str:
+    value = graph.constants.get(v) if spec.kind == "const" else None
+    if value is not None and np.size(value) <= MAX_INLINE:
+        return f"{v.ident}={_literal(value)}"
+    return v.ident
 
 
 def _literal(x) -> str:

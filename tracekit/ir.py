@@ -119,7 +119,7 @@ class FrozenDict(dict):
     __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = _blocked
 
     def __hash__(self):
-        return hash(_canonical(dict(self)))
+        return hash(json.dumps(_canonical(dict(self)), sort_keys=True))
 
 
 @dataclass(frozen=True, eq=False)
@@ -256,11 +256,12 @@ class Graph:
         """
         from . import ops
 
-        defined = set()
+        defined, names = set(), set()
         for v in self.inputs:
             if v in defined:
                 raise ValueError(f"input %{v.name} appears twice")
             defined.add(v)
+            names.add(v.name)
         if len(self.specs) != len(self.inputs):
             raise ValueError("specs and inputs differ in length")
         for v, s in zip(self.inputs, self.specs):
@@ -275,7 +276,10 @@ class Graph:
             for o in n.outputs:
                 if o in defined:
                     raise ValueError(f"%{o.name} defined twice, again in: {n}")
+                if o.name in names:  # names identify values in JSON and in generated code
+                    raise ValueError(f"two values are named %{o.name}, again in: {n}")
                 defined.add(o)
+                names.add(o.name)
         for o in self.outputs:
             if o not in defined:
                 raise ValueError(f"output %{o.name} is not defined")
@@ -404,14 +408,14 @@ def _canonical(x):
         return {"var": x.name}
     if isinstance(x, bool | type(None) | str):
         return x
+    if isinstance(x, np.generic):  # before float/complex: np.float64 subclasses float
+        return {"np": np.dtype(x.dtype).str, "v": _canonical(x.item())}
     if isinstance(x, int):
         return {"int": x}
     if isinstance(x, float):
         return {"float": repr(x)}
     if isinstance(x, complex):
         return {"complex": [repr(x.real), repr(x.imag)]}
-    if isinstance(x, np.generic):
-        return {"np": np.dtype(x.dtype).str, "v": _canonical(x.item())}
     if isinstance(x, np.dtype):
         return {"dtype": x.str}
     if isinstance(x, type) and issubclass(x, np.generic):

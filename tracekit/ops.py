@@ -93,6 +93,11 @@ def py_literal(x) -> str:
     if isinstance(x, np.generic):
         return f"np.{x.dtype.name}({py_literal(x.item())})"
     if isinstance(x, np.ndarray):
+        if x.dtype.kind in "fc" and not np.isfinite(x).all():  # nan/inf have no literal
+            flat = ", ".join(py_literal(e) for e in x.ravel().tolist())
+            return f"np.array([{flat}], dtype=np.{x.dtype.name}).reshape({x.shape!r})"
+        if x.size == 0:
+            return f"np.zeros({x.shape!r}, dtype=np.{x.dtype.name})"
         return f"np.array({x.tolist()!r}, dtype=np.{x.dtype.name})"
     if isinstance(x, tuple):
         return "(" + ", ".join(py_literal(e) for e in x) + ("," if len(x) == 1 else "") + ")"
@@ -157,7 +162,12 @@ def _angle(x, deg=False):
 register(Op("where", "elementwise", _where, call_code("np.where")))
 register(Op("clip", "elementwise", np.clip, call_code("np.clip")))
 register(
-    Op("astype", "elementwise", _astype, lambda a, at: f"{a[0]}.astype({py_literal(at['dtype'])})")
+    Op(  # np.asarray: the input may be a Python scalar
+        "astype",
+        "elementwise",
+        _astype,
+        lambda a, at: f"np.asarray({a[0]}).astype({py_literal(at['dtype'])})",
+    )
 )
 register(Op("real", "elementwise", _real, call_code("np.real")))
 register(Op("imag", "elementwise", _imag, call_code("np.imag")))
@@ -244,7 +254,8 @@ register(
         "movement",
         _pad,
         lambda a, at: (
-            f"np.pad({a[0]}, {at['pad_width']!r}, constant_values={py_literal(at['constant_value'])})"
+            f"np.pad({a[0]}, {at['pad_width']!r}, "
+            f"constant_values={py_literal(at['constant_value'])})"
         ),
     )
 )
@@ -303,7 +314,8 @@ def _index_code(a, at):
 
 
 def _index_update_code(a, at):
-    return f"index_update({a[0]}, {a[1]}, {', '.join(a[2:]) + ', ' if a[2:] else ''}idx={_idx_literal(at['idx'])})"
+    rest = ", ".join(a[2:]) + ", " if a[2:] else ""
+    return f"index_update({a[0]}, {a[1]}, {rest}idx={_idx_literal(at['idx'])})"
 
 
 def _idx_literal(idx):

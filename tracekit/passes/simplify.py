@@ -20,7 +20,20 @@ def _is(x, value) -> bool:
 
 
 def _same_type(node, x) -> bool:
-    return isinstance(x, Var) and x.shape == node.out.shape and x.dtype == node.out.dtype
+    """``x`` can stand for the node's output: same shape, dtype and weakness (NEP 50)."""
+    out = node.out
+    return (
+        isinstance(x, Var) and x.shape == out.shape and x.dtype == out.dtype and x.weak == out.weak
+    )
+
+
+def _zero(y):
+    """ "+0" or "-0" for a real scalar literal equal to zero, else None."""
+    if isinstance(y, Var) or np.ndim(y) != 0 or isinstance(y, str | complex | np.complexfloating):
+        return None
+    if y != 0:
+        return None
+    return "-0" if np.signbit(y) else "+0"
 
 
 _fresh = itertools.count()
@@ -53,7 +66,8 @@ def _power(node, prod):
 def _multiply(node, prod):
     a, b = node.inputs
     for x, y in ((a, b), (b, a)):
-        if _is(y, 1) and _same_type(node, x):
+        # not complex: (a+bj)*(1+0j) turns inf imaginary parts into nan real parts
+        if _is(y, 1) and _same_type(node, x) and x.dtype.kind in "biuf":
             return x
     return None
 
@@ -61,17 +75,21 @@ def _multiply(node, prod):
 def _add(node, prod):
     a, b = node.inputs
     for x, y in ((a, b), (b, a)):
-        if _same_type(node, x) and (
-            (_is(y, 0) and x.dtype.kind in "biu") or (_is(y, 0) and np.signbit(y))
-        ):
+        z = _zero(y)
+        if not _same_type(node, x) or z is None:
+            continue
+        # x + 0 is x for integers; for floats only x + (-0.0) (-0.0 + 0.0 is +0.0); never for
+        # complex (the zero's imaginary part is +0.0)
+        if x.dtype.kind in "iu" or (x.dtype.kind == "f" and z == "-0"):
             return x
     return None
 
 
 def _subtract(node, prod):
     x, y = node.inputs
-    if _same_type(node, x) and _is(y, 0) and not (x.dtype.kind == "f" and np.signbit(y)):
-        return x
+    z = _zero(y)
+    if _same_type(node, x) and z is not None and (x.dtype.kind in "iu" or z == "+0"):
+        return x  # x - (+0) is x, also for -0.0 and complex; x - (-0.0) is x + 0.0
     return None
 
 
