@@ -172,7 +172,7 @@ def test_code_of_pytrees_and_guards():
 
 def test_code_of_optimized_graphs():
     def f(x):
-        y = -(-x)
+        y = np.negative(-x)
         return np.power(x, 3) + np.power(x, 2) - y * 1
 
     t = tk.trace(f, rng.random(4))
