@@ -615,12 +615,17 @@ def expr(node: Node, args: list, dtypes: list, math: str = "fast", templates=Non
         if node.inputs[2] is not None:
             x = f"{fn_min}({cast(args[2], dtypes[2], out)}, {x})"
         return x
+    real_input = np.dtype(dtypes[0]).kind != "c" if dtypes else False
     if op == "real":
-        return cast(f"({args[0]}).real", out, out)
+        return cast(args[0], dtypes[0], out) if real_input else f"({args[0]}).real"
     if op == "imag":
-        return cast(f"({args[0]}).imag", out, out)
+        return literal(0, out) if real_input else f"({args[0]}).imag"
     if op == "angle":
         deg = " * (180.0 / np.pi)" if node.attrs.get("deg") else ""
+        if real_input:  # bool and ints have no .imag in numba
+            return cast(
+                f"(np.arctan2(0.0, {cast(args[0], dtypes[0], np.float64)}){deg})", np.float64, out
+            )
         return cast(f"(np.arctan2(({args[0]}).imag, ({args[0]}).real){deg})", np.float64, out)
     loop_in, loop_out = loop_dtypes(node)
     known = _out_of_range_comparison(node, loop_in)
