@@ -376,16 +376,23 @@ class Traced:
         return self.finish_call(values, outs)
 
     def finish_call(self, values, outs):
-        """Write back in-place updates of inputs and rebuild the output structure."""
-        for oi, ii in self.graph.writebacks:
+        """Write back in-place updates of inputs and rebuild the output structure.
+
+        A result that shares memory with an input or an earlier result (the graph returns an
+        input, a view of one, or one value twice) is copied first, so results never alias the
+        caller's arrays or each other, and never see the write-backs.
+        """
+        results = detach(list(outs[: self.graph.n_results]), values)
+        for _, ii in self.graph.writebacks:  # all checked before any is written
             target = values[ii]
             if not isinstance(target, np.ndarray) or not target.flags.writeable:
                 raise ValueError(
                     f"the traced function writes into {self.graph.specs[ii].label!r}, "
                     "which is not a writeable NumPy array here"
                 )
-            np.copyto(target, outs[oi])
-        return pytree.unflatten(self.out_tree, outs[: self.graph.n_results])
+        for oi, ii in self.graph.writebacks:
+            np.copyto(values[ii], outs[oi])
+        return pytree.unflatten(self.out_tree, results)
 
     def run_values(self, *args) -> dict:
         """Every intermediate value (Var -> value) for these arguments."""
@@ -416,6 +423,18 @@ class Traced:
         )
         t.history = list(self.history) + ([history_entry] if history_entry else [])
         return t
+
+
+def detach(results: list, inputs) -> list:
+    """``results`` with each array that may share memory with an input array or an earlier
+    result replaced by a copy."""
+    held = [x for x in inputs if isinstance(x, np.ndarray)]
+    for i, r in enumerate(results):
+        if isinstance(r, np.ndarray):
+            if any(np.may_share_memory(r, x) for x in held):
+                r = results[i] = r.copy()
+            held.append(r)
+    return results
 
 
 def check_value(var: Var, value, what: str):

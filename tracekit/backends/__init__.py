@@ -81,8 +81,9 @@ class Compiled:
             self.runner = self.program.runner(stream=stream)
         self._pools = threading.local()
         self._fast = _fast_signature(traced)
-        if self._fast is None and target == "cpu":
-            self.runner.fast = None  # the generated fast path returns one plain result
+        self._detach = _results_may_alias(self.plan)
+        if (self._fast is None or self._detach) and target == "cpu":
+            self.runner.fast = None  # the generated fast path returns one fresh plain result
         self._consts = [g.constants[v] for v, s in zip(g.inputs, g.specs) if s.kind == "const"]
         self.kernels = [
             Kernel(ks.group.name, ks.group.kind, list(ks.group.nodes), ks.text)
@@ -114,6 +115,8 @@ class Compiled:
         if self.target == "cuda":  # device arrays in/out, streams: the cuda runner's own path
             return self.runner.call(self, args, out)
         fast = self.runner.fast
+        if out is not None and _overlaps(out, args):
+            fast = None  # out= shares memory with an argument: see below
         if fast is not None:
             try:
                 pool = self._pools.pool
@@ -131,7 +134,10 @@ class Compiled:
         g = self.graph
         inputs = values + self._consts if self._consts else values
         outs = _normalise_out(out, g.n_results) if out is not None else None
-        results, guard_values = self.runner.fn(inputs, outs, self._pool())
+        # kernels writing into an out= buffer that is also an input would read what they have
+        # already overwritten: compute into fresh buffers, then copy
+        run_outs = None if outs is not None and _overlaps(outs, values) else outs
+        results, guard_values = self.runner.fn(inputs, run_outs, self._pool())
         if g.guards:
             check_guards(g, dict(zip([gd.var for gd in g.guards], guard_values)))
         if outs is not None:
@@ -141,7 +147,7 @@ class Compiled:
             self.traced.finish_call(values, list(outs) + results[g.n_results :])
             return out
         results = [r[()] if getattr(r, "ndim", 1) == 0 else r for r in results]
-        if self._fast is not None and not g.writebacks and len(results) == 1:
+        if self._fast is not None and not g.writebacks and len(results) == 1 and not self._detach:
             return results[0]
         return self.traced.finish_call(values, results)
 
@@ -164,6 +170,29 @@ def _fast_signature(traced):
     if not (isinstance(traced.out_tree, pytree.Leaf)):
         return None
     return [(v.shape, v.dtype) for v in args]
+
+
+def _results_may_alias(plan) -> bool:
+    """Whether a result can share memory with an input or another result: the runner passes
+    inputs, views and most host calls' results through as they are."""
+    g = plan.graph
+    passed = set(g.inputs)
+    for step in plan.steps:
+        if step.kind == "view" or (step.kind == "host" and step.nodes[0].op != "matmul"):
+            passed.update(step.outputs)
+    res = g.outputs[: g.n_results]
+    return len(set(res)) < len(res) or any(o in passed for o in res)
+
+
+def _overlaps(out, args) -> bool:
+    """Whether an ``out=`` array may share memory with an argument (or captured array)."""
+    outs = out if isinstance(out, tuple | list) else (out,)
+    leaves = pytree.flatten(list(args))[0]
+    return any(
+        isinstance(o, np.ndarray) and isinstance(a, np.ndarray) and np.may_share_memory(o, a)
+        for o in outs
+        for a in leaves
+    )
 
 
 def _normalise_out(out, n):

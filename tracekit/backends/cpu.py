@@ -29,14 +29,19 @@ class CompileError(RuntimeError):
 
 def _segments(plan: Plan) -> list:
     """Group consecutive kernel steps: ``[(index of first step, [kernel steps])...]``."""
-    segs, cur = [], None
+    segs, cur, made = [], None, set()
     for i, step in enumerate(plan.steps):
         if step.kind == "kernel":
             reduces = False  # no reassociation: reductions vectorise in lanes
-            if cur is None or cur[2] != reduces:
+            # a one-element value is passed to a segment by value, read before the segment
+            # runs: a kernel reading one that an earlier kernel makes starts a new segment
+            reads_made = any(v.size <= 1 and v in made for v in step.inputs)
+            if cur is None or cur[2] != reduces or reads_made:
                 cur = (i, [], reduces)
                 segs.append(cur)
+                made = set()
             cur[1].append(step)
+            made.update(step.outputs)
         else:
             cur = None
     return [(i, steps, red) for i, steps, red in segs]

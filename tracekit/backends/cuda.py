@@ -571,7 +571,8 @@ class CudaRunner:
             return d
         host = np.ascontiguousarray(value, dtype=var.dtype).reshape(_dshape(var))
         buf = ctx.temp(("in", i), _dshape(var), var.dtype)
-        buf.copy_to_device(host, stream=self.stream)
+        if host.size:
+            buf.copy_to_device(host, stream=self.stream)
         return buf
 
     # -- running
@@ -672,7 +673,8 @@ class CudaRunner:
                 continue
             host = np.ascontiguousarray(val, dtype=v.dtype).reshape(_dshape(v))
             buf = ctx.alloc(v)
-            buf.copy_to_device(host, stream=self.stream)
+            if host.size:  # an empty slice's strides can differ from an empty device array's
+                buf.copy_to_device(host, stream=self.stream)
             env[v] = buf
 
     # -- results

@@ -164,8 +164,8 @@ def scalar_pyop(node: Node) -> bool:
 def classify(node: Node) -> str:
     """``elementwise``, ``reduce``, ``scan``, ``view`` or ``host``."""
     op = OPS[node.op]
-    if not _supported_dtypes(node) or any(o.size == 0 for o in node.outputs):
-        return "host"
+    if not _supported_dtypes(node) or any(v.size == 0 for v in (*node.outputs, *node.var_inputs)):
+        return "host"  # empty arrays (a reduction over an empty axis too): NumPy's results
     if node.op == "python_op":
         return "elementwise" if scalar_pyop(node) else "host"
     if op.kind == "elementwise" and _numpy_only(node):
@@ -453,7 +453,7 @@ def _host_reason(node: Node) -> str:
         return "dtype not supported in compiled loops"
     if op.kind == "elementwise" and _numpy_only(node):
         return _numpy_only(node)
-    if any(o.size == 0 for o in node.outputs):
+    if any(v.size == 0 for v in (*node.outputs, *node.var_inputs)):
         return "empty array"
     if classify(node) == "view":
         return f"{node.op} is a NumPy view (no copy)"
