@@ -107,7 +107,15 @@ class Source:
     text: str = ""
 
     def __str__(self):
-        return f"{os.path.basename(self.file)}:{self.line}"
+        return f"{self.short_file}:{self.line}"
+
+    @property
+    def short_file(self) -> str:
+        """The file's name; a notebook cell (IPython's ``ipykernel_<pid>/<hash>.py``) is ``cell``."""
+        parent = os.path.basename(os.path.dirname(self.file))
+        if parent.startswith("ipykernel_") or self.file.startswith("<ipython-input-"):
+            return "cell"
+        return os.path.basename(self.file)
 
 
 class FrozenDict(dict):
