@@ -968,7 +968,8 @@ def _cast_to_loop(ufunc, inputs, dtype):
     def kind(x):
         if isinstance(x, TracedArray):
             return type(x._value) if x.weak else x.dtype
-        return type(x) if isinstance(x, int | float | complex) else np.asarray(x).dtype
+        weak = isinstance(x, int | float | complex) and not isinstance(x, np.generic)
+        return type(x) if weak else np.asarray(x).dtype
 
     loop = ufunc.resolve_dtypes(
         tuple(kind(x) for x in inputs) + (None,) * ufunc.nout,

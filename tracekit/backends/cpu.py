@@ -272,7 +272,7 @@ class Runner:
         self.ns[impl] = OPS[node.op].impl
         attrs = f"attrs{len(self.ns)}"
         self.ns[attrs] = dict(node.attrs)
-        return f"{impl}({', '.join(ins)}, **{attrs})"
+        return f"{impl}({', '.join([*ins, f'**{attrs}'])})"  # no inputs: eye, arange...
 
 
 def _in_place_updates(plan: Plan) -> set:

@@ -89,7 +89,8 @@ class KernelSource:
             return self.read(x), x.dtype
         if x is None:
             return "None", None
-        d = np.asarray(x).dtype if not isinstance(x, bool | int | float | complex) else None
+        weak = isinstance(x, bool | int | float | complex) and not isinstance(x, np.generic)
+        d = None if weak else np.asarray(x).dtype
         if d is None:
             d = {
                 bool: np.dtype(bool),

@@ -79,6 +79,8 @@ def _pytype(x):
         return {"f": float, "c": complex}.get(x.dtype.kind, x.dtype) if x.weak else x.dtype
     if isinstance(x, bool):
         return np.dtype(bool)
+    if isinstance(x, np.generic):  # np.float64 subclasses float, but is a strong NumPy type
+        return x.dtype
     if isinstance(x, int | float | complex):
         return type(x)
     return np.asarray(x).dtype
