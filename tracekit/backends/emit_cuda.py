@@ -28,6 +28,7 @@ emits as ``np.<ufunc>`` is written with ``libdevice`` functions or small device 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -244,24 +245,27 @@ ULP_BOUNDS_F64 = {
 }
 
 
-# The CPU target's fast-math bounds (``fastmath.py`` docstrings, "max error vs NumPy: N ulp",
-# float32). A test checks this copy against the docstrings.
-CPU_FAST_BOUNDS_F32 = {
-    "exp": 1,
-    "exp2": 1,
-    "expm1": 1,
-    "log": 1,
-    "log2": 1,
-    "log10": 1,
-    "log1p": 1,
-    "sin": 2,
-    "cos": 2,
-    "tan": 1,
-    "sinh": 1,
-    "cosh": 1,
-    "tanh": 2,
-    "power": 1,
-}
+def cpu_fast_bounds() -> dict:
+    """The CPU target's float32 fast-math bounds, ``op -> ulp``, read from the docstrings of
+    ``fastmath.py`` ("max error vs NumPy: N ulp"); empty when that module is unavailable."""
+    global _CPU_BOUNDS
+    if _CPU_BOUNDS is None:
+        out = {}
+        try:
+            from . import fastmath
+
+            for (op, dt), fn in fastmath.FAST_MATH.items():
+                doc = fn.__doc__ or getattr(getattr(fn, "py_func", None), "__doc__", "") or ""
+                m = re.search(r"max error vs NumPy: (\d+) ulp", doc)
+                if np.dtype(dt) == F32 and m:
+                    out[op] = int(m.group(1))
+        except Exception:  # no fast math on the CPU: every op uses the default bound
+            out = {}
+        _CPU_BOUNDS = out
+    return _CPU_BOUNDS
+
+
+_CPU_BOUNDS = None
 # Ops the CPU has no fast version of may use a float32 libdevice function up to this bound.
 DEFAULT_F32_BOUND = 2
 EXACT = {"sqrt", "copysign", "floor", "ceil", "trunc", "rint", "fmod"}
@@ -273,7 +277,7 @@ def f32_native(op: str) -> bool:
     once (within NumPy's own error)."""
     if op in EXACT:
         return True
-    return ULP_BOUNDS_F32[op] <= CPU_FAST_BOUNDS_F32.get(op, DEFAULT_F32_BOUND)
+    return ULP_BOUNDS_F32[op] <= cpu_fast_bounds().get(op, DEFAULT_F32_BOUND)
 
 
 def _libdevice_call(op: str, base: str, args: list, dt, math: str) -> str:
@@ -333,11 +337,11 @@ def _float_suffix(dt) -> str:
     return "32" if dt == F32 else "64"
 
 
-def _no_complex(fn):
+def _complex_ordered(fn, helper):
+    """NumPy orders complex numbers lexicographically (with its NaN rules): ``_c*`` helpers."""
+
     def t(a, dt):
-        if dt.kind == "c":
-            raise DeviceUnsupported(f"ordering of {dt}")
-        return fn(a, dt)
+        return f"{helper}({a[0]}, {a[1]})" if dt.kind == "c" else fn(a, dt)
 
     return t
 
@@ -406,7 +410,13 @@ def _reciprocal(a, dt):
         return f"_ireciprocal({a[0]})"
     if dt.kind == "b":
         raise DeviceUnsupported("reciprocal on bool")
+    if dt.kind == "c":
+        return f"_creciprocal({a[0]})"
     return f"({S.literal(1, dt)} / {a[0]})"
+
+
+def _divide(a, dt):
+    return f"_cdiv({a[0]}, {a[1]})" if dt.kind == "c" else f"({a[0]} / {a[1]})"
 
 
 def _conjugate(a, dt):
@@ -433,11 +443,20 @@ def templates(math: str) -> dict:
         remainder=_remainder,
         logaddexp=_logaddexp,
         reciprocal=_reciprocal,
+        divide=_divide,
         conjugate=_conjugate,
     )
-    for op in ("maximum", "minimum", "fmax", "fmin", "less", "less_equal", "greater"):
-        t[op] = _no_complex(t[op])
-    t["greater_equal"] = _no_complex(t["greater_equal"])
+    for op, helper in (
+        ("maximum", "_cmaximum"),
+        ("minimum", "_cminimum"),
+        ("fmax", "_cfmax"),
+        ("fmin", "_cfmin"),
+        ("less", "_clt"),
+        ("less_equal", "_cle"),
+        ("greater", "_cgt"),
+        ("greater_equal", "_cge"),
+    ):
+        t[op] = _complex_ordered(t[op], helper)
     return t
 
 
@@ -580,16 +599,97 @@ def _ireciprocal(a):
 @cuda.jit(device=True)
 def _fsign(x):
     if x > 0:
-        return x - x + 1
+        return 1.0
     if x < 0:
-        return x - x - 1
-    return x
+        return -1.0
+    return x * 1.0
+
+
+@cuda.jit(device=True)
+def _cgt(a, b):
+    if a.real == b.real:
+        return a.imag > b.imag
+    return a.real > b.real and a.imag == a.imag and b.imag == b.imag
+
+
+@cuda.jit(device=True)
+def _cge(a, b):
+    if a.real == b.real:
+        return a.imag >= b.imag
+    return a.real > b.real and a.imag == a.imag and b.imag == b.imag
+
+
+@cuda.jit(device=True)
+def _clt(a, b):
+    return _cgt(b, a)
+
+
+@cuda.jit(device=True)
+def _cle(a, b):
+    return _cge(b, a)
+
+
+@cuda.jit(device=True)
+def _cmaximum(a, b):
+    return a if (a.real != a.real or a.imag != a.imag or _cge(a, b)) else b
+
+
+@cuda.jit(device=True)
+def _cminimum(a, b):
+    return a if (a.real != a.real or a.imag != a.imag or _cle(a, b)) else b
+
+
+@cuda.jit(device=True)
+def _cfmax(a, b):
+    return a if (b.real != b.real or b.imag != b.imag or _cge(a, b)) else b
+
+
+@cuda.jit(device=True)
+def _cfmin(a, b):
+    return a if (b.real != b.real or b.imag != b.imag or _cle(a, b)) else b
+
+
+@cuda.jit(device=True)
+def _cdiv(a, b):
+    # NumPy's complex division (Smith's method), so infinities and NaNs come out as NumPy's
+    br, bi = b.real, b.imag
+    if abs(br) >= abs(bi):
+        if br == 0 and bi == 0:
+            return complex(a.real / abs(br), a.imag / abs(br))
+        rat = bi / br
+        scl = 1.0 / (br + bi * rat)
+        return complex((a.real + a.imag * rat) * scl, (a.imag - a.real * rat) * scl)
+    rat = br / bi
+    scl = 1.0 / (bi + br * rat)
+    return complex((a.real * rat + a.imag) * scl, (a.imag * rat - a.real) * scl)
+
+
+@cuda.jit(device=True)
+def _creciprocal(z):
+    zr, zi = z.real, z.imag
+    if abs(zi) <= abs(zr):
+        r = zi / zr
+        d = zr + zi * r
+        return complex(1.0 / d, -r / d)
+    r = zr / zi
+    d = zr * r + zi
+    return complex(r / d, -1.0 / d)
 
 
 @cuda.jit(device=True)
 def _csign(z):
     r = abs(z)
-    return z / r if r != 0 else z - z
+    if r == 0:
+        return complex(0.0, 0.0)
+    if r == np.inf:
+        if abs(z.real) == np.inf:
+            if abs(z.imag) == np.inf:
+                return complex(np.nan, np.nan)
+            return complex(1.0 if z.real > 0 else -1.0, 0.0)
+        return complex(0.0, 1.0 if z.imag > 0 else -1.0)
+    if r != r:
+        return complex(np.nan, np.nan)
+    return z / r
 
 
 """
