@@ -101,22 +101,28 @@ def bits_equal(a, b) -> bool:
     return bool(np.array_equal(a, b))
 
 
-def assert_same(got, expected, where="result"):
-    """Bit for bit (NaN == NaN, -0.0 != 0.0), same dtype, same shape, same structure."""
+def assert_same(got, expected, where="result", rtol=0.0):
+    """Bit for bit (NaN == NaN, -0.0 != 0.0), same dtype, same shape, same structure.
+
+    ``rtol`` > 0 relaxes values (not dtypes or shapes) of inexact results to that tolerance.
+    """
     if isinstance(expected, list | tuple):
         assert isinstance(got, list | tuple), f"{where}: got {type(got).__name__}"
         assert len(got) == len(expected), f"{where}: {len(got)} items, expected {len(expected)}"
         for i, (g, e) in enumerate(zip(got, expected)):
-            assert_same(g, e, f"{where}[{i}]")
+            assert_same(g, e, f"{where}[{i}]", rtol)
         return
     if isinstance(expected, dict):
         assert isinstance(got, dict) and sorted(got) == sorted(expected), where
         for k in expected:
-            assert_same(got[k], expected[k], f"{where}[{k!r}]")
+            assert_same(got[k], expected[k], f"{where}[{k!r}]", rtol)
         return
     g, e = np.asarray(got), np.asarray(expected)
     assert g.dtype == e.dtype, f"{where}: dtype {g.dtype}, expected {e.dtype}"
     assert g.shape == e.shape, f"{where}: shape {g.shape}, expected {e.shape}"
+    if rtol and e.dtype.kind in "fc":
+        np.testing.assert_allclose(g, e, rtol=rtol, atol=0, equal_nan=True, err_msg=where)
+        return
     assert bits_equal(g, e), f"{where}: values differ\n got      {g!r}\n expected {e!r}"
 
 
@@ -142,7 +148,7 @@ def _copy_args(args):
     return copy.deepcopy(args)
 
 
-def check_trace(fn, make_args, *, expect_op=None, values=True):
+def check_trace(fn, make_args, *, expect_op=None, values=True, rtol=0.0):
     """Trace ``fn`` on ``make_args(0)``, run it on ``make_args(1)``, compare with NumPy.
 
     If NumPy raises on the example, tracing must raise the same exception type; if it raises
@@ -175,8 +181,8 @@ def check_trace(fn, make_args, *, expect_op=None, values=True):
             return t
         got = t(*a2)
     if values:
-        assert_same(got, expected)
-        assert_same(list(a2), list(a1), "arguments after the call (write-backs)")
+        assert_same(got, expected, rtol=rtol)
+        assert_same(list(a2), list(a1), "arguments after the call (write-backs)", rtol)
     else:
         assert_same_type(got, expected)
     return t

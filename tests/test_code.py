@@ -197,3 +197,14 @@ def test_code_of_the_readme_style_mlp():
     m = MLP()
     t = tk.trace(m, rng.random((3, 4)))
     check_code(t, rng.random((3, 4)))
+
+
+def test_code_results_do_not_see_later_write_backs():
+    def f(x):
+        y = x.copy()
+        head = x[:2].copy()
+        x[...] = 0.0
+        return y, head, x[1:]
+
+    t = tk.trace(f, rng.random(3))
+    check_code(t, rng.random(3))

@@ -35,9 +35,14 @@ def graph_to_python(graph: Graph, name: str | None = None) -> str:
         ins = [x.ident if isinstance(x, Var) else _literal(x) for x in n.inputs]
         targets = ", ".join(o.ident for o in n.outputs)
         lines.append(f"    {targets} = {OPS[n.op].code(ins, dict(n.attrs))}")
+    results = [o.ident for o in graph.outputs[: graph.n_results]]
+    written = {graph.inputs[ii] for _, ii in graph.writebacks}
+    for i, o in enumerate(graph.outputs[: graph.n_results]):
+        if _may_view(graph, o, written):  # copy before the write-back changes it
+            lines.append(f"    {o.ident}_result = {o.ident}.copy()")
+            results[i] = f"{o.ident}_result"
     for oi, ii in graph.writebacks:
         lines.append(f"    np.copyto({graph.inputs[ii].ident}, {graph.outputs[oi].ident})")
-    results = [o.ident for o in graph.outputs[: graph.n_results]]
     if len(results) == 1:
         lines.append(f"    return {results[0]}")
     else:
@@ -46,6 +51,18 @@ def graph_to_python(graph: Graph, name: str | None = None) -> str:
 
 
 MAX_INLINE = 256
+_VIEW_OPS = ("index", "reshape", "transpose", "broadcast_to", "real", "imag")
+
+
+def _may_view(graph, var, written) -> bool:
+    """``var`` may be NumPy memory shared with an input that the function writes into."""
+    producers = graph.producers()
+    while var not in written:
+        node = producers.get(var)
+        if node is None or node.op not in _VIEW_OPS or not isinstance(node.inputs[0], Var):
+            return False
+        var = node.inputs[0]
+    return True
 
 
 def _param(v, spec, graph) -> str:
