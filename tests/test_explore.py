@@ -435,3 +435,21 @@ def test_diff_counts_nan_and_inf():
     d = E._diff(np.array([0.0, 2.0]), np.array([1e-3, 2.5]))
     assert d["max_abs"] == pytest.approx(0.5) and d["max_rel"] == np.inf
     assert E._json_safe({"a": [np.inf, 1.0]}) == {"a": ["inf", 1.0]}
+
+
+def test_backward_view_of_a_softmax_lays_out():
+    """dot's classic ranking fails on this clustered forward+backward drawing; the explorer
+    retries with newrank instead of giving up on the view."""
+
+    def f(x, w):
+        with tk.scope("hidden"):
+            h = np.maximum(x @ w, 0.0)
+        with tk.scope("head"):
+            z = h - h.max(axis=-1, keepdims=True)
+            e = np.exp(z)
+            return e / e.sum(axis=-1, keepdims=True)
+
+    t = tk.trace(f, rng.standard_normal((4, 3)), rng.standard_normal((3, 5)))
+    w = tk.explore(t, view="backward")
+    assert w.view == "backward", w.message
+    assert 'id="graph&#45;backward"' in w.svg

@@ -33,6 +33,7 @@ import linecache
 import os
 import pathlib
 import re
+import subprocess
 import sys
 import time
 import types
@@ -843,7 +844,14 @@ class Explorer(anywidget.AnyWidget):
             opts.update(extra)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                svg = render(obj, **opts).pipe(format="svg", encoding="utf-8")
+                dot = render(obj, **opts)
+                try:
+                    svg = dot.pipe(format="svg", encoding="utf-8")
+                except subprocess.CalledProcessError:
+                    # dot's classic ranking fails on some clustered graphs ("trouble in
+                    # init_rank"); its newer ranking lays them out
+                    dot.attr(newrank="true")
+                    svg = dot.pipe(format="svg", encoding="utf-8")
             notes = [str(w.message) for w in caught]
             self._cache[key] = (svg, notes)
         svg, notes = self._cache[key]

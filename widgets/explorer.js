@@ -126,10 +126,21 @@ class GraphPane {
     this.overlays = new Map(); // cluster id -> overlay <g>
     this.selectedEls = [];
     this._bind();
+    this.observer = new ResizeObserver(() => this.resized());
+    this.observer.observe(this.stage);
+  }
+
+  dispose() {
+    this.observer.disconnect();
+    clearTimeout(this._still);
+    if (this._frame) cancelAnimationFrame(this._frame);
+    this.host.remove();
   }
 
   // -------------------------------------------------------------- loading
   load(text) {
+    this._size = null;
+    this.view = null;
     this.els.clear();
     this.tips.clear();
     this.edgesOf.clear();
@@ -159,8 +170,12 @@ class GraphPane {
       full = { x: 0, y: 0, w, h: hh };
     }
     this.full = full;
-    for (const a of ["width", "height", "style"]) svg.removeAttribute(a);
-    svg.setAttribute("preserveAspectRatio", "xMidYMid meet");
+    // drawn at its natural size (1 unit = 1 px); pan and zoom move a CSS transform on the
+    // wrapper, so the browser never lays the SVG out again (2,000 nodes stay smooth)
+    for (const a of ["style"]) svg.removeAttribute(a);
+    svg.setAttribute("width", full.w);
+    svg.setAttribute("height", full.h);
+    svg.setAttribute("viewBox", `${full.x} ${full.y} ${full.w} ${full.h}`);
     svg.classList.add("tk-svg");
     // graphviz's <title> and xlink:title give native tooltips; ours replace them
     const nameToId = new Map();
@@ -198,79 +213,97 @@ class GraphPane {
       }
     }
     this.svg = svg;
-    this.stage.replaceChildren(svg);
+    this.canvas = h("div", "tk-canvas");
+    this.canvas.append(svg);
+    this.stage.replaceChildren(this.canvas);
     this.fit();
   }
 
-  // -------------------------------------------------------------- view box (pan / zoom)
+  // -------------------------------------------------------------- pan / zoom
+  // The view is a scale `s` (px per SVG unit) and the stage position (tx, ty) of the
+  // drawing's top-left corner; `apply` writes them as one CSS transform, once per frame.
   size() {
-    return { w: this.stage.clientWidth || 600, h: this.stage.clientHeight || 400 };
+    if (!this._size) this._size = { w: this.stage.clientWidth || 600, h: this.stage.clientHeight || 400 };
+    return this._size;
   }
 
-  scale() {
-    if (!this.vb) return 1;
-    const s = this.size();
-    return Math.min(s.w / this.vb.w, s.h / this.vb.h);
+  resized() {
+    const old = this._size;
+    this._size = null;
+    const now = this.size();
+    if (!this.view) return;
+    // a fitted view stays fitted; a view the user moved keeps its centre
+    if (this.fitted) this.fit();
+    else if (old) this.setView(this.view.s, this.view.tx + (now.w - old.w) / 2, this.view.ty + (now.h - old.h) / 2);
   }
 
-  setVB(x, y, w, hh) {
-    this.vb = { x, y, w, h: hh };
-    if (this.svg) this.svg.setAttribute("viewBox", `${x} ${y} ${w} ${hh}`);
-    this.zoomLabel.textContent = Math.round((this.scale() / PX_PER_PT) * 100) + "%";
+  setView(sc, tx, ty) {
+    this.view = { s: sc, tx, ty };
+    this.zoomLabel.textContent = Math.round((sc / PX_PER_PT) * 100) + "%";
+    this.stage.dataset.zoom = sc.toFixed(6);
+    this.stage.dataset.tx = tx.toFixed(2);
+    this.stage.dataset.ty = ty.toFixed(2);
+    if (!this._frame) this._frame = requestAnimationFrame(() => this.apply());
+  }
+
+  apply() {
+    this._frame = 0;
+    if (!this.canvas || !this.view) return;
+    const v = this.view;
+    this.canvas.style.transform = `translate(${v.tx}px, ${v.ty}px) scale(${v.s})`;
+  }
+
+  // while the view moves, the browser scales the drawing as an image; when it stops, it
+  // draws it again sharply at the new scale
+  moving() {
+    if (!this.canvas) return;
+    this.canvas.style.willChange = "transform";
+    clearTimeout(this._still);
+    this._still = setTimeout(() => {
+      if (this.canvas) this.canvas.style.willChange = "auto";
+    }, 250);
   }
 
   fit() {
     if (!this.full) return;
     const f = this.full;
     const pad = Math.max(f.w, f.h) * 0.02;
-    let w = f.w + 2 * pad;
-    let hh = f.h + 2 * pad;
     const s = this.size();
-    const scale = Math.min(s.w / w, s.h / hh);
-    if (scale > MAX_FIT_SCALE) {
-      w = s.w / MAX_FIT_SCALE;
-      hh = s.h / MAX_FIT_SCALE;
-    }
-    this.setVB(f.x + f.w / 2 - w / 2, f.y + f.h / 2 - hh / 2, w, hh);
-  }
-
-  clientToSvg(cx, cy) {
-    const r = this.stage.getBoundingClientRect();
-    const s = this.scale();
-    const vb = this.vb;
-    const ox = (r.width - vb.w * s) / 2;
-    const oy = (r.height - vb.h * s) / 2;
-    return { x: vb.x + (cx - r.left - ox) / s, y: vb.y + (cy - r.top - oy) / s };
+    const sc = Math.min(s.w / (f.w + 2 * pad), s.h / (f.h + 2 * pad), MAX_FIT_SCALE);
+    this.setView(sc, (s.w - f.w * sc) / 2, (s.h - f.h * sc) / 2);
+    this.fitted = true;
   }
 
   zoomBy(factor, cx, cy) {
-    if (!this.vb || !this.full) return;
+    if (!this.view || !this.full) return;
     const r = this.stage.getBoundingClientRect();
-    if (cx === undefined) {
-      cx = r.left + r.width / 2;
-      cy = r.top + r.height / 2;
-    }
-    const p = this.clientToSvg(cx, cy);
-    const span = Math.max(this.full.w, this.full.h);
-    const nw = Math.min(Math.max(this.vb.w / factor, span / 80), span * 6);
-    const k = nw / this.vb.w;
-    this.setVB(p.x - (p.x - this.vb.x) * k, p.y - (p.y - this.vb.y) * k, this.vb.w * k, this.vb.h * k);
+    const px = cx === undefined ? r.width / 2 : cx - r.left;
+    const py = cy === undefined ? r.height / 2 : cy - r.top;
+    const v = this.view;
+    const s = this.size();
+    const fitScale = Math.min(s.w / this.full.w, s.h / this.full.h);
+    const sc = Math.min(Math.max(v.s * factor, Math.min(fitScale / 4, 0.05)), 12);
+    const k = sc / v.s;
+    this.fitted = false;
+    this.moving();
+    this.setView(sc, px - (px - v.tx) * k, py - (py - v.ty) * k);
   }
 
   panBy(dxPx, dyPx) {
-    const s = this.scale();
-    this.setVB(this.vb.x - dxPx / s, this.vb.y - dyPx / s, this.vb.w, this.vb.h);
+    const v = this.view;
+    this.fitted = false;
+    this.moving();
+    this.setView(v.s, v.tx + dxPx, v.ty + dyPx);
   }
 
   bboxOf(el) {
-    // the element's box in the svg's user (viewBox) coordinates
+    // the element's box in the drawing's own units (origin at its top-left corner)
     try {
       const b = el.getBBox();
-      const m = this.svg.getScreenCTM().inverse().multiply(el.getScreenCTM());
-      const pts = [
-        new DOMPoint(b.x, b.y),
-        new DOMPoint(b.x + b.width, b.y + b.height),
-      ].map((p) => p.matrixTransform(m));
+      const m = el.getCTM();
+      const pts = [new DOMPoint(b.x, b.y), new DOMPoint(b.x + b.width, b.y + b.height)].map((p) =>
+        p.matrixTransform(m),
+      );
       return {
         x: Math.min(pts[0].x, pts[1].x),
         y: Math.min(pts[0].y, pts[1].y),
@@ -284,13 +317,17 @@ class GraphPane {
 
   ensureVisible(id, center) {
     const el = this.els.get(id);
-    if (!el || !this.vb) return;
+    if (!el || !this.view) return;
     const b = this.bboxOf(el);
     if (!b) return;
-    const vb = this.vb;
-    const inside = b.x >= vb.x && b.y >= vb.y && b.x + b.w <= vb.x + vb.w && b.y + b.h <= vb.y + vb.h;
+    const v = this.view;
+    const s = this.size();
+    const x0 = v.tx + b.x * v.s;
+    const y0 = v.ty + b.y * v.s;
+    const inside = x0 >= 0 && y0 >= 0 && x0 + b.w * v.s <= s.w && y0 + b.h * v.s <= s.h;
     if (inside && !center) return;
-    this.setVB(b.x + b.w / 2 - vb.w / 2, b.y + b.h / 2 - vb.h / 2, vb.w, vb.h);
+    this.fitted = false;
+    this.setView(v.s, s.w / 2 - (b.x + b.w / 2) * v.s, s.h / 2 - (b.y + b.h / 2) * v.s);
   }
 
   // -------------------------------------------------------------- events
@@ -381,6 +418,7 @@ class GraphPane {
   _click(target, e) {
     const g = this._target(target);
     if (!g) return;
+    this.hideTip();
     if (g.classList.contains("tk-overlay")) return this.app.toggleCluster(g.dataset.cluster);
     if (g.classList.contains("edge")) {
       // an edge selects its producer
@@ -427,8 +465,9 @@ class GraphPane {
     if (this.overlays.has(id) || !this.svg) return;
     const el = this.els.get(id);
     if (!el) return;
-    const b = this.bboxOf(el);
-    if (!b) return;
+    const bb = this.bboxOf(el);
+    if (!bb) return;
+    const b = { x: bb.x + this.full.x, y: bb.y + this.full.y, w: bb.w, h: bb.h };
     const g = document.createElementNS(SVGNS, "g");
     g.setAttribute("class", "tk-overlay");
     g.dataset.cluster = id;
@@ -616,15 +655,11 @@ class Explorer {
     on("compare_result", () => this.showCompare());
     on("collapsed", () => this.applyCollapsed());
     on("height", () => this.applyHeight());
-    this.resize = new ResizeObserver(() => {
-      for (const p of this.panes) if (p.vb) p.setVB(p.vb.x, p.vb.y, p.vb.w, p.vb.h);
-    });
-    this.resize.observe(this.main);
   }
 
   destroy() {
     for (const [ev, fn] of this.handlers) this.model.off(ev, fn);
-    this.resize.disconnect();
+    for (const p of this.panes) p.dispose();
     this.stopPlay();
   }
 
@@ -644,6 +679,7 @@ class Explorer {
   }
 
   refresh() {
+    const t0 = performance.now();
     const view = this.model.get("view");
     this.showViewButtons();
     this.titleEl.textContent = this.model.get("title") || "";
@@ -657,7 +693,7 @@ class Explorer {
       this.panes.unshift(p);
       this.panesEl.prepend(p.host);
     }
-    while (this.panes.length > wanted) this.panes.shift().host.remove();
+    while (this.panes.length > wanted) this.panes.shift().dispose();
     this.panesEl.classList.toggle("tk-two", two);
     const passes = this.model.get("passes") || [];
     const pi = this.model.get("pass_index") || 0;
@@ -682,6 +718,7 @@ class Explorer {
     this.showStepInfo();
     this.showMessage();
     this.showCompare();
+    this.root.dataset.refreshMs = (performance.now() - t0).toFixed(1);
   }
 
   paneOf(id) {
@@ -857,7 +894,7 @@ class Explorer {
       if (!p || seen.has(unit)) continue;
       seen.add(unit);
       p.els.get(unit).classList.add("tk-match");
-      this.matches.push(unit);
+      this.matches.push(m.id);
     }
     this.searchCount.textContent = this.matches.length ? `${this.matches.length} found` : "no match";
   }
@@ -868,8 +905,9 @@ class Explorer {
     const id = this.matches[this.matchAt];
     this.searchCount.textContent = `${this.matchAt + 1} / ${this.matches.length}`;
     this.select(id, false);
-    const p = this.paneOf(id);
-    if (p) p.ensureVisible(id, true);
+    const unit = this.unitOf(id);
+    const p = this.paneOf(unit);
+    if (p) p.ensureVisible(unit, true);
   }
 
   // -------------------------------------------------------------- collapse

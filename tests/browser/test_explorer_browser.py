@@ -56,7 +56,7 @@ MODEL = textwrap.dedent(
 )
 
 SHOW = "w = tk.explore(t, height=600)\nw"
-CHECK = 'print("STATE", repr(w.selected), int(w.step), w.view)'
+CHECK = 'print("STATE", repr(w.selected), int(w.step), w.view, w.collapsed)'
 
 
 def _local_trace():
@@ -83,9 +83,31 @@ JS_APP_READY = """() => {
 }"""
 
 
-def _viewbox(page):
-    vb = page.locator(".tk-explorer .tk-svg").first.get_attribute("viewBox")
-    return [float(v) for v in vb.split()]
+def _view(stage):
+    """The pane's zoom (px per unit) and the drawing's offset, as the widget reports them."""
+    return {k: float(stage.get_attribute(f"data-{k}")) for k in ("zoom", "tx", "ty")}
+
+
+# the whole drawing lies inside its pane (what "fit" promises: nothing clipped)
+JS_INSIDE = """() => {
+  const st = document.querySelector('.tk-explorer .tk-stage').getBoundingClientRect();
+  const d = document.querySelector('.tk-explorer .tk-svg').getBoundingClientRect();
+  return d.width > 50 && d.left >= st.left - 1 && d.top >= st.top - 1
+    && d.right <= st.right + 1 && d.bottom <= st.bottom + 1;
+}"""
+
+
+def _inside(page):
+    page.wait_for_function(JS_INSIDE)
+    return True
+
+
+def expect_selected(page, sid):
+    page.wait_for_function(
+        "(id) => { const e = document.querySelector('.tk-explorer .tk-svg .tk-selected');"
+        " return e && e.id === id; }",
+        arg=sid,
+    )
 
 
 def test_explorer_in_jupyterlab(lab, page, tmp_path):
@@ -128,32 +150,34 @@ def test_explorer_in_jupyterlab(lab, page, tmp_path):
     assert hovered.op in tip.inner_text()
     assert re.search(r"\.py:\d+", tip.inner_text()), tip.inner_text()  # the cell's file:line
 
-    # ---- zoom with the wheel (around the cursor), pan by dragging, fit
+    # ---- zoom with the wheel (around the cursor), pan by dragging, fit (nothing clipped)
     stage = ex.locator(".tk-stage").first
     box = stage.bounding_box()
     cx, cy = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
-    before = _viewbox(page)
+    fitted = _view(stage)
+    assert _inside(page)
     level_before = ex.locator(".tk-zoom-level").first.inner_text()
     page.mouse.move(cx, cy)
     page.mouse.wheel(0, -600)
     page.wait_for_function(
-        "(w) => parseFloat(document.querySelector('.tk-explorer .tk-svg')"
-        ".getAttribute('viewBox').split(' ')[2]) < w * 0.9",
-        arg=before[2],
+        "(z) => +document.querySelector('.tk-explorer .tk-stage').dataset.zoom > z * 1.1",
+        arg=fitted["zoom"],
     )
-    zoomed = _viewbox(page)
-    assert zoomed[2] < before[2] and zoomed[3] < before[3]
+    zoomed = _view(stage)
     assert ex.locator(".tk-zoom-level").first.inner_text() != level_before
     page.mouse.move(cx, cy)
     page.mouse.down()
     page.mouse.move(cx + 80, cy + 40, steps=5)
     page.mouse.up()
-    panned = _viewbox(page)
-    assert panned[0] < zoomed[0] and panned[2] == pytest.approx(zoomed[2])
+    panned = _view(stage)
+    assert panned["tx"] == pytest.approx(zoomed["tx"] + 80, abs=1)
+    assert panned["ty"] == pytest.approx(zoomed["ty"] + 40, abs=1)
+    assert panned["zoom"] == zoomed["zoom"]
     ex.locator(".tk-zoom-in").first.click()
-    assert _viewbox(page)[2] < panned[2]
+    assert _view(stage)["zoom"] > panned["zoom"]
     ex.locator(".tk-zoom-fit").first.click()
-    assert _viewbox(page)[2] == pytest.approx(before[2], rel=1e-6)
+    assert _view(stage) == fitted
+    page.wait_for_function(JS_INSIDE)
     # the selection survived the drag (a drag is not a click)
     assert ex.locator(f'[id="{node_id}"].tk-selected').count() == 1
 
@@ -173,11 +197,51 @@ def test_explorer_in_jupyterlab(lab, page, tmp_path):
     shown = ex.locator(".tk-step-value").inner_text()
     assert t.graph.nodes[k - 1].op in shown and "min" in shown
 
+    # ---- search by op / scope: matches marked, Enter selects the next one
+    search = ex.locator(".tk-search-input")
+    search.fill("exp")
+    page.wait_for_function(
+        "() => document.querySelectorAll('.tk-explorer .tk-svg g.node.tk-match').length > 0"
+    )
+    exp_id = f"node-{next(n for n in t.graph.nodes if n.op == 'exp').outputs[0].name}"
+    assert ex.locator(".tk-svg g.node.tk-match").first.get_attribute("id") == exp_id
+    search.press("Enter")
+    expect_selected(page, exp_id)
+    search.fill("head")  # a scope: every op in it
+    page.wait_for_function(
+        "() => document.querySelectorAll('.tk-explorer .tk-svg g.node.tk-match').length >= 7"
+    )
+    ex.screenshot(path=str(tmp_path / "search.png"))
+    search.fill("")
+    page.wait_for_function("() => !document.querySelector('.tk-explorer .tk-svg.tk-searching')")
+
+    # ---- click a scope box: it collapses (Python sees it); click again: it expands
+    ex.locator(".tk-zoom-fit").first.click()  # Enter above centred the match: see it all
+    cluster = ex.locator('[id="cluster-MLP.__call__/hidden"]')
+    cluster.click(position={"x": 12, "y": 8})
+    overlay = ex.locator('.tk-overlay[data-cluster="cluster-MLP.__call__/hidden"]')
+    overlay.wait_for()
+    assert "3 ops" in overlay.text_content()
+    ex.screenshot(path=str(tmp_path / "collapsed.png"))
+
     # ---- the Python side sees what the browser did
     page.evaluate(JS_RUN_CELL, 2)
     out = page.locator(".jp-OutputArea-output", has_text="STATE").first
     out.wait_for()
-    assert f"STATE '{node_id}' {k} forward" in out.inner_text()
+    assert f"STATE '{exp_id}' {k} forward ['cluster-MLP.__call__/hidden']" in out.inner_text()
+    overlay.click()
+    overlay.wait_for(state="detached")
+
+    # ---- compiled view: kernels as clusters; a kernel shows its highlighted source
+    ex.locator('.tk-view-btn[data-view="compiled"]').click()
+    page.wait_for_selector(".tk-explorer .tk-svg g.cluster.kernel", timeout=60_000)
+    kernel = ex.locator(".tk-svg g.cluster.kernel").first
+    kernel_name = kernel.get_attribute("id").removeprefix("kernel-")
+    kernel.click(position={"x": 10, "y": 6})
+    page.wait_for_selector(".tk-explorer .tk-details .tk-code .tk-hl-k")
+    assert f"kernel {kernel_name}" in details.inner_text()
+    assert "generated source" in details.inner_text().lower()
+    ex.screenshot(path=str(tmp_path / "compiled.png"))
 
     # ---- compare backends: a bar per target
     ex.locator(".tk-compare-btn").click()
@@ -186,13 +250,28 @@ def test_explorer_in_jupyterlab(lab, page, tmp_path):
     assert "interpreter" in names and "cpu" in names
     assert re.search(r"\d", ex.locator(".tk-cmp-table").inner_text())
 
-    # ---- a screenshot (and, when asked, the README's): a node computed by now, selected
+    # ---- forward + backward, and the pass history (two panes)
+    ex.locator('.tk-view-btn[data-view="backward"]').click()
+    page.wait_for_selector('.tk-explorer [id="graph-backward"]')
+    assert ex.locator('.tk-svg [id="fwd-node-0"]').count() == 1
+    ex.screenshot(path=str(tmp_path / "backward.png"))
+    ex.locator('.tk-view-btn[data-view="passes"]').click()
+    page.wait_for_function("() => document.querySelectorAll('.tk-explorer .tk-pane').length == 2")
+    assert ex.locator(".tk-pass-btn").count() >= 2
+    ex.screenshot(path=str(tmp_path / "passes.png"))
+
+    # ---- back to the forward view for the screenshot: a step, and a node computed by now
+    ex.locator('.tk-view-btn[data-view="forward"]').click()
+    page.wait_for_function("() => document.querySelectorAll('.tk-explorer .tk-pane').length == 1")
+    page.wait_for_selector('.tk-explorer .tk-svg [id="cluster-MLP.__call__/hidden"]')
+    ex.locator(".tk-slider").first.fill(str(k))
+    page.wait_for_selector(".tk-explorer .tk-step-value .tk-step-stats")
     shown_id = f"node-{t.graph.nodes[2].outputs[0].name}"
     ex.locator(f'[id="{shown_id}"]').click()
     page.wait_for_function(
-        "(id) => { const d = document.querySelector('.tk-explorer .tk-details');"
-        " return d.querySelector('.tk-hist') && d.textContent.includes('%' + id); }",
-        arg=shown_id.removeprefix("node-"),
+        "(v) => { const d = document.querySelector('.tk-explorer .tk-details');"
+        " return d.querySelector('.tk-hist') && d.textContent.includes(v); }",
+        arg=f"%{t.graph.nodes[2].outputs[0].name}",
     )
     page.mouse.move(1, 1)
     tip.wait_for(state="hidden")
