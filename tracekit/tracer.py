@@ -67,9 +67,20 @@ def short_qualname(code) -> str:
     return q.split(".<locals>.")[-1]
 
 
+_sources: dict = {}
+
+
 def source_of(frame) -> Source:
-    fn, line = frame.f_code.co_filename, frame.f_lineno
-    return Source(fn, line, short_qualname(frame.f_code), linecache.getline(fn, line).strip())
+    code, line = frame.f_code, frame.f_lineno
+    key = (code, line)  # one Source per line: unrolled loops record thousands of nodes there
+    src = _sources.get(key)
+    if src is None:
+        fn = code.co_filename
+        src = Source(fn, line, short_qualname(code), linecache.getline(fn, line).strip())
+        if len(_sources) > 100_000:
+            _sources.clear()
+        _sources[key] = src
+    return src
 
 
 def user_source(depth: int = 1) -> Source | None:
