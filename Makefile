@@ -44,8 +44,9 @@ test: lint pytest acceptance
 bench: setup
 	$(BIN)/python benchmarks/run.py
 
+# The course: JupyterLab rooted at notebooks/ (jupyter refuses to start as root without --allow-root).
 lab: setup
-	$(BIN)/jupyter lab notebooks
+	$(BIN)/jupyter lab notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info demo.svg
