@@ -120,16 +120,18 @@ def _stats_line(info: dict) -> str:
     return s
 
 
-def _hist_text(info: dict, width: int = 30) -> list[str]:
+_BARS = " \u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"
+
+
+def _hist_text(info: dict) -> list[str]:
+    """The histogram as one line of bar characters (empty bins blank, others at least one step)."""
     h = info.get("hist")
     if not h:
         return []
     counts, edges = h["counts"], h["edges"]
     top = max(counts) or 1
-    return [
-        f"  [{edges[i]:>10.4g}, {edges[i + 1]:>10.4g})  {'#' * round(width * c / top):<{width}} {c}"
-        for i, c in enumerate(counts)
-    ]
+    bars = "".join(_BARS[0 if c == 0 else max(1, round(8 * c / top))] for c in counts)
+    return [f"  histogram [{edges[0]:.4g}, {edges[-1]:.4g}]: |{bars}|"]
 
 
 def _json_safe(x):
@@ -512,7 +514,7 @@ class Comparison:
 
     def __str__(self):
         ref = next((t for t in self.targets if t.name == self.reference), None)
-        lines = ["target         time/call    vs interpreter   compile"]
+        lines = ["target         time/call    speed-up   compile"]
         for t in self.targets:
             if t.error:
                 lines.append(f"{t.name:<14} unavailable: {t.error}")
@@ -521,7 +523,7 @@ class Comparison:
             if ref is not None and ref.seconds and t.seconds:
                 speed = f"x{ref.seconds / t.seconds:.2f}"
             comp = f"{t.compile_seconds:.2f} s" if t.compile_seconds is not None else ""
-            lines.append(f"{t.name:<14} {_fmt_time(t.seconds):>10}   {speed:>14}   {comp}")
+            lines.append(f"{t.name:<14} {_fmt_time(t.seconds):>10}   {speed:>8}   {comp}")
         for o in self.outputs:
             lines.append(f"output {o['index']} {o['type']}:")
             for name, d in o["diffs"].items():
@@ -1102,6 +1104,8 @@ class Explorer(anywidget.AnyWidget):
 
                     c = compile_(t, target=target, progress=False)
                     secs = getattr(c, "compile_seconds", None)
+                    if target == self._target and self._compiled is None:
+                        self._compiled = c  # the compiled view will not compile it again
                 except Exception as e:
                     err = f"{type(e).__name__}: {e}"
             runners.append((target, c, secs, err))
