@@ -43,7 +43,7 @@ class Case:
     fn: object  # fn(*args), or fn(dt) -> program when ``factory``
     args: tuple
     dtypes: tuple = DTYPES
-    layouts: bool = False
+    layouts: bool | tuple = False  # True: contiguous, strided and reversed inputs
     factory: bool = False
     values: bool = True  # False: np.empty & co., compare shape/dtype only
     extra: dict = field(default_factory=dict)
@@ -85,6 +85,7 @@ def case(op, name, fn, *args, **kw):
 
 
 M = (3, 4)
+R3 = (2, 3, 4)
 
 # ---------------------------------------------------------------------- elementwise ufuncs
 _OPERATOR_FORMS = {
@@ -142,6 +143,24 @@ for _name in BINARY_UFUNCS:
         case(_name, f"{_name}-operator-lit", (lambda o: lambda x: o(x, 2))(_op), A(M))
         case(_name, f"{_name}-operator-rlit", (lambda o: lambda x: o(3.5, x))(_op), A(M, gen=_g))
 
+# NumPy functions built from the ufuncs above
+case("rint", "round", lambda x: np.round(x), A(M), layouts=True)
+case("rint", "round-2", lambda x: np.round(x, 2), A(M))
+case("rint", "round-neg", lambda x: np.round(x, -1), A(M))
+case("rint", "around-method", lambda x: x.round(1), A(M))
+_w = {"gen": "nonneg"}  # weights that do not sum to zero (NumPy raises ZeroDivisionError)
+case("multiply", "average-weights", lambda x, w: np.average(x, weights=w), A(M), A(M, **_w))
+case("multiply", "average-w-axis", lambda x, w: np.average(x, 1, w), A(M), A((4,), **_w))
+case("multiply", "average-w-axes", lambda x, w: np.average(x, (1, 0), w), A(R3), A((4, 3), **_w))
+case("sqrt", "norm", lambda x: np.linalg.norm(x), A(M), layouts=("c", "nc"))
+case("sqrt", "norm-keepdims", lambda x: np.linalg.norm(x, keepdims=True), A(M))
+case("sqrt", "norm-fro-axes", lambda x: np.linalg.norm(x, axis=(0, 1)), A(M))
+case("sqrt", "norm-axis", lambda x: np.linalg.norm(x, axis=1), A(M))
+case("less_equal", "isclose", lambda x, y: np.isclose(x, y), A(M), A(M))
+case("less_equal", "isclose-nan", lambda x: np.isclose(x, x, equal_nan=True), A(M))
+case("floor_divide", "divmod", lambda x, y: divmod(x, y), A(M), A(M))
+case("floor_divide", "divmod-lit", lambda x: divmod(x, 3), A(M))
+
 # where, clip, astype, real/imag/angle
 case("where", "where", lambda c, x, y: np.where(c, x, y), A(M, bool), A(M), A(M), layouts=True)
 case("where", "where-bcast", lambda c, x, y: np.where(c, x, y), A((3, 1), bool), A((4,)), A(()))
@@ -179,7 +198,6 @@ case("angle", "angle-deg", lambda x: np.angle(x, deg=True), A(M))
 case("angle", "angle-0d", lambda x: np.angle(x), A(()))
 
 # ---------------------------------------------------------------------- reductions
-R3 = (2, 3, 4)
 for _name in ("sum", "prod", "mean", "var", "std", "max", "min", "any", "all"):
     _fn = getattr(np, _name)
     for _label, _kw in {
@@ -555,7 +573,8 @@ case("eye", "identity", lambda x: np.identity(3) @ x, A((3,)))
 
 # ---------------------------------------------------------------------- the tests
 def _run_case(c, dt, failures):
-    for layout in ("c", "nc", "neg") if c.layouts else ("c",):
+    layouts = ("c", "nc", "neg") if c.layouts is True else c.layouts or ("c",)
+    for layout in layouts:
         try:
             check_trace(c.program(dt), args_factory(c, dt, layout), values=c.values)
         except (Exception, pytest.fail.Exception) as e:  # collect every failing case

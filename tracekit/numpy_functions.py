@@ -6,6 +6,7 @@ the op table's few primitives. A function without a handler raises ``Unsupported
 
 from __future__ import annotations
 
+import operator
 import types
 
 import numpy as np
@@ -69,16 +70,31 @@ def _average(a, axis=None, weights=None, returned=False, keepdims=False):
                 types.SimpleNamespace(__name__="average(returned=True)", __module__="numpy")
             )
         return avg
+    if returned:
+        raise T.unsupported(
+            types.SimpleNamespace(__name__="average(returned=True)", __module__="numpy")
+        )
+    # as numpy/lib/_function_base_impl.py, so the result is NumPy's to the bit
     a, w = _traced(a), _traced(weights, a)
+    if a.dtype.kind in "biu":
+        result_dtype = np.result_type(a.dtype, w.dtype, "f8")
+    else:
+        result_dtype = np.result_type(a.dtype, w.dtype)
     if w.shape != a.shape:
-        if axis is None or w.ndim != 1:
+        if axis is None:
             raise TypeError("Axis must be specified when shapes of a and weights differ.")
-        shape = [1] * a.ndim
-        shape[axis] = w.shape[0]
-        w = T.reshape(w, tuple(shape))
-    num = T.reduce("sum", a * w, axis, keepdims)
-    den = T.reduce("sum", T.broadcast_to(w, a.shape) if w.shape != a.shape else w, axis, keepdims)
-    return num / den
+        axes = tuple(T._axis_index(ax, a.ndim) for ax in np.atleast_1d(axis).tolist())
+        if w.shape != tuple(a.shape[ax] for ax in axes):
+            raise ValueError(
+                "Shape of weights must be consistent with shape of a along specified axis."
+            )
+        w = T.transpose(w, tuple(int(i) for i in np.argsort(axes)))
+        w = T.reshape(w, tuple(s if ax in axes else 1 for ax, s in enumerate(a.shape)))
+        axis = axes
+    # NumPy raises ZeroDivisionError when the weights sum to zero (a data-dependent check that
+    # a graph cannot make); the traced graph gives NumPy's inf/nan there instead.
+    scl = T.reduce("sum", w, axis, keepdims, result_dtype)
+    return T.reduce("sum", np.multiply(a, w, dtype=result_dtype), axis, keepdims) / scl
 
 
 @implements(np.argmax)
@@ -173,15 +189,27 @@ def _matmul(a, b, out=None, **kw):
 
 @implements(np.linalg.norm)
 def _norm(x, ord=None, axis=None, keepdims=False):
+    """The vector 2-norm and the Frobenius norm, computed as numpy.linalg.norm does."""
     x = _traced(x)
-    if ord not in (None, 2, "fro") or (ord == 2 and (axis is None and x.ndim != 1)):
-        raise T.unsupported(
-            types.SimpleNamespace(__name__=f"linalg.norm(ord={ord!r})", __module__="numpy")
-        )
-    sq = (x * np.conjugate(x)).real if x.dtype.kind == "c" else x * x
-    if x.dtype.kind in "biu":
-        sq = T.astype(x, np.float64, False) ** 2
-    return np.sqrt(T.reduce("sum", sq, axis, keepdims))
+    if x.dtype.kind not in "fc":
+        x = T.astype(x, np.float64, False)
+    if axis is None and (
+        ord is None or (ord in ("f", "fro") and x.ndim == 2) or (ord == 2 and x.ndim == 1)
+    ):
+        v = T.ravel(x)  # NumPy ravels in memory order: for reversed strides the sum order differs
+        if v.dtype.kind == "c":
+            sq = _dot(T.real(v), T.real(v)) + _dot(T.imag(v), T.imag(v))
+        else:
+            sq = _dot(v, v)
+        ret = np.sqrt(sq)
+        return T.reshape(ret, (1,) * x.ndim) if keepdims else ret
+    axes = tuple(range(x.ndim)) if axis is None else T._norm_axis(axis, x.ndim)
+    if (len(axes) == 1 and ord in (None, 2)) or (len(axes) == 2 and ord in (None, "f", "fro")):
+        s = T.real(x.conj() * x)
+        return np.sqrt(T.reduce("sum", s, axes, keepdims))
+    raise T.unsupported(
+        types.SimpleNamespace(__name__=f"linalg.norm(ord={ord!r})", __module__="numpy")
+    )
 
 
 # ---------------------------------------------------------------------- movement
@@ -505,26 +533,55 @@ def _angle(z, deg=False):
 @implements(np.round, np.around)
 def _round(a, decimals=0, out=None):
     x = _traced(a)
-    if decimals == 0 or x.dtype.kind in "biu" and decimals > 0:
-        res = np.rint(x) if x.dtype.kind not in "biu" else T.copy(x)
-    elif x.dtype.kind in "biu":
-        raise T.unsupported(
-            types.SimpleNamespace(__name__="round(int, decimals<0)", __module__="numpy")
-        )
+    decimals = operator.index(decimals)
+    np.round(x._value, decimals)  # NumPy's own errors (bool with decimals > 0)
+    if x.dtype.kind == "c":  # real and imaginary parts rounded apart
+        res = T.copy(x)
+        res.real = _round_real(T.real(x), decimals)
+        res.imag = _round_real(T.imag(x), decimals)
     else:
-        scale = 10.0**decimals
-        res = np.rint(x * scale) / scale
+        res = _round_real(x, decimals)
     return T._maybe_out(res, out)
+
+
+def _round_real(x, decimals):
+    """As NumPy's PyArray_Round: rint, or multiply (divide), rint, divide (multiply)."""
+    if decimals >= 0 and x.dtype.kind in "iu":
+        return x
+    if decimals == 0:
+        return np.rint(x)
+    op1, op2 = (np.multiply, np.true_divide) if decimals > 0 else (np.true_divide, np.multiply)
+    f = _power_of_ten(abs(decimals))
+    res = op2(np.rint(op1(x, f)), f)
+    return T.astype(res, x.dtype, False) if x.dtype.kind in "iu" else res
+
+
+def _power_of_ten(n: int) -> float:
+    if n < 9:
+        return float(10**n)
+    ret = 1e9
+    for _ in range(n - 9):
+        ret *= 10.0
+    return ret
 
 
 @implements(np.isclose)
 def _isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
-    a, b = _traced(a, b), _traced(b, a)
-    close = np.less_equal(np.abs(a - b), atol + rtol * np.abs(b))
-    close = np.logical_or(close, np.logical_and(np.isinf(a), a == b))
+    """As numpy/_core/numeric.py: ``b`` made inexact first, then one boolean expression."""
+    x = a if _is_scalar(a) else _traced(a, b)
+    y = b if _is_scalar(b) else _traced(b, a)
+    if isinstance(y, TracedArray) and not y.weak:
+        y = T.astype(y, np.result_type(y.dtype, 1.0), False)
+    elif isinstance(y, int):
+        y = float(y)
+    result = np.less_equal(abs(x - y), atol + rtol * abs(y)) & np.isfinite(y) | (x == y)
     if equal_nan:
-        close = np.logical_or(close, np.logical_and(np.isnan(a), np.isnan(b)))
-    return close
+        result = result | (np.isnan(x) & np.isnan(y))
+    return result[()] if isinstance(result, TracedArray) and result.ndim == 0 else result
+
+
+def _is_scalar(v) -> bool:
+    return isinstance(v, int | float | complex) and not isinstance(v, np.generic)
 
 
 @implements(np.allclose)
