@@ -933,3 +933,46 @@ def test_keep_values_and_name():
     vals = [t.values[n.out] for n in t.graph.nodes]
     assert_same(vals[0], np.ones(2))
     assert_same(vals[1], np.full(2, 2.0))
+
+
+def test_round_builtin_and_comparison_with_none():
+    def f(x):
+        return x == None, x != None, round(x[0], 1)  # noqa: E711
+
+    same_as_numpy(f, (3,))
+    with pytest.warns(tk.TracerWarning, match="int"):
+        t = tk.trace(lambda x: x * round(x[1]), np.array([1.4, 2.6]))
+    assert t.graph.guards[0].value == 3
+    with pytest.raises(TypeError, match="__round__"):
+        tk.trace(lambda x: round(x), np.ones(2))
+
+
+class _Block:
+    def __init__(self):
+        self.w = randn(3, 3)
+
+    def forward(self, x):
+        return np.tanh(x @ self.w)
+
+
+class _Net:
+    def __init__(self):
+        self.blocks = [_Block(), _Block()]
+
+    @tk.scope("net")
+    def __call__(self, x):
+        for b in self.blocks:
+            x = b.forward(x)
+        return x.sum()
+
+
+def test_method_scopes_and_decorated_methods():
+    net = _Net()
+    t = tk.trace(net, randn(2, 3))
+    scopes = [n.scope for n in t.graph.nodes]
+    assert scopes[0] == ("net", "_Block.forward"), scopes
+    assert ("net", "_Block.forward#2") in scopes
+    assert scopes[-1] == ("net",)
+    net.blocks[1].w = randn(3, 3)
+    x = randn(2, 3)
+    assert_same(t(x), net(x))

@@ -169,6 +169,10 @@ class TraceContext:
         for s in self.scopes:
             by_frame.setdefault(id(s.frame), []).append(s)
         suppress = None
+        for s in by_frame.get(id(None), ()):  # entered outside the user's frames (a decorator
+            names.append(s.label)  # on the traced function itself)
+            suppress = s.suppress
+        parent = tuple(names)
         for f in chain:
             entry = self._frame_names.get(id(f))
             if entry is None or entry[0] is not f:
@@ -191,7 +195,7 @@ class TraceContext:
     def push_scope(self, name, suppress=None):
         f = sys._getframe(2)
         while f is not None and not is_user_frame(f):
-            f = f.f_back
+            f = None if f.f_code is self.stop_code else f.f_back
         s = Scope(name, f, suppress)
         chain_names = self.where()[1] if f is not None else ()
         key = (chain_names, name)
@@ -772,6 +776,13 @@ class TracedArray:
     def round(self, decimals=0, out=None):
         return np.round(self, decimals, out=out)
 
+    def __round__(self, ndigits=None):  # NumPy scalars have it (an int, baked); arrays do not
+        if isinstance(self._value, np.ndarray):
+            raise TypeError("type numpy.ndarray doesn't define __round__ method")
+        if ndigits is None:
+            return int(np.round(self))
+        return np.round(self, ndigits)
+
     def repeat(self, repeats, axis=None):
         return np.repeat(self, repeats, axis)
 
@@ -787,6 +798,10 @@ def _binary(name, reflected=False):
     uf = getattr(np, name)
 
     def op(self, other):
+        if other is None and name in ("equal", "not_equal"):  # NumPy compares elementwise
+            fill = np.bool_(name == "not_equal")
+            attrs = {"shape": self.shape, "fill_value": fill, "dtype": np.dtype(bool)}
+            return self._ctx.emit("full", [], attrs)
         if isinstance(
             other,
             list | tuple | np.ndarray | TracedArray | int | float | complex | bool | np.generic,
