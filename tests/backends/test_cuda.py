@@ -1046,3 +1046,25 @@ def test_gpu_pool_keeps_device_memory_flat():
     for _ in range(20):
         c(x)
     assert ctx.get_memory_info().free >= free0 - (16 << 20)
+
+
+# ---------------------------------------------------------------------- the benchmark script
+def test_benchmark_script_without_a_gpu_and_on_the_simulator():
+    """``benchmarks/cuda.py`` says "no GPU" and exits 0 without one; ``--simulator`` runs its
+    harness (setup, answer checks, timing, tables) on tiny sizes."""
+    script = ROOT / "benchmarks" / "cuda.py"
+    if not HAS_GPU:
+        env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+        p = subprocess.run(
+            [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert p.returncode == 0 and p.stdout.startswith("no GPU"), p.stdout + p.stderr
+    p = subprocess.run(
+        [sys.executable, str(script), "--simulator", "--only", "softmax,mlp"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "mean nothing" in p.stdout and "WRONG" not in p.stdout
+    assert p.stdout.count("tracekit ") == 2, p.stdout

@@ -19,6 +19,8 @@ in numba's CUDA simulator: correct, slow, and its timings mean nothing.
 from __future__ import annotations
 
 import contextlib
+import importlib
+import os
 import sys
 import threading
 import time
@@ -449,6 +451,61 @@ def copy_kernel(nd: int):
     return k
 
 
+class _Blas:
+    """cuBLAS through CuPy or torch, whichever is importable, on the runner's stream; the tiled
+    kernel runs when neither is (or for integer and mixed dtypes). ``TRACEKIT_CUDA_BLAS=0``
+    turns it off."""
+
+    def __init__(self):
+        self.lib, self.mod = None, None
+        if os.environ.get("TRACEKIT_CUDA_BLAS", "1") == "0":
+            return
+        for name in ("cupy", "torch"):
+            try:
+                mod = importlib.import_module(name)
+                if name == "torch" and not mod.cuda.is_available():
+                    continue
+            except Exception:
+                continue
+            self.lib, self.mod = name, mod
+            return
+
+    def matmul(self, a, b, c, stream) -> bool:
+        if self.lib is None or not (a.dtype == b.dtype == c.dtype and c.dtype.kind == "f"):
+            return False
+        try:
+            h = _stream_handle(stream)
+            if self.lib == "cupy":
+                cp = self.mod
+                with cp.cuda.ExternalStream(h):
+                    cp.matmul(cp.asarray(a), cp.asarray(b), out=cp.asarray(c))
+            else:
+                torch = self.mod
+                with torch.cuda.stream(torch.cuda.ExternalStream(h)):
+                    ta, tb, tc = (torch.as_tensor(x, device="cuda") for x in (a, b, c))
+                    torch.matmul(ta, tb, out=tc)
+            return True
+        except Exception as e:  # keep computing with the tiled kernel, and say so once
+            cache.warn_once(
+                "cublas",
+                f"tracekit: cuBLAS through {self.lib} failed ({type(e).__name__}: {e}); "
+                "using the tiled matmul kernel",
+            )
+            self.lib = None
+            return False
+
+
+def _stream_handle(stream) -> int:
+    h = getattr(stream, "handle", 0)
+    v = getattr(h, "value", None)
+    if v is None:
+        try:
+            v = int(h)
+        except (TypeError, ValueError):
+            v = 0
+    return v or 0
+
+
 def _make_stream(stream):
     from numba import cuda
 
@@ -479,6 +536,10 @@ class CudaRunner:
         self.escaping = _escaping(self.plan)
         self._const = {}
         self._lock = threading.Lock()
+        has_mm = any(isinstance(getattr(it, "src", None), MatmulSource) for it in program.items)
+        self.blas = _Blas() if has_mm and not self.profile.simulator else None
+        if self.blas is not None and self.blas.lib:
+            program.notes.append(f"matmul: cuBLAS through {self.blas.lib} (same dtypes, float)")
 
     # -- public entry points
     def fn(self, inputs, outs, pool):
@@ -495,7 +556,7 @@ class CudaRunner:
         traced, g = compiled.traced, self.graph
         values, kinds = self._flatten(traced, args)
         inputs = values + [g.constants[v] for v, s in zip(g.inputs, g.specs) if s.kind == "const"]
-        outs = _normalise_out(out, g.n_results)
+        outs = _normalise_out(out, g.n_results, g.outputs)
         device_mode = bool(kinds) or any(o is not None and is_device_array(o) for o in outs or [])
         ctx = _Call(self, compiled._pool(), device_mode, outs)
         env = self._run(ctx, inputs)
@@ -619,6 +680,11 @@ class CudaRunner:
     def _do_kernel(self, ctx, env, item):
         for v in item.step.outputs:
             env[v] = ctx.alloc(v)
+        if self.blas is not None and isinstance(item.src, MatmulSource):
+            la = item.launches[0]
+            a, b, c = (self._operand(ctx, env, x, item) for x in la.args)
+            if self.blas.matmul(a, b, c, self.stream):
+                return
         self._launch(ctx, env, item)
 
     def _do_update(self, ctx, env, item):
@@ -842,7 +908,7 @@ def _walk_objects(x):
         yield x
 
 
-def _normalise_out(out, n):
+def _normalise_out(out, n, results=None):
     if out is None:
         return None
     outs = list(out) if isinstance(out, tuple | list) else [out]
@@ -853,6 +919,9 @@ def _normalise_out(out, n):
             continue
         if not isinstance(o, np.ndarray) or not o.flags.writeable:
             raise TypeError("out= takes writeable NumPy arrays or device arrays")
+    from . import check_out_types
+
+    check_out_types(outs, results)
     return outs
 
 

@@ -1391,6 +1391,8 @@ class MatmulSource:
             f"def {name}(a, b, c):",
             f"    # matmul {list(a.shape)} @ {list(b.shape)} -> {list(out.shape)}: "
             f"{t}x{t} tiles in shared memory, accumulating in {acc.name}",
+            "    # (on a GPU with CuPy or torch importable, float matmuls of one dtype run in",
+            "    # cuBLAS instead, on the same stream; this kernel is the fallback)",
             f"    # {format_node(node)}",
             f"    sa = cuda.shared.array(({t}, {t}), {nb_type(acc)})",
             f"    sb = cuda.shared.array(({t}, {t}), {nb_type(acc)})",
