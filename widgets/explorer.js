@@ -475,7 +475,7 @@ class GraphPane {
     for (const [k, v] of Object.entries({ x: b.x, y: b.y, width: b.w, height: b.h, rx: 6, ry: 6 }))
       rect.setAttribute(k, v);
     g.append(rect);
-    const fs = Math.max(9, Math.min(13, b.w / 12));
+    const fs = Math.max(10, Math.min(16, b.w / 8));
     lines.forEach((line, i) => {
       const t = document.createElementNS(SVGNS, "text");
       t.setAttribute("x", b.x + b.w / 2);

@@ -77,7 +77,7 @@ JS_RUN_CELL = """async (index) => {
 JS_APP_READY = """() => {
   const app = window.jupyterapp;
   const w = app && app.shell && app.shell.currentWidget;
-  return !!(w && w.content && w.content.widgets && w.content.widgets.length >= 3
+  return !!(w && w.content && w.content.widgets && w.content.widgets.length >= 4
             && w.sessionContext && w.sessionContext.session
             && w.sessionContext.session.kernel);
 }"""
@@ -110,11 +110,11 @@ def expect_selected(page, sid):
     )
 
 
-def test_explorer_in_jupyterlab(lab, page, tmp_path):
+def test_explorer_in_jupyterlab(page, lab, tmp_path):  # page first: skips before starting a server
     t = _local_trace()
     clicked = t.graph.nodes[-1]  # the softmax's divide
     hovered = t.graph.nodes[0]  # the first matmul
-    lab.write_notebook("explorer.ipynb", [MODEL, SHOW, CHECK])
+    lab.write_notebook("explorer.ipynb", [MODEL, SHOW, CHECK, 'w.select("sum")'])
 
     def fail(msg):
         errors = "\n".join(page.errors[-20:])
@@ -231,6 +231,23 @@ def test_explorer_in_jupyterlab(lab, page, tmp_path):
     assert f"STATE '{exp_id}' {k} forward ['cluster-MLP.__call__/hidden']" in out.inner_text()
     overlay.click()
     overlay.wait_for(state="detached")
+
+    # ---- Python selects: the browser highlights and shows it
+    page.evaluate(JS_RUN_CELL, 3)
+    sum_id = f"node-{next(n for n in t.graph.nodes if n.op == 'sum').outputs[0].name}"
+    expect_selected(page, sum_id)
+    details.locator(".tk-d-op", has_text="sum").wait_for()
+
+    # ---- play runs the steps by itself; a second click pauses
+    ex.locator(".tk-slider").first.fill("0")
+    ex.locator(".tk-play").click()
+    page.wait_for_function(
+        "() => /step [2-9]/.test(document.querySelector('.tk-explorer .tk-step-label').textContent)"
+    )
+    ex.locator(".tk-play").click()
+    paused = ex.locator(".tk-step-label").inner_text()
+    page.wait_for_timeout(700)
+    assert ex.locator(".tk-step-label").inner_text() == paused
 
     # ---- compiled view: kernels as clusters; a kernel shows its highlighted source
     ex.locator('.tk-view-btn[data-view="compiled"]').click()
