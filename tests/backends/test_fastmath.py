@@ -1,0 +1,651 @@
+"""Accuracy, special values and vectorisation of ``tracekit.backends.fastmath``.
+
+Every (function, dtype) is evaluated the way generated kernels use it (inside an
+njit loop) on 2**20 random bit patterns of the dtype, dense sweeps of its
+interesting ranges and a list of special values, and compared with NumPy:
+
+* classes must agree exactly: nan <-> nan, +-inf <-> the same inf, finite <->
+  finite, and where both results are zero their signs must agree;
+* the distance in ulps (number of representable numbers between the two
+  results) must not exceed the bound written in the function's docstring
+  ("max error vs NumPy: N ulp"), which is parsed here;
+* so must the distance from the correctly rounded result (float32 evaluated in
+  float64, float64 in long double): "vs correctly rounded: M ulp";
+* the evaluating loop must have been vectorised.
+
+Run ``python tests/backends/test_fastmath.py [op ...]`` for a table of the
+measured maxima next to the documented ones.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+
+import numba
+import numpy as np
+import pytest
+
+from tracekit.backends import fastmath as fm
+
+F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
+DTYPES = (F32, F64)
+N_RANDOM = 1 << 20
+
+# ---------------------------------------------------------------------------
+# evaluation (one compiled loop per function and dtype)
+# ---------------------------------------------------------------------------
+
+_EVAL_CACHE: dict = {}
+
+
+def _evaluator(fn, nargs):
+    key = (fn, nargs)
+    if key not in _EVAL_CACHE:
+        if nargs == 1:
+
+            @numba.njit(fastmath=False)
+            def ev(x, out):
+                for i in range(x.shape[0]):
+                    out[i] = fn(x[i])
+
+        else:
+
+            @numba.njit(fastmath=False)
+            def ev(x, y, out):
+                for i in range(x.shape[0]):
+                    out[i] = fn(x[i], y[i])
+
+        _EVAL_CACHE[key] = ev
+    return _EVAL_CACHE[key]
+
+
+def evaluate(op, dtype, *args):
+    fn = fm.FAST_MATH[(op, np.dtype(dtype))]
+    args = [np.ascontiguousarray(a, dtype=dtype) for a in args]
+    out = np.empty_like(args[0])
+    _evaluator(fn, len(args))(*args, out)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# references
+# ---------------------------------------------------------------------------
+
+_math_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def reference(op, dtype, *args):
+    """NumPy's answer in `dtype` (or a stated stand-in where NumPy has none)."""
+    dtype = np.dtype(dtype)
+    with np.errstate(all="ignore"):
+        if op == "erf":
+            x = args[0].astype(np.float64)
+            return _math_erf(x).astype(np.float64).astype(dtype)
+        if op == "sigmoid":
+            wide = np.float64 if dtype == F32 else np.longdouble
+            x = args[0].astype(wide)
+            return (wide(1) / (wide(1) + np.exp(-x))).astype(dtype)
+        if op == "power":
+            return np.power(*args)
+        return getattr(np, op)(*args)
+
+
+LONGDOUBLE_OK = np.finfo(np.longdouble).nmant >= 63  # x87 80-bit or quad precision
+
+
+def reference_wide(op, dtype, *args):
+    """The (nearly) correctly rounded answer: float32 evaluated in float64, float64 in
+    long double (None where no wider evaluation is available)."""
+    dtype = np.dtype(dtype)
+    if dtype == F32:
+        wide = F64
+    elif LONGDOUBLE_OK and op != "erf":
+        wide = np.dtype(np.longdouble)
+    else:
+        return None
+    with np.errstate(all="ignore"):
+        return reference(op, wide, *[a.astype(wide) for a in args]).astype(dtype)
+
+
+# ---------------------------------------------------------------------------
+# ulp distance and class checks
+# ---------------------------------------------------------------------------
+
+
+def _ordered(a):
+    if a.dtype == F32:
+        i = a.view(np.int32).astype(np.int64)
+        return np.where(i < 0, -(i & 0x7FFFFFFF), i)
+    i = a.view(np.int64)
+    return np.where(i < 0, -(i & 0x7FFFFFFFFFFFFFFF), i)
+
+
+def ulp_distance(got, ref):
+    """Representable numbers between got and ref (0 for equal / both nan / +-0)."""
+    og, orf = _ordered(got), _ordered(ref)
+    same_sign = (og >= 0) == (orf >= 0)
+    with np.errstate(over="ignore"):
+        d_same = np.abs(np.where(same_sign, og - orf, 0)).astype(np.float64)
+    d_cross = np.abs(og).astype(np.float64) + np.abs(orf).astype(np.float64)
+    d = np.where(same_sign, d_same, d_cross)
+    both_nan = np.isnan(got) & np.isnan(ref)
+    return np.where(both_nan, 0.0, d)
+
+
+def class_mismatch(got, ref):
+    """Boolean mask of results whose class (nan / inf / finite / signed zero) differs."""
+    bad = np.isnan(got) != np.isnan(ref)
+    inf = np.isinf(got) | np.isinf(ref)
+    bad |= inf & ~(got == ref) & ~(np.isnan(got) | np.isnan(ref))
+    zero = (got == 0) & (ref == 0)
+    bad |= zero & (np.signbit(got) != np.signbit(ref))
+    return bad
+
+
+_BOUND_RE = re.compile(r"max error vs NumPy:\s*([0-9.]+)\s*ulp")
+_CR_BOUND_RE = re.compile(r"vs correctly rounded:\s*([0-9.]+)\s*ulp")
+
+
+def _doc(op, dtype):
+    fn = fm.FAST_MATH[(op, np.dtype(dtype))]
+    return fn.__doc__ or fn.py_func.__doc__ or ""
+
+
+def documented_bound(op, dtype):
+    """The 'max error vs NumPy: N ulp' figure of the function's docstring."""
+    m = _BOUND_RE.search(_doc(op, dtype))
+    assert m, f"{op}/{dtype}: docstring lacks 'max error vs NumPy: N ulp'"
+    return float(m.group(1))
+
+
+def documented_cr_bound(op, dtype):
+    """The 'vs correctly rounded: N ulp' figure of the docstring (None if absent)."""
+    m = _CR_BOUND_RE.search(_doc(op, dtype))
+    return float(m.group(1)) if m else None
+
+
+# ---------------------------------------------------------------------------
+# inputs
+# ---------------------------------------------------------------------------
+
+
+def _specials(dtype):
+    fi = np.finfo(dtype)
+    tiny_sub = fi.smallest_subnormal
+    max_sub = dtype.type(fi.smallest_normal - fi.smallest_subnormal)
+    base = [
+        0.0,
+        np.inf,
+        np.nan,
+        tiny_sub,
+        max_sub,
+        fi.smallest_normal,
+        fi.max,
+        1.0,
+        0.5,
+        2.0,
+        fi.eps,
+        fi.epsneg,
+        1e-3,
+        0.1,
+        3.0,
+        10.0,
+        100.0,
+        1000.0,
+        1e4,
+        1e5,
+        1e6,
+        1e10,
+        1e30,
+    ]
+    v = np.array(base, dtype=dtype)
+    with np.errstate(all="ignore"):
+        v = np.concatenate(
+            [v, -v, np.nextafter(v, dtype.type(0)), np.nextafter(v, dtype.type(np.inf))]
+        )
+    return v[~np.isnan(v) | np.isnan(np.array(np.nan, dtype))]  # keep the nans we asked for
+
+
+def _around(points, dtype, k=8):
+    """Each point and its k neighbours on each side."""
+    p = np.asarray(points, dtype=dtype)
+    out = [p]
+    lo = hi = p
+    for _ in range(k):
+        lo = np.nextafter(lo, dtype.type(-np.inf))
+        hi = np.nextafter(hi, dtype.type(np.inf))
+        out += [lo, hi]
+    return np.concatenate(out)
+
+
+def _thresholds(op, dtype):
+    fi = np.finfo(dtype)
+    lmax = float(np.log(np.float64(fi.max)))
+    lsub = float(np.log(np.float64(fi.smallest_subnormal)))
+    lnorm = float(np.log(np.float64(fi.smallest_normal)))
+    t = {
+        "exp": [lmax, lsub, lnorm, lsub - 0.7],
+        "expm1": [lmax, -17.33, -37.43, 0.3465, -0.3465, 1.0397, -1.0397],
+        "sigmoid": [-lmax, -lsub, -lnorm, 17.33, 36.7, -88.72, -745.13],
+        "sinh": [lmax, lmax + 0.693, 22.0, 1.0],
+        "cosh": [lmax, lmax + 0.693, 22.0, 0.3465],
+        "exp2": [128.0, -126.0, -149.0, -150.0, 1024.0, -1022.0, -1074.0, -1075.0],
+        "log1p": [-1.0, -0.5, -0.2929, 0.4142],
+        "tanh": [0.5, 0.625, 9.01, 19.06, 22.0],
+        "erf": [0.921875, 1.0, 3.92, 4.0, 5.92, 6.0],
+        "log": [1.0, 0.7071067811865476, 1.4142135623730951],
+        "log2": [1.0, 0.7071067811865476, 1.4142135623730951],
+        "log10": [1.0, 0.7071067811865476, 1.4142135623730951],
+        "sin": [np.pi / 2, np.pi, 2 * np.pi, 1048576.0, 3.0e6, 1.6e6],
+        "cos": [np.pi / 2, np.pi, 2 * np.pi, 1048576.0, 3.0e6, 1.6e6],
+        "tan": [np.pi / 2, np.pi, 2 * np.pi, 1048576.0, 3.0e6, 1.6e6],
+    }.get(op, [])
+    t = [v for v in t if abs(v) < fi.max]
+    return _around(t + [-v for v in t], dtype, 16) if t else np.zeros(0, dtype)
+
+
+def _ranges(op, dtype, rng):
+    d = dtype.type
+    f32 = dtype == F32
+    n = 1 << 16
+
+    def u(lo, hi, k=n):
+        return rng.uniform(lo, hi, k).astype(dtype)
+
+    def lg(lo, hi, k=n):  # +- 10**[lo, hi]
+        v = 10.0 ** rng.uniform(lo, hi, k)
+        return (v * rng.choice([-1.0, 1.0], k)).astype(dtype)
+
+    tiny = lg(-45 if f32 else -320, -3)
+    if op in ("exp", "expm1", "sigmoid"):
+        big = 110.0 if f32 else 750.0
+        return [u(-big, big, 4 * n), u(-2, 2), u(-0.36, 0.36), tiny]
+    if op in ("sinh", "cosh"):
+        big = 92.0 if f32 else 712.0
+        return [u(-big, big, 4 * n), u(-25, 25), u(-1.1, 1.1), tiny]
+    if op == "exp2":
+        big = 155.0 if f32 else 1080.0
+        return [u(-big, big, 4 * n), u(-1, 1), tiny]
+    if op in ("log", "log2", "log10"):
+        return [u(0, 4, 4 * n), u(0.5, 2.0), d(1) + lg(-8 if f32 else -16, -1)]
+    if op == "log1p":
+        return [u(-1, 1, 4 * n), u(-1, 10), tiny, d(-1) + np.abs(lg(-7 if f32 else -16, 0))]
+    if op in ("tanh", "erf"):
+        big = 12.0 if f32 else 30.0
+        return [u(-big, big, 4 * n), u(-1.2, 1.2), tiny]
+    if op in ("sin", "cos", "tan"):
+        # multiples of pi/2 rounded to the dtype are the hard cases of the reduction
+        k = rng.integers(1, 1 << 22, n).astype(np.float64)
+        near = _around((k * (np.pi / 2)), dtype, 2)
+        out = [
+            u(-10, 10, 4 * n),
+            u(-1e4, 1e4),
+            u(-1e5, 1e5),
+            u(-3.5e6, 3.5e6),
+            near,
+            lg(5, 38 if f32 else 300, n),
+            tiny,
+        ]
+        return out
+    raise KeyError(op)
+
+
+def inputs(op, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    dtype = np.dtype(dtype)
+    itype = np.uint32 if dtype == F32 else np.uint64
+    bits = rng.integers(0, np.iinfo(itype).max, N_RANDOM, dtype=itype, endpoint=True)
+    parts = [bits.view(dtype), _specials(dtype), _thresholds(op, dtype)]
+    parts += _ranges(op, dtype, rng)
+    return np.concatenate([np.asarray(p, dtype=dtype) for p in parts])
+
+
+def power_inputs(dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    dtype = np.dtype(dtype)
+    d = dtype.type
+    itype = np.uint32 if dtype == F32 else np.uint64
+    n = N_RANDOM // 2
+    xs, ys = [], []
+    bx = rng.integers(0, np.iinfo(itype).max, n, dtype=itype, endpoint=True).view(dtype)
+    by = rng.integers(0, np.iinfo(itype).max, n, dtype=itype, endpoint=True).view(dtype)
+    xs.append(bx)
+    ys.append(by)
+    m = 1 << 17
+    # ordinary magnitudes
+    xs.append(rng.uniform(0, 10, m).astype(dtype))
+    ys.append(rng.uniform(-40, 40, m).astype(dtype))
+    # near 1 with large exponents (stresses the log precision)
+    xs.append((1 + rng.uniform(-1e-3, 1e-3, m)).astype(dtype))
+    ys.append(rng.uniform(-1e5, 1e5, m).astype(dtype))
+    # results near overflow / underflow
+    x = rng.uniform(1.5, 3.0, m).astype(dtype)
+    top = 128 if dtype == F32 else 1024
+    bottom = -150 if dtype == F32 else -1075
+    target = rng.uniform(bottom - 2, top + 1, m)
+    xs.append(x)
+    ys.append((target / np.log2(x.astype(np.float64))).astype(dtype))
+    # negative bases with integer (odd and even) and non-integer exponents
+    xs.append(-rng.uniform(0, 10, m).astype(dtype))
+    ys.append(np.round(rng.uniform(-60, 60, m)).astype(dtype))
+    xs.append(-rng.uniform(0, 10, m // 4).astype(dtype))
+    ys.append(rng.uniform(-60, 60, m // 4).astype(dtype))
+    # all pairs of special values
+    fi = np.finfo(dtype)
+    sp = np.array(
+        [
+            0.0,
+            -0.0,
+            np.inf,
+            -np.inf,
+            np.nan,
+            1.0,
+            -1.0,
+            0.5,
+            -0.5,
+            2.0,
+            -2.0,
+            3.0,
+            -3.0,
+            fi.smallest_subnormal,
+            -fi.smallest_subnormal,
+            fi.max,
+            -fi.max,
+            2.5,
+            -2.5,
+            2.0**24,
+            2.0**53 if dtype == F64 else 2.0**25,
+            1e-3,
+            0.75,
+            1.25,
+            np.nextafter(d(1), d(2)),
+            np.nextafter(d(1), d(0)),
+        ],
+        dtype=dtype,
+    )
+    gx, gy = np.meshgrid(sp, sp)
+    xs.append(gx.ravel())
+    ys.append(gy.ravel())
+    ys_extra = np.concatenate([sp, -sp])
+    xs.append(np.full_like(ys_extra, d(-2.0)))
+    ys.append(ys_extra)
+    return (
+        np.concatenate([np.asarray(a, dtype) for a in xs]),
+        np.concatenate([np.asarray(a, dtype) for a in ys]),
+    )
+
+
+# ---------------------------------------------------------------------------
+# the checks
+# ---------------------------------------------------------------------------
+
+
+class Measurement:
+    """Results of one (function, dtype) against NumPy and the wide reference."""
+
+    def __init__(self, op, dtype):
+        self.args = power_inputs(dtype) if op == "power" else (inputs(op, dtype),)
+        self.got = evaluate(op, dtype, *self.args)
+        self.ref = reference(op, dtype, *self.args)
+        self.bad = class_mismatch(self.got, self.ref)
+        d = np.where(self.bad, 0.0, ulp_distance(self.got, self.ref))
+        self.worst = int(np.argmax(d))
+        self.maxulp = float(d[self.worst])
+        self.wide = reference_wide(op, dtype, *self.args)
+        self.maxulp_wide = None
+        if self.wide is not None:
+            ok = ~class_mismatch(self.got, self.wide)
+            self.maxulp_wide = float(np.where(ok, ulp_distance(self.got, self.wide), 0.0).max())
+
+    def at(self, i):
+        return tuple(repr(a[i]) for a in self.args), repr(self.got[i]), repr(self.ref[i])
+
+
+_MEASURED: dict = {}
+
+
+def measure(op, dtype):
+    key = (op, np.dtype(dtype))
+    if key not in _MEASURED:
+        _MEASURED.clear()  # keep memory flat: tests run one (op, dtype) at a time
+        _MEASURED[key] = Measurement(op, dtype)
+    return _MEASURED[key]
+
+
+CASES = [(op, dt) for op in fm.OPS for dt in DTYPES]
+IDS = [f"{o}-{d}" for o, d in CASES]
+
+
+_VECTOR_FMA = re.compile(r"@llvm\.fma\.v(\d+)f(32|64)")
+
+
+@pytest.mark.parametrize("op,dtype", CASES, ids=IDS)
+def test_function(op, dtype):
+    """One test per (function, dtype) so that the expensive measurement is done once
+    (also under pytest-xdist):
+
+    1. classes (nan / inf / signed zero) agree with NumPy everywhere;
+    2. max ulp distance from NumPy <= the docstring's 'max error vs NumPy';
+    3. max ulp distance from the correctly rounded result (float32 evaluated in float64,
+       float64 in long double) <= the docstring's 'vs correctly rounded';
+    4. the evaluator loop was vectorised by LLVM: every function uses fma, so a vectorised
+       loop contains a vector fma (``llvm.fma.v8f32`` ...); a libm call, or anything else
+       LLVM cannot vectorise, in a function makes this fail.
+    """
+    m = measure(op, dtype)
+    if m.bad.any():
+        detail = [m.at(j) for j in np.flatnonzero(m.bad)[:10]]
+        pytest.fail(f"{op}/{dtype}: {int(m.bad.sum())} class mismatches, e.g. {detail}")
+
+    bound = documented_bound(op, dtype)
+    assert m.maxulp <= bound, (
+        f"{op}/{dtype}: {m.maxulp} ulp > documented {bound} at {m.at(m.worst)}"
+    )
+
+    cr_bound = documented_cr_bound(op, dtype)
+    if m.maxulp_wide is not None:
+        assert cr_bound is not None, f"{op}/{dtype}: docstring lacks 'vs correctly rounded: N ulp'"
+        assert m.maxulp_wide <= cr_bound, (
+            f"{op}/{dtype}: {m.maxulp_wide} ulp > documented {cr_bound}"
+        )
+
+    fn = fm.FAST_MATH[(op, np.dtype(dtype))]
+    ev = _evaluator(fn, 2 if op == "power" else 1)
+    llvm_ir = ev.inspect_llvm(ev.signatures[0])
+    widths = [int(w) for w, _ in _VECTOR_FMA.findall(llvm_ir)]
+    assert widths and max(widths) >= 2, f"{op}/{dtype}: loop not vectorised"
+    assert not re.search(r"call [^@]*@(sin|cos|tan|exp|log|pow|tanh|erf)f?\b", llvm_ir)
+
+
+def test_registry():
+    assert set(fm.OPS) == {
+        "exp",
+        "expm1",
+        "log",
+        "log1p",
+        "tanh",
+        "sigmoid",
+        "erf",
+        "sin",
+        "cos",
+        "power",
+        "exp2",
+        "log2",
+        "log10",
+        "sinh",
+        "cosh",
+        "tan",
+    }
+    ns = fm.namespace()
+    for op in fm.OPS:
+        for dt, sfx in ((F32, "f32"), (F64, "f64")):
+            name = fm.name_for(op, dt)
+            assert name == f"fm_{op}_{sfx}"
+            assert ns[name] is fm.FAST_MATH[(op, dt)]
+            assert fm.name_for(op, dt.type) == name
+            documented_bound(op, dt)  # every function states its bound
+    assert fm.name_for("exp", np.int32) is None
+    assert fm.name_for("arctan", np.float64) is None
+    assert len(ns) == 2 * len(fm.OPS)
+
+
+def test_namespace_in_generated_source():
+    """The way the code generator uses it: names injected into generated source's globals."""
+    exp, power = fm.name_for("exp", F32), fm.name_for("power", F32)
+    src = (
+        "def kernel(x, y, out):\n"
+        "    for i in range(x.shape[0]):\n"
+        f"        out[i] = {exp}(x[i]) + {power}(x[i], y[i])\n"
+    )
+    g = {"np": np, **fm.namespace()}
+    exec(compile(src, "<generated>", "exec"), g)
+    kernel = numba.njit(fastmath=False)(g["kernel"])
+    x = np.linspace(0.5, 3, 101).astype(np.float32)
+    y = np.full_like(x, 1.5)
+    out = np.empty_like(x)
+    kernel(x, y, out)
+    np.testing.assert_allclose(out, np.exp(x) + np.power(x, y), rtol=1e-6)
+
+
+def test_pow_special_cases_match_c99():
+    nan, inf = np.nan, np.inf
+    cases = [  # (x, y) pairs from C99 Annex F.9.4.4
+        (nan, 0.0),
+        (1.0, nan),
+        (-1.0, inf),
+        (-1.0, -inf),
+        (0.0, -3.0),
+        (-0.0, -3.0),
+        (-0.0, 3.0),
+        (-0.0, 2.0),
+        (-0.0, -2.0),
+        (-0.0, -inf),
+        (0.5, -inf),
+        (2.0, -inf),
+        (-inf, -3.0),
+        (-inf, -2.0),
+        (-inf, 3.0),
+        (-inf, 2.5),
+        (inf, -1.0),
+        (-8.0, 1.0 / 3),
+        (-2.0, 1e300),
+        (-2.0, 2.0**53 + 2),
+        (-1.0, 2.0**53 + 1.0 * 2),
+    ]
+    x = np.array([c[0] for c in cases])
+    y = np.array([c[1] for c in cases])
+    for dt in DTYPES:
+        with np.errstate(all="ignore"):
+            xd, yd = x.astype(dt), y.astype(dt)
+            ref = np.power(xd, yd)
+        got = evaluate("power", dt, xd, yd)
+        assert not class_mismatch(got, ref).any()
+        np.testing.assert_array_equal(got, ref)
+
+
+def test_huge_trig_arguments_are_exact_enough():
+    """Payne-Hanek path: the largest finite inputs against a 128-bit-accurate reference."""
+    # sin(2**k) for large k: compare float64 to float32 results' consistency; the float32
+    # inputs are exactly representable in float64, and sin_f64 is accurate to 1 ulp there,
+    # so float32(sin_f64(x)) must be within 1 ulp of sin_f32(x).
+    xs = np.ldexp(np.float64(1.0) + np.arange(64) / 64.0, np.arange(20, 128, 108 / 64).astype(int))
+    x32 = xs.astype(np.float32)
+    for op in ("sin", "cos"):
+        a = evaluate(op, F32, x32)
+        b = evaluate(op, F64, x32.astype(np.float64)).astype(np.float32)
+        assert ulp_distance(a, b).max() <= 1
+        np.testing.assert_allclose(a, reference(op, F32, x32), rtol=0, atol=2e-7)
+
+
+def test_trig_of_the_hardest_double():
+    # x = 6381956970095103 * 2**797 is the double closest to a multiple of pi/2
+    # (Muller, "Elementary Functions"): x = (odd) * pi/2 - 4.687165924254627611e-19...
+    x = np.array([np.ldexp(6381956970095103.0, 797)])
+    np.testing.assert_array_equal(evaluate("sin", F64, x), [1.0])
+    np.testing.assert_array_equal(evaluate("cos", F64, x), [-4.687165924254628e-19])
+    np.testing.assert_array_equal(evaluate("tan", F64, x), [-2.133485385753704e18])
+
+
+# ---------------------------------------------------------------------------
+# vectorisation
+# ---------------------------------------------------------------------------
+
+
+def _vector_width_in_llvm(llvm_ir, elem):
+    return {int(n) for n in re.findall(r"<(\d+) x " + elem + ">", llvm_ir)}
+
+
+@pytest.mark.parametrize("parallel", [False, True], ids=["range", "prange"])
+def test_loop_calling_exp_f32_vectorises(parallel):
+    exp = fm.exp_f32
+
+    @numba.njit(parallel=parallel, fastmath=False)
+    def kernel(x, out):
+        for i in numba.prange(x.shape[0]):
+            out[i] = exp(x[i])
+
+    x = np.linspace(-5, 5, 1000).astype(np.float32)
+    out = np.empty_like(x)
+    kernel(x, out)
+    np.testing.assert_allclose(out, np.exp(x), rtol=3e-7)
+    sig = kernel.signatures[0]
+    llvm_ir = kernel.inspect_llvm(sig)
+    widths = _vector_width_in_llvm(llvm_ir, "float")
+    assert widths and max(widths) >= 4, "loop calling exp_f32 was not vectorised"
+    assert max(int(w) for w, _ in _VECTOR_FMA.findall(llvm_ir)) >= 4
+    # packed single-precision fma on xmm/ymm/zmm registers in the machine code
+    asm = kernel.inspect_asm(sig)
+    assert re.search(r"vfmadd\w*ps\s+%[xyz]mm", asm), "no packed fma in the assembly"
+    # a scalar libm call in the loop body would block vectorisation
+    assert not re.search(r"call [^@]*@(expf|exp|llvm\.exp\.)", llvm_ir)
+
+
+def test_gelu_kernel_with_three_functions_vectorises():
+    tanh, exp, log1p = fm.tanh_f32, fm.exp_f32, fm.log1p_f32
+    c = np.float32(0.7978846)
+
+    @numba.njit(fastmath=False)
+    def kernel(x, out):
+        for i in range(x.shape[0]):
+            v = x[i]
+            out[i] = np.float32(0.5) * v * (np.float32(1) + tanh(c * v)) + log1p(exp(v))
+
+    x = np.linspace(-5, 5, 999).astype(np.float32)
+    out = np.empty_like(x)
+    kernel(x, out)
+    x64 = x.astype(np.float64)
+    ref = 0.5 * x64 * (1 + np.tanh(0.7978846 * x64)) + np.log1p(np.exp(x64))
+    np.testing.assert_allclose(out, ref, rtol=2e-6, atol=1e-6)
+    llvm_ir = kernel.inspect_llvm(kernel.signatures[0])
+    assert max(int(w) for w, _ in _VECTOR_FMA.findall(llvm_ir)) >= 4
+
+
+# ---------------------------------------------------------------------------
+# report (python tests/backends/test_fastmath.py)
+# ---------------------------------------------------------------------------
+
+
+def _report(ops):
+    print(
+        f"{'op':8s} {'dtype':8s} {'doc':>4s} {'vs numpy':>9s} {'doc':>4s} {'vs CR':>6s} "
+        f"{'class':>6s}  worst input vs numpy"
+    )
+    for op in ops:
+        for dt in DTYPES:
+            m = measure(op, dt)
+            cr = "" if m.maxulp_wide is None else f"{m.maxulp_wide:6.0f}"
+            dcr = documented_cr_bound(op, dt)
+            print(
+                f"{op:8s} {dt.name:8s} {documented_bound(op, dt):4.0f} {m.maxulp:9.0f} "
+                f"{'' if dcr is None else f'{dcr:4.0f}':>4s} {cr:>6s} {int(m.bad.sum()):6d}  "
+                f"{m.at(m.worst)}",
+                flush=True,
+            )
+            for j in np.flatnonzero(m.bad)[:5]:
+                print("      class mismatch:", m.at(j))
+
+
+if __name__ == "__main__":
+    _report(sys.argv[1:] or fm.OPS)
