@@ -8,6 +8,7 @@ const XLINK = "http://www.w3.org/1999/xlink";
 const SVGNS = "http://www.w3.org/2000/svg";
 const PX_PER_PT = 96 / 72; // graphviz draws in points
 const MAX_FIT_SCALE = 1.6; // px per point: small graphs are not blown up
+const ZOOM_BAR_PX = 40; // the zoom buttons' strip at the bottom of a pane
 const VIEWS = [
   ["forward", "Forward", "the traced graph"],
   ["backward", "Forward + backward", "the backward graph (tk.vjp) beside its forward graph"],
@@ -269,8 +270,9 @@ class GraphPane {
     const f = this.full;
     const pad = Math.max(f.w, f.h) * 0.02;
     const s = this.size();
-    const sc = Math.min(s.w / (f.w + 2 * pad), s.h / (f.h + 2 * pad), MAX_FIT_SCALE);
-    this.setView(sc, (s.w - f.w * sc) / 2, (s.h - f.h * sc) / 2);
+    const hh = Math.max(s.h - ZOOM_BAR_PX, s.h / 2); // keep the zoom buttons off the drawing
+    const sc = Math.min(s.w / (f.w + 2 * pad), hh / (f.h + 2 * pad), MAX_FIT_SCALE);
+    this.setView(sc, (s.w - f.w * sc) / 2, (hh - f.h * sc) / 2);
     this.fitted = true;
   }
 
