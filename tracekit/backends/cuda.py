@@ -558,11 +558,22 @@ class CudaRunner:
         inputs = values + [g.constants[v] for v, s in zip(g.inputs, g.specs) if s.kind == "const"]
         outs = _normalise_out(out, g.n_results, g.outputs)
         device_mode = bool(kinds) or any(o is not None and is_device_array(o) for o in outs or [])
-        ctx = _Call(self, compiled._pool(), device_mode, outs)
+        dev_inputs = [v for v in values if _is_dev(v)]
+        # kernels writing into an out= buffer that is also an input would read what they have
+        # already overwritten: compute into fresh buffers, then copy
+        aliased = outs is not None and any(
+            _overlap(_to_numba(o), v) for o in outs if _is_dev(o) for v in dev_inputs
+        )
+        ctx = _Call(self, compiled._pool(), device_mode, None if aliased else outs)
         env = self._run(ctx, inputs)
         if g.guards:
             gv = {gd.var: self._host_value(env[gd.var]) for gd in g.guards}
             check_guards(g, gv)
+        if device_mode and g.writebacks:  # a result that is an input must not see the write
+            for o in g.outputs[: g.n_results]:
+                r = env[o]
+                if _is_dev(r) and any(_overlap(r, v) for v in dev_inputs):
+                    env[o] = self._device_copy(r)
         self._writebacks(ctx, env, values)
         if outs is not None:
             self._results_into(ctx, env, outs)
@@ -807,6 +818,17 @@ class CudaRunner:
         P = self.profile
         k[P.ew_blocks(var.size), P.ew_threads, self.stream](src.reshape(shape), dst.reshape(shape))
 
+    def _device_copy(self, d):
+        from numba import cuda
+
+        out = cuda.device_array(d.shape, d.dtype, stream=self.stream)
+        if d.is_c_contiguous():
+            out.copy_to_device(d, stream=self.stream)
+        else:
+            P = self.profile
+            copy_kernel(len(d.shape))[P.ew_blocks(d.size), P.ew_threads, self.stream](d, out)
+        return out
+
     def _upload(self, host):
         from numba import cuda
 
@@ -882,6 +904,38 @@ def _simulator_switching():
         yield
     finally:
         sys.setswitchinterval(old)
+
+
+def _extent(d) -> tuple | None:
+    """(first byte, last byte + 1) a device array can touch, from its array interface."""
+    cai = getattr(d, "__cuda_array_interface__", None)
+    if cai is None:
+        return None
+    ptr, item = cai["data"][0], np.dtype(cai["typestr"]).itemsize
+    shape = cai["shape"]
+    strides = cai.get("strides")
+    if strides is None:
+        strides, acc = [], item
+        for n in reversed(shape):
+            strides.append(acc)
+            acc *= n
+        strides = list(reversed(strides))
+    if any(n == 0 for n in shape):
+        return (ptr, ptr)
+    lo = ptr + sum(min(0, (n - 1) * s) for n, s in zip(shape, strides))
+    hi = ptr + sum(max(0, (n - 1) * s) for n, s in zip(shape, strides)) + item
+    return lo, hi
+
+
+def _overlap(a, b) -> bool:
+    """Whether two device arrays may share memory."""
+    ha, hb = getattr(a, "_ary", None), getattr(b, "_ary", None)
+    if ha is not None and hb is not None:  # the simulator: NumPy underneath
+        return bool(np.may_share_memory(ha, hb))
+    ea, eb = _extent(a), _extent(b)
+    if ea is None or eb is None:
+        return False
+    return ea[0] < eb[1] and eb[0] < ea[1]
 
 
 def _is_dev(x) -> bool:
