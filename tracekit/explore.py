@@ -818,8 +818,12 @@ class Explorer(anywidget.AnyWidget):
                 }
                 for j, r in enumerate(history)
             ]
-            if self.pass_index != i:
-                self.pass_index = i
+            if self.pass_index != i:  # clamped: say so without drawing again
+                self._reverting = True
+                try:
+                    self.pass_index = i
+                finally:
+                    self._reverting = False
         for rec in metas[0]:
             rec["main"] = True
         self._drawn = drawn
@@ -929,7 +933,7 @@ class Explorer(anywidget.AnyWidget):
         return self._history
 
     def _on_pass_index(self, change):
-        if self.view == "passes":
+        if self.view == "passes" and not self._reverting:
             self._show("passes")
 
     # ------------------------------------------------------------------ selection
