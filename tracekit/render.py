@@ -1111,6 +1111,8 @@ def render(
         labeljust="l",
         id=graph.name if not with_forward else "tracekit",
     )
+    if with_forward:  # dot's default ranking fails ("trouble in init_rank") on scoped pairs
+        dot.attr(newrank="true")
     dot.attr("node", fontname=FONT, fontsize="11", shape="box", height="0.3", margin="0.12,0.05")
     dot.attr("edge", fontname=FONT, fontsize="9", fontcolor="#555555", color="#666666",
              arrowsize="0.6")  # fmt: skip
