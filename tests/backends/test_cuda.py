@@ -282,6 +282,11 @@ def write_program(x, v, z):
     return y, z * 1
 
 
+def many_reductions(z):
+    w = z * 2  # reductions of a value made in a kernel join that kernel
+    return w.sum(1), w.prod(1), w.any(1), w.all(1), w.mean(1), (w * w).sum(1), w.var(1)
+
+
 def ptx_program(x, w, i):
     return softmax(x), x.argmax(axis=1), i.sum(axis=1), x.sum(), np.cumsum(x, axis=1), x.T @ w
 
@@ -297,6 +302,7 @@ PROGRAMS = {
     "writes": (write_program, None),
     "ptx": (ptx_program, None),
     "ptx_rows": (softmax, None),
+    "ptx_many": (many_reductions, None),
 }
 
 
@@ -330,6 +336,8 @@ def _args(name, seed=0, dtype=np.float64):
             r.standard_normal((64, 8)).astype(dtype),
             r.integers(0, 9, (64, 1000)),
         ]
+    if name == "ptx_many":  # many complex reductions in one row kernel: shared memory fits
+        return [r.standard_normal((64, 4000)) + 1j]
     if name == "ptx_rows":
         return [r.standard_normal((64, 1000)).astype(dtype)]
     if name == "writes":
@@ -855,7 +863,7 @@ def _libnvvm_available() -> str | None:
 
 
 _PTX_SCRIPT = r"""
-import sys, warnings
+import re, sys, warnings
 warnings.simplefilter("ignore")
 from pathlib import Path
 root = sys.argv[1]
@@ -885,6 +893,7 @@ if sys.argv[3] == "full":
     jobs += [(mode, "rows", "fast") for mode in ("thread", "split")]
 else:
     jobs = [(None, "ptx", "fast"), ("thread", "ptx_rows", "fast"), ("split", "ptx_rows", "fast")]
+    jobs += [(None, "ptx_many", "fast")]
 n = shfl = 0
 for mode, name, math in jobs:
     emit_cuda.FORCE_ROW_MODE = mode
@@ -901,6 +910,8 @@ for mode, name, math in jobs:
                 ptx, _ = cuda.compile_ptx(getattr(mod, la.kernel).py_func, sig, cc=(9, 0))
                 n += 1
                 shfl += "shfl.sync" in ptx
+                shared = sum(map(int, re.findall(r"\.shared\s.*\[(\d+)\]", ptx)))
+                assert shared <= 48 * 1024, (name, la.kernel, shared)  # static shared memory
 print("PTX", n, "SHFL", shfl)
 """
 

@@ -975,7 +975,7 @@ def _normalise_out(out, n, results=None):
             raise TypeError("out= takes writeable NumPy arrays or device arrays")
     from . import check_out_types
 
-    check_out_types(outs, results)
+    check_out_types([_to_numba(o) if _is_dev(o) else o for o in outs], results)  # numpy dtypes
     return outs
 
 

@@ -988,13 +988,43 @@ class CudaKernelSource(KernelSource):
             return [np.dtype(r.inputs[0].dtype), np.dtype(np.int64)]
         return [acc_dtype(r.op, r.out.dtype)]
 
-    def _declare_shared(self, reds, size, depth):
-        for r in reds:
-            a, ai = self._acc_names(r)
-            types = self._tree_types(r)
-            self.emit(f"{a}_sh = cuda.shared.array({size}, {nb_type(types[0])})", depth)
-            if len(types) > 1:
-                self.emit(f"{ai}_sh = cuda.shared.array({size}, nbt.int64)", depth)
+    def _use_shfl(self, reds, bs) -> bool:
+        """Warp shuffles for the last levels of these reductions' tree (32/64-bit values)."""
+        shufflable = {np.dtype(t) for t in ("int32", "int64", "float32", "float64")}
+        return (
+            self.profile.shuffle
+            and bs >= 64
+            and bs % 32 == 0
+            and all(set(self._tree_types(r)) <= shufflable for r in reds)
+        )
+
+    def _shared_bytes(self, groups, bs) -> int:
+        size = {True: 32, False: bs}
+        return sum(
+            t.itemsize * size[self._use_shfl(reds, bs)]
+            for reds in groups
+            for r in reds
+            for t in self._tree_types(r)
+        )
+
+    def _fit(self, groups, bs) -> int:
+        """The block size, halved while the reduction trees exceed static shared memory."""
+        limit = min(self.profile.shared_bytes, 48 * 1024)
+        while bs > 32 and self._shared_bytes(groups, bs) > limit:
+            bs //= 2
+        return bs
+
+    def _declare_shared(self, groups, bs, depth):
+        """Shared arrays of each group of reductions reduced together: one slot per thread for
+        a shared-memory tree, one per warp when warp shuffles do the rest."""
+        for reds in groups:
+            size = 32 if self._use_shfl(reds, bs) else bs
+            for r in reds:
+                a, ai = self._acc_names(r)
+                types = self._tree_types(r)
+                self.emit(f"{a}_sh = cuda.shared.array({size}, {nb_type(types[0])})", depth)
+                if len(types) > 1:
+                    self.emit(f"{ai}_sh = cuda.shared.array({size}, nbt.int64)", depth)
 
     def _merge(self, r, a, ai, b, bi, depth):
         """Emit ``(a, ai) <- combine((a, ai), (b, bi))`` for the tree (order-independent)."""
@@ -1028,14 +1058,7 @@ class CudaKernelSource(KernelSource):
     def _block_reduce(self, reds, bs, depth):
         """Every thread's accumulators -> the block's, visible to all threads."""
         p, tid = self.p, f"{self.p}tid"
-        shufflable = {np.dtype(t) for t in ("int32", "int64", "float32", "float64")}
-        use_shfl = (
-            self.profile.shuffle
-            and bs >= 64
-            and bs % 32 == 0
-            and all(set(self._tree_types(r)) <= shufflable for r in reds)
-        )
-        if use_shfl:
+        if self._use_shfl(reds, bs):
             self._block_reduce_shfl(reds, bs, depth)
             return
         for r in reds:
@@ -1150,12 +1173,13 @@ class CudaKernelSource(KernelSource):
         L, P, p = self.layout, self.profile, self.p
         phase, passes = self._row_info()
         rows, n = self._rows_count(), L.red_total
-        bs = P.row_threads(n)
+        groups = [self._reds(phase, q) for q in range(passes)]
+        bs = self._fit(groups, P.row_threads(n))
         tid = f"{p}tid"
         self.begin(self.group.name, f"one block of {bs} threads per row, {passes} pass(es)")
         self._hoist(1)
         self.emit(f"{tid} = cuda.threadIdx.x", 1)
-        self._declare_shared(self.reduces, bs, 1)
+        self._declare_shared(groups, bs, 1)
         self.emit(f"{p}row = cuda.blockIdx.x", 1)
         self.emit(f"while {p}row < {rows}:", 1)
         d = 2
@@ -1216,7 +1240,7 @@ class CudaKernelSource(KernelSource):
         g, L, P, p = self.group, self.layout, self.profile, self.p
         phase, passes = self._row_info()
         rows, n = self._rows_count(), L.red_total
-        bs = P.row_threads(n)
+        bs = min(self._fit([self._reds(phase, q)], P.row_threads(n)) for q in range(passes))
         chunks = max(1, min(-(-n // bs), max(1, P.target_blocks // max(rows, 1))))
         ch = -(-n // chunks)
         chunks = -(-n // ch)
@@ -1236,10 +1260,8 @@ class CudaKernelSource(KernelSource):
 
         def load_rows(upto, d):
             self.local = {}
-            for q in range(upto + 1):
+            for q in range(1, upto + 1):  # phase-0 row values are recomputed from scalars
                 for v in computed_before[q]:
-                    if q == 0 and not any(r.out is v for r in self.reduces):
-                        continue  # phase-0 row values are recomputed from scalars
                     name = f"{p}t_{v.ident}"
                     self.emit(f"{name} = {rv_name[v]}[{p}row]", d)
                     self.local[v] = name
@@ -1251,7 +1273,7 @@ class CudaKernelSource(KernelSource):
             self.begin(f"{g.name}_p{q}", f"pass {q}: blocks over (chunk, row), {chunks} chunk(s)")
             self._hoist(1)
             self.emit(f"{tid} = cuda.threadIdx.x", 1)
-            self._declare_shared(reds, bs, 1)
+            self._declare_shared([reds], bs, 1)
             self.emit(f"{p}chunk = cuda.blockIdx.x", 1)
             self.emit(f"{p}row = cuda.blockIdx.y", 1)
             self.emit(f"while {p}row < {rows}:", 1)
@@ -1283,11 +1305,11 @@ class CudaKernelSource(KernelSource):
             if not reds:
                 continue
             # combine kernel: one block per row
-            bs2 = P.row_threads(chunks)
+            bs2 = self._fit([reds], P.row_threads(chunks))
             self.begin(f"{g.name}_r{q}", f"pass {q}: combine {chunks} partial(s) per row")
             self._hoist(1)
             self.emit(f"{tid} = cuda.threadIdx.x", 1)
-            self._declare_shared(reds, bs2, 1)
+            self._declare_shared([reds], bs2, 1)
             self.emit(f"{p}row = cuda.blockIdx.x", 1)
             self.emit(f"while {p}row < {rows}:", 1)
             self._unravel(f"{p}row", L.kept, d)
