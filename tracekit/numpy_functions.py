@@ -165,7 +165,14 @@ def _einsum(subscripts, *operands, out=None, optimize=False, **kw):
         )
     ops_ = [_traced(o, operands) for o in operands]
     ctx = ops_[0]._ctx
-    return T._maybe_out(ctx.emit("einsum", ops_, {"subscripts": subscripts.replace(" ", "")}), out)
+    subscripts = subscripts.replace(" ", "")
+    lhs, _, rhs = subscripts.partition("->")
+    if len(ops_) == 1 and "." not in lhs and sorted(lhs) == sorted(rhs) == sorted(set(lhs)):
+        # NumPy returns a view for a pure permutation: a transpose, which writes go through
+        res = T.transpose(ops_[0], tuple(lhs.index(c) for c in rhs))
+    else:  # other one-operand einsums (a diagonal) may be read-only views too
+        res = ctx.emit("einsum", ops_, {"subscripts": subscripts}, view=len(ops_) == 1)
+    return T._maybe_out(res, out)
 
 
 @implements(np.tensordot)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import linecache
 import sys
 
 import numpy as np
@@ -50,6 +51,7 @@ def trace(fn, *example_args, strict: bool = False, keep_values: bool = False, na
                     f"argument {nm!r} has dtype {leaf.dtype}; tracekit traces bool, integer, "
                     "float and complex arrays"
                 )
+            _check_plain(leaf, f"argument {nm!r}")
             value = np.array(leaf, copy=True)
         else:
             value = leaf
@@ -209,7 +211,13 @@ def _creation_wrapper(name, original):
 
     def wrapper(*args, **kwargs):
         ctx = T.current()
-        if ctx is None or not T.is_user_frame(sys._getframe(1)) or kwargs.get("like") is not None:
+        caller = sys._getframe(1)
+        if (
+            ctx is None
+            or not T.is_user_frame(caller)
+            or kwargs.get("like") is not None
+            or not _calls_by_name(caller, name)
+        ):
             return original(*args, **kwargs)
         res = builder(ctx, *args, **kwargs)
         return original(*args, **kwargs) if res is NotImplemented else res
@@ -217,6 +225,23 @@ def _creation_wrapper(name, original):
     wrapper.__name__ = name
     wrapper.__wrapped__ = original
     return wrapper
+
+
+def _calls_by_name(frame, name) -> bool:
+    """Whether the call running in the user's ``frame`` is of ``name`` (``np.zeros(...)``), not of
+    a C function that calls it (``np.random.rand`` calls ``np.empty``, and gets an ndarray)."""
+    code = frame.f_code
+    if name not in code.co_names:
+        return False
+    try:
+        lineno, _, col, _ = list(code.co_positions())[frame.f_lasti // 2]
+    except (AttributeError, IndexError, ValueError):
+        return True
+    line = linecache.getline(code.co_filename, lineno) if lineno else ""
+    if not line or col is None:
+        return True  # no source to read: trust the name
+    callee = line.encode()[col:].decode(errors="ignore").split("(", 1)[0]
+    return callee.strip().rsplit(".", 1)[-1] == name
 
 
 def _static(x):
@@ -437,6 +462,15 @@ def detach(results: list, inputs) -> list:
     return results
 
 
+def _check_plain(value, what: str):
+    """Masked arrays and np.matrix compute differently from ndarrays (masks, ``*`` is a matrix
+    product): tracing them as ndarrays would answer differently from NumPy."""
+    if isinstance(value, np.ma.MaskedArray):
+        raise TypeError(f"{what}: masked arrays are not supported; pass .filled() or .data")
+    if isinstance(value, np.matrix):
+        raise TypeError(f"{what}: np.matrix is not supported; pass np.asarray(...)")
+
+
 def check_value(var: Var, value, what: str):
     """Raise a clear TypeError/ValueError if ``value`` does not fit ``var``."""
     if var.weak:
@@ -453,8 +487,7 @@ def check_value(var: Var, value, what: str):
     shape, dtype = np.shape(value), getattr(value, "dtype", None)
     if dtype is None:
         raise TypeError(f"{what}: expected an array {var.type}, got {type(value).__name__}")
-    if isinstance(value, np.ma.MaskedArray):
-        raise TypeError(f"{what}: masked arrays are not supported; pass .filled() or .data")
+    _check_plain(value, what)
     if tuple(shape) != var.shape:
         raise ValueError(
             f"{what}: expected shape {var.shape} ({var.type}), got shape {tuple(shape)}; "

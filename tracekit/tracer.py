@@ -792,6 +792,17 @@ class TracedArray:
     def nonzero(self):
         return np.nonzero(self)
 
+    def __getattr__(self, name):  # only reached for names TracedArray does not define
+        if not name.startswith("__") and hasattr(np.ndarray, name):
+            f = types.SimpleNamespace(__name__=f"ndarray.{name}", __module__="numpy")
+            err = unsupported(f)
+            raise _UnsupportedAttribute(str(err))
+        raise AttributeError(f"'TracedArray' object has no attribute {name!r}")
+
+
+class _UnsupportedAttribute(UnsupportedOperation, AttributeError):
+    """An ndarray attribute the tracer does not follow (an AttributeError for ``hasattr``)."""
+
 
 # -- operators: Python's operators become ufunc calls; reflected and in-place forms too
 def _binary(name, reflected=False):
@@ -951,6 +962,9 @@ def _add_at(a, indices, b):
     target = ctx.lift(a)
     if not isinstance(target, TracedArray):
         raise TypeError("np.add.at needs an array to add into")
+    if isinstance(target._value, np.ndarray) and not target._value.flags.writeable:
+        src = user_source(2)  # NumPy's own add.at writes into read-only views
+        raise ValueError(f"np.add.at: the destination is read-only (at {src} `{src.text}`)")
     idx, arrays = _split_index(target, indices)
     value = ctx.lift(b)
     vv = value._value if isinstance(value, TracedArray) else value
@@ -1053,7 +1067,12 @@ def _unview(ctx, step, base: Var, new: Var) -> Var:
         return ctx.emit_var("update_real", [base, new], {}, like)
     if step.op == "imag":
         return ctx.emit_var("update_imag", [base, new], {}, like)
-    raise ValueError(f"cannot write through a {step.op} view (it is read-only)")
+    src = step.where[0] if step.where else None
+    where = f" taken at {src} `{src.text}`" if src else ""
+    raise TraceError(
+        f"cannot write through the {step.op} view{where}: tracekit cannot represent writes "
+        "through it; write into a copy (.copy()) instead"
+    )
 
 
 def _like(var: Var, dtype=None):

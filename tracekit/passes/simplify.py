@@ -145,8 +145,15 @@ RULES = {
 }
 
 
+class _Producers(dict):
+    """Var -> producing node; a literal (folded constants are arrays: unhashable) has none."""
+
+    def get(self, key, default=None):
+        return super().get(key, default) if isinstance(key, Var) else default
+
+
 def simplify(graph: Graph) -> Graph:
-    mapping, kept, prod = {}, [], {}
+    mapping, kept, prod = {}, [], _Producers()
     for node in graph.nodes:
         node = node.replace(inputs=tuple(resolve(mapping, x) for x in node.inputs))
         rule = RULES.get(node.op)
