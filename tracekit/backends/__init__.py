@@ -122,7 +122,7 @@ class Compiled:
                 pool = self._pools.pool
             except AttributeError:
                 pool = self._pool()
-            outs = None if out is None else _normalise_out(out, 1)
+            outs = None if out is None else _normalise_out(out, 1, self.graph.outputs)
             result = fast(args, outs, pool)
             if result is not None:
                 if out is not None:
@@ -133,7 +133,7 @@ class Compiled:
         values = self._arguments(args)
         g = self.graph
         inputs = values + self._consts if self._consts else values
-        outs = _normalise_out(out, g.n_results) if out is not None else None
+        outs = _normalise_out(out, g.n_results, g.outputs) if out is not None else None
         # kernels writing into an out= buffer that is also an input would read what they have
         # already overwritten: compute into fresh buffers, then copy
         run_outs = None if outs is not None and _overlaps(outs, values) else outs
@@ -195,7 +195,7 @@ def _overlaps(out, args) -> bool:
     )
 
 
-def _normalise_out(out, n):
+def _normalise_out(out, n, results=None):
     if out is None:
         return None
     outs = list(out) if isinstance(out, tuple | list) else [out]
@@ -204,7 +204,18 @@ def _normalise_out(out, n):
     for o in outs:
         if not isinstance(o, np.ndarray) or not o.flags.writeable:
             raise TypeError("out= takes writeable NumPy arrays")
+    check_out_types(outs, results)
     return outs
+
+
+def check_out_types(outs, results):
+    """Each ``out=`` buffer has its result's shape, and a dtype the result casts to."""
+    for i, (o, v) in enumerate(zip(outs, results or ())):
+        shape, dtype = getattr(o, "shape", None), getattr(o, "dtype", None)
+        if shape is not None and tuple(shape) != v.shape:
+            raise ValueError(f"out[{i}]: the result is {v.type}, got an array of shape {shape}")
+        if dtype is not None and not np.can_cast(v.dtype, dtype, "same_kind"):
+            raise TypeError(f"out[{i}]: cannot store the {v.type} result in an array of {dtype}")
 
 
 def _progress_reporter(progress, what):

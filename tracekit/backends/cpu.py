@@ -349,6 +349,9 @@ def _temp(pool, k, shape, dtype):
 
 
 def _store(base, index, value):
+    if not (isinstance(base, np.ndarray) and base.flags.owndata and base.flags.writeable):
+        # a host op gave a view (of an input, of a live buffer) or a scalar: copy, as NumPy would
+        base = np.array(base, copy=True)
     base[index] = value
     return base
 

@@ -196,6 +196,7 @@ class Planner:
         self.order: list = []  # Group or Node (non-fused), in program order
         self.refusals: list[Refusal] = []
         self.open: list[Group] = []
+        self.gdeps: dict = {}  # group id -> bitmask of the groups its nodes read from
 
     # -- dependencies
     def _dep(self, x) -> int:
@@ -204,10 +205,25 @@ class Planner:
         g = self.group_of.get(x)
         return self.deps.get(x, 0) | (1 << g.id if g is not None else 0)
 
+    def _closure(self, mask: int) -> int:
+        """``mask`` plus every group those groups read from, transitively: a group runs as a
+        whole, so a value made by it waits for everything any of its nodes reads."""
+        seen, todo = 0, mask
+        while todo:
+            low = todo & -todo
+            todo ^= low
+            if not seen & low:
+                seen |= low
+                todo |= self.gdeps.get(low.bit_length() - 1, 0) & ~seen
+        return seen
+
     def _cycle_free(self, node: Node, g: Group) -> bool:
         """Joining ``g`` is safe if no input outside ``g`` depends on ``g``."""
         bit = 1 << g.id
-        return all(self.group_of.get(v) is g or not (self._dep(v) & bit) for v in node.var_inputs)
+        return all(
+            self.group_of.get(v) is g or not (self._closure(self._dep(v)) & bit)
+            for v in node.var_inputs
+        )
 
     def _new_group(self, kind, shape, axes=None) -> Group:
         g = Group(len(self.groups), kind, tuple(shape), axes)
@@ -225,6 +241,7 @@ class Planner:
             self.group_of[o] = g
             self.deps[o] = dep & ~(1 << g.id)
             g.role[o] = role
+        self.gdeps[g.id] = self.gdeps.get(g.id, 0) | (dep & ~(1 << g.id))
 
     def _mark_external(self, node: Node):
         dep = 0
