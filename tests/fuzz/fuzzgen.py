@@ -1,0 +1,1439 @@
+"""Differential fuzzing of tracekit: random NumPy programs, every way tracekit can run them.
+
+A *program* is JSON: input descriptions and a list of steps over numbered registers (the inputs
+are registers 0..n-1; most steps append one register, in-place steps mutate one). ``execute``
+runs it with plain NumPy calls, so the same function is
+
+- run directly on NumPy arrays (the reference),
+- traced with ``tk.trace`` and run by the interpreter (must be bit-identical to NumPy),
+- compiled for ``cpu`` and ``cuda`` (the simulator) and run (exact where the computation is
+  exact; within a tolerance where it went through transcendental functions or reassociated
+  sums, which the generator tracks per register),
+- differentiated with ``tk.vjp`` and compared with central finite differences (float64).
+
+Failures are shrunk (steps removed while the same check still fails) and written to
+``tests/fuzz/regressions/<check>-<seed>.json``, which ``test_fuzz.py`` replays.
+
+Command line (``make fuzz``): ``python tests/fuzz/fuzzgen.py --seconds 600 [--seed N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import operator
+import os
+import sys
+import time
+import traceback
+import warnings
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REGRESSIONS = os.path.join(HERE, "regressions")
+
+DTYPES = (
+    "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float32 float64 complex64 complex128"
+).split()
+DTYPE_WEIGHTS = (2, 1, 1, 2, 3, 1, 1, 1, 1, 4, 6, 1, 2)
+
+UNARY = (
+    "negative positive absolute sign exp exp2 expm1 log log2 log10 log1p sqrt cbrt square "
+    "reciprocal sin cos tan arcsin arccos arctan sinh cosh tanh arcsinh arccosh arctanh "
+    "floor ceil trunc rint logical_not isnan isinf isfinite conjugate signbit invert"
+).split()
+BINARY = (
+    "add subtract multiply divide floor_divide remainder power maximum minimum fmax fmin "
+    "arctan2 hypot copysign logaddexp equal not_equal less less_equal greater greater_equal "
+    "logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor left_shift right_shift"
+).split()
+OPERATORS = {
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "/": operator.truediv,
+    "//": operator.floordiv,
+    "%": operator.mod,
+    "**": operator.pow,
+    "&": operator.and_,
+    "|": operator.or_,
+    "^": operator.xor,
+    "<": operator.lt,
+    "==": operator.eq,
+    ">=": operator.ge,
+}
+INPLACE = {
+    "+": operator.iadd,
+    "-": operator.isub,
+    "*": operator.imul,
+    "/": operator.itruediv,
+    "//": operator.ifloordiv,
+    "%": operator.imod,
+    "**": operator.ipow,
+    "&": operator.iand,
+    "|": operator.ior,
+}
+REDUCE = "sum prod mean var std max min any all".split()
+
+# Ops whose float results differ by rounding between NumPy, tracekit's fast math and numba
+# (transcendentals, complex products and quotients, sums in another order). Results derived
+# from them are compared within a tolerance, and never fed to a discontinuous op.
+APPROX_UNARY = set(
+    "exp exp2 expm1 log log2 log10 log1p cbrt sin cos tan arcsin arccos arctan sinh cosh tanh "
+    "arcsinh arccosh arctanh".split()
+)
+APPROX_BINARY = {"power", "arctan2", "hypot", "logaddexp"}
+APPROX_COMPLEX = {"multiply", "divide", "absolute", "sqrt", "square", "reciprocal", "sign"}
+APPROX_COMPLEX |= {"*", "/", "**"}
+# Ops that are discontinuous in a float argument: never applied to approximate values.
+DISCONTINUOUS = set(
+    "sign floor ceil trunc rint logical_not isnan isinf isfinite signbit equal not_equal less "
+    "less_equal greater greater_equal logical_and logical_or logical_xor floor_divide remainder "
+    "copysign // % < == >=".split()
+)
+SMOOTH_UNARY = "negative sin cos tanh arctan exp square".split()
+SMOOTH_BINARY = "add subtract multiply maximum minimum".split()
+
+PYOPS = {}
+
+
+def _pyop(name):
+    """The python ops programs may call (made once, here, so programs can name them)."""
+    if not PYOPS:
+        import tracekit as tk
+
+        PYOPS["sort"] = tk.python_op(lambda x: np.sort(x, axis=-1), name="sort_last")
+        PYOPS["cumsum_flip"] = tk.python_op(
+            lambda x: np.cumsum(x[..., ::-1], axis=-1), name="cumsum_flip"
+        )
+    return PYOPS[name]
+
+
+# ---------------------------------------------------------------------- executing a program
+def _scalar(s):
+    t, v = s["t"], s["v"]
+    if t == "int":
+        return int(v)
+    if t == "float":
+        return float(v)
+    if t == "bool":
+        return bool(v)
+    if t == "complex":
+        return complex(*v)
+    return np.dtype(t).type(v)  # a NumPy scalar of that dtype
+
+
+def _operand(regs, x):
+    return _scalar(x) if isinstance(x, dict) else regs[x]
+
+
+def _index(regs, idx):
+    out = []
+    for e in idx:
+        k = e[0]
+        if k == "i":
+            out.append(e[1])
+        elif k == "s":
+            out.append(slice(e[1], e[2], e[3]))
+        elif k == "n":
+            out.append(None)
+        elif k == "e":
+            out.append(Ellipsis)
+        elif k == "a":
+            out.append(np.asarray(e[1], dtype=np.int64))
+        elif k == "r":  # an integer register used as an index array
+            out.append(regs[e[1]])
+    return tuple(out)
+
+
+def run_step(regs, st):
+    """Run one step on ``regs`` (appending or mutating)."""
+    k = st["k"]
+    a = regs[st["a"]] if "a" in st else None
+    if k == "unary":
+        regs.append(getattr(np, st["fn"])(a))
+    elif k == "binary":
+        b = _operand(regs, st["b"])
+        x, y = (b, a) if st.get("swap") else (a, b)
+        regs.append(getattr(np, st["fn"])(x, y))
+    elif k == "op":
+        b = _operand(regs, st["b"])
+        x, y = (b, a) if st.get("swap") else (a, b)
+        regs.append(OPERATORS[st["fn"]](x, y))
+    elif k == "iop":
+        regs[st["a"]] = INPLACE[st["fn"]](a, _operand(regs, st["b"]))
+    elif k == "uout":
+        getattr(np, st["fn"])(a, _operand(regs, st["b"]), out=regs[st["out"]])
+    elif k == "where":
+        regs.append(np.where(regs[st["c"]], a, _operand(regs, st["b"])))
+    elif k == "clip":
+        regs.append(np.clip(a, st["lo"], st["hi"]))
+    elif k == "astype":
+        regs.append(a.astype(st["dtype"]))
+    elif k == "safecast":  # finite, in range, then cast: float -> int casts of NaN are undefined
+        x = np.where(np.isfinite(a), a, 0)
+        lo = 0 if np.dtype(st["dtype"]).kind in "bu" else -100  # negative -> unsigned: undefined
+        x = np.clip(x.real if np.iscomplexobj(x) else x, lo, 100)
+        regs.append(x.astype(st["dtype"]))
+    elif k == "real":
+        regs.append(np.real(a))
+    elif k == "imag":
+        regs.append(np.imag(a))
+    elif k == "angle":
+        regs.append(np.angle(a))
+    elif k == "reduce":
+        kw = {"axis": _axis(st["axis"]), "keepdims": st["keepdims"]}
+        if "ddof" in st:
+            kw["ddof"] = st["ddof"]
+        regs.append(getattr(np, st["fn"])(a, **kw))
+    elif k == "method":  # the ndarray method spelling of a reduction
+        regs.append(getattr(a, st["fn"])(axis=_axis(st["axis"])))
+    elif k == "arg":
+        regs.append(getattr(np, st["fn"])(a, axis=st["axis"]))
+    elif k == "scan":
+        regs.append(getattr(np, st["fn"])(a, axis=st["axis"]))
+    elif k == "matmul":
+        regs.append(a @ regs[st["b"]])
+    elif k == "dot":
+        regs.append(np.dot(a, regs[st["b"]]))
+    elif k == "einsum":
+        regs.append(np.einsum(st["sub"], *(regs[i] for i in st["args"])))
+    elif k == "tensordot":
+        regs.append(np.tensordot(a, regs[st["b"]], axes=st["axes"]))
+    elif k == "reshape":
+        regs.append(a.reshape(tuple(st["shape"])))
+    elif k == "transpose":
+        regs.append(np.transpose(a, st["axes"]))
+    elif k == "T":
+        regs.append(a.T)
+    elif k == "broadcast_to":
+        regs.append(np.broadcast_to(a, tuple(st["shape"])))
+    elif k == "concatenate":
+        regs.append(np.concatenate([regs[i] for i in st["args"]], axis=st["axis"]))
+    elif k == "stack":
+        regs.append(np.stack([regs[i] for i in st["args"]], axis=st["axis"]))
+    elif k == "tile":
+        regs.append(np.tile(a, tuple(st["reps"])))
+    elif k == "repeat":
+        regs.append(np.repeat(a, st["repeats"], axis=st["axis"]))
+    elif k == "roll":
+        regs.append(np.roll(a, st["shift"], axis=st["axis"]))
+    elif k == "flip":
+        regs.append(np.flip(a, axis=st["axis"]))
+    elif k == "pad":
+        regs.append(np.pad(a, [tuple(p) for p in st["pw"]], constant_values=st["value"]))
+    elif k == "getitem":
+        regs.append(a[_index(regs, st["idx"])])
+    elif k == "setitem":
+        a[_index(regs, st["idx"])] = _operand(regs, st["v"])
+    elif k == "addat":
+        np.add.at(a, _index(regs, st["idx"]), _operand(regs, st["v"]))
+    elif k == "setpart":
+        setattr(a, st["part"], _operand(regs, st["v"]))
+    elif k == "full":
+        regs.append(np.full(tuple(st["shape"]), _scalar(st["v"]), dtype=st["dtype"]))
+    elif k == "zeros_like":
+        regs.append(getattr(np, st["fn"])(a))
+    elif k == "arange":
+        regs.append(np.arange(st["n"], dtype=st["dtype"]))
+    elif k == "linspace":
+        regs.append(np.linspace(st["lo"], st["hi"], st["n"]))
+    elif k == "eye":
+        regs.append(np.eye(st["n"], st["m"], st["kk"], dtype=st["dtype"]))
+    elif k == "copy":
+        regs.append(a.copy())
+    elif k == "pyop":
+        regs.append(_pyop(st["fn"])(a))
+    else:
+        raise ValueError(f"unknown step kind {k!r}")
+
+
+def _axis(a):
+    return tuple(a) if isinstance(a, list) else a
+
+
+def execute(prog, *inputs):
+    """Run ``prog`` on ``inputs`` with NumPy (or traced) arrays; returns the output registers."""
+    regs = list(inputs)
+    for st in prog["steps"]:
+        run_step(regs, st)
+    return tuple(regs[i] for i in prog["outputs"])
+
+
+def program_function(prog):
+    """``execute`` bound to ``prog`` as a function of the inputs (what gets traced)."""
+
+    def fuzz_program(*inputs):
+        return execute(prog, *inputs)
+
+    return fuzz_program
+
+
+# ---------------------------------------------------------------------- inputs
+def random_values(rng, shape, dtype, kind="normal"):
+    dtype = np.dtype(dtype)
+    if dtype.kind == "b":
+        return np.asarray(rng.random(shape) < 0.5)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        lo = 0 if dtype.kind == "u" else -5
+        a = np.asarray(rng.integers(lo, 9, size=shape)).astype(dtype)
+        if kind == "normal" and a.size > 2:
+            pick = rng.random(shape) < 0.08
+            a[pick] = rng.choice(np.array([info.max, info.min], dtype), int(pick.sum()))
+        return a
+    if dtype.kind == "c":
+        part = np.dtype(f"f{dtype.itemsize // 2}")
+        out = np.empty(shape, dtype)
+        out.real = random_values(rng, shape, part, kind)
+        out.imag = random_values(rng, shape, part, kind)
+        return out
+    if kind == "smooth":  # for finite differences: moderate values, away from kinks
+        return np.asarray(rng.uniform(0.3, 1.5, size=shape) * rng.choice([-1, 1], size=shape))
+    a = np.asarray(rng.standard_normal(shape) * 2).astype(dtype)
+    if kind == "normal" and a.size > 2:
+        pick = rng.random(shape) < 0.1
+        specials = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-40, 3e38], dtype)
+        a[pick] = rng.choice(specials, int(pick.sum()))
+    return a
+
+
+def with_layout(a, layout):
+    """``a``'s values in a C-contiguous, strided ("nc") or reversed ("neg") array."""
+    if not isinstance(a, np.ndarray) or a.ndim == 0 or layout == "c":
+        return a
+    if layout == "nc":
+        big = np.zeros(a.shape[:-1] + (2 * a.shape[-1] + 1,), a.dtype)
+        big[..., 1::2] = a
+        return big[..., 1::2]
+    rev = tuple(slice(None, None, -1) for _ in range(a.ndim))
+    return np.ascontiguousarray(a[rev])[rev]
+
+
+def make_inputs(prog, which=0):
+    """Input arrays of ``prog`` (``which`` picks another draw of values, same shapes)."""
+    rng = np.random.default_rng([prog["seed"], which, 7])
+    out = []
+    for d in prog["inputs"]:
+        if d["dtype"] == "pyfloat":
+            out.append(float(rng.standard_normal()))
+            continue
+        a = random_values(rng, tuple(d["shape"]), d["dtype"], d.get("kind", "normal"))
+        out.append(with_layout(a, d.get("layout", "c")))
+    return out
+
+
+def copy_inputs(xs):
+    return [
+        with_layout(np.array(x, copy=True), _layout_of(x)) if isinstance(x, np.ndarray) else x
+        for x in xs
+    ]
+
+
+def _layout_of(x):
+    if x.ndim == 0 or x.flags.c_contiguous:
+        return "c"
+    return "neg" if any(s < 0 for s in x.strides) else "nc"
+
+
+# ---------------------------------------------------------------------- generating programs
+class _Gen:
+    """Builds a valid program step by step, running each step on real values as it goes."""
+
+    def __init__(self, seed, profile):
+        self.rng = np.random.default_rng([seed, 1])
+        self.seed, self.profile = seed, profile
+        self.prog = {"seed": seed, "profile": profile, "inputs": [], "steps": [], "outputs": []}
+        self.approx: list[bool] = []
+
+    # -- registers
+    def regs(self):
+        xs = make_inputs(self.prog)
+        with _quiet():
+            for st in self.prog["steps"]:
+                run_step(xs, st)
+        return xs
+
+    def choice(self, seq):
+        return seq[int(self.rng.integers(len(seq)))]
+
+    def pick(self, regs, pred=lambda r: True, exact=False):
+        ids = [
+            i
+            for i, r in enumerate(regs)
+            if pred(r) and not (exact and self.approx[i] and _kind(r) in "fc")
+        ]
+        return self.choice(ids) if ids else None
+
+    def scalar(self, like=None):
+        r = self.rng.random()
+        kinds = ["int", "float", "bool", "complex", "float32", "int8", "float64", "uint8"]
+        t = self.choice(kinds) if r < 0.5 else ("float" if r < 0.8 else "int")
+        if t in ("int", "int8", "uint8"):
+            v = int(self.rng.integers(0 if t == "uint8" else -3, 4))
+        elif t == "bool":
+            v = bool(self.rng.random() < 0.5)
+        elif t == "complex":
+            v = [float(self.rng.integers(-2, 3)) / 2, 0.5]
+        else:
+            v = float(self.choice([0.5, -1.5, 2.0, 3.0, 0.0, -0.0, 1e-3, 7.25]))
+        return {"t": t, "v": v}
+
+    def operand(self, regs, a, exact=False):
+        """A second operand broadcastable with register ``a``: a register or a scalar."""
+        if self.rng.random() < 0.3:
+            return self.scalar()
+        sa = np.shape(regs[a])
+        ids = [
+            i
+            for i, r in enumerate(regs)
+            if _broadcastable(np.shape(r), sa)
+            and not (exact and self.approx[i] and _kind(r) in "fc")
+        ]
+        return self.choice(ids) if ids else self.scalar()
+
+    # -- steps
+    def try_step(self, st, approx):
+        regs = self.regs()
+        n = len(regs)
+        before = [_snapshot(r) for r in regs]
+        try:
+            with _quiet():
+                run_step(regs, st)
+        except Exception:
+            return False
+        if self.profile == "grad":
+            for r, b in zip(regs[: len(self.prog["inputs"])], before):
+                if not _same_snapshot(r, b):
+                    return False  # writes into inputs are not differentiated
+            if len(regs) > n and _kind(regs[-1]) != "f":
+                return False
+            if len(regs) > n and np.size(regs[-1]) > 400:
+                return False
+        if len(regs) > n and np.size(regs[-1]) > self.max_size:
+            return False
+        self.prog["steps"].append(st)
+        if len(regs) > n:
+            self.approx.append(approx)
+        # a write marks the buffer written and every alias of it
+        for i, (r, b) in enumerate(zip(regs[:n], before)):
+            if not _same_snapshot(r, b) and approx:
+                for j, q in enumerate(regs[:n]):
+                    if j == i or _shares(q, r):
+                        self.approx[j] = True
+        return True
+
+    def step(self):
+        regs = self.regs()
+        rng = self.rng
+        kinds, weights = zip(*self.kinds.items())
+        k = kinds[int(rng.choice(len(kinds), p=np.array(weights) / sum(weights)))]
+        make = getattr(self, f"_{k}")
+        res = make(regs)
+        if res is None:
+            return False
+        st, approx = res
+        return self.try_step(st, approx)
+
+    def _unary(self, regs):
+        names = SMOOTH_UNARY if self.profile == "grad" else UNARY
+        fn = self.choice(names)
+        a = self.pick(regs, exact=fn in DISCONTINUOUS)
+        if a is None:
+            return None
+        if self.profile == "grad" and fn == "exp":
+            return {"k": "unary", "fn": "tanh", "a": a}, self.approx[a] or True
+        cplx = _kind(regs[a]) == "c"
+        approx = self.approx[a] or fn in APPROX_UNARY or (cplx and fn in APPROX_COMPLEX)
+        return {"k": "unary", "fn": fn, "a": a}, approx
+
+    def _binary(self, regs):
+        grad = self.profile == "grad"
+        if grad:
+            fn = self.choice(SMOOTH_BINARY)
+        elif self.rng.random() < 0.35:
+            fn = self.choice(list(OPERATORS))
+        else:
+            fn = self.choice(BINARY)
+        exact = fn in DISCONTINUOUS or fn in ("bitwise_and", "left_shift", "right_shift")
+        a = self.pick(regs, exact=exact)
+        if a is None:
+            return None
+        b = self.operand(regs, a, exact=exact)
+        if grad and isinstance(b, dict):
+            b = {"t": "float", "v": self.choice([0.5, 1.5, -2.0])}
+        cplx = any(_kind(x) == "c" for x in (regs[a], _operand(regs, b)))
+        approx = (
+            self.approx[a]
+            or (not isinstance(b, dict) and self.approx[b])
+            or fn in APPROX_BINARY
+            or (cplx and fn in APPROX_COMPLEX)
+            or (fn in ("**", "power") and _kind(regs[a]) in "fc")
+        )
+        st = {"k": "op" if fn in OPERATORS else "binary", "fn": fn, "a": a, "b": b}
+        if self.rng.random() < 0.25:
+            st["swap"] = True
+        return st, approx
+
+    def _inplace(self, regs):
+        fn = self.choice(list(INPLACE))
+        if self.profile == "grad":
+            fn = self.choice(["+", "-", "*"])
+        exact = fn in DISCONTINUOUS
+        a = self.pick(regs, lambda r: isinstance(r, np.ndarray) and r.ndim > 0, exact=exact)
+        if a is None:
+            return None
+        b = self.operand(regs, a, exact=exact)
+        cplx = _kind(regs[a]) == "c"
+        approx = (not isinstance(b, dict) and self.approx[b]) or (cplx and fn in APPROX_COMPLEX)
+        approx = approx or (fn == "**" and _kind(regs[a]) in "fc")
+        return {"k": "iop", "fn": fn, "a": a, "b": b}, approx or self.approx[a]
+
+    def _uout(self, regs):
+        fn = self.choice(["add", "multiply", "maximum", "subtract", "fmin"])
+        o = self.pick(regs, lambda r: isinstance(r, np.ndarray) and r.ndim > 0)
+        if o is None:
+            return None
+        a = self.pick(regs, lambda r: _broadcastable(np.shape(r), np.shape(regs[o]), strict=True))
+        if a is None:
+            return None
+        b = self.operand(regs, a)
+        approx = self.approx[a] or (not isinstance(b, dict) and self.approx[b])
+        cplx = _kind(regs[a]) == "c"
+        return {"k": "uout", "fn": fn, "a": a, "b": b, "out": o}, approx or (
+            cplx and fn == "multiply"
+        )
+
+    def _where(self, regs):
+        c = self.pick(regs, lambda r: _kind(r) == "b")
+        if c is None:
+            return None
+        a = self.pick(regs, lambda r: _broadcastable(np.shape(r), np.shape(regs[c])))
+        b = self.operand(regs, a)
+        if self.profile == "grad" and isinstance(b, dict):
+            b = {"t": "float", "v": 0.5}
+        approx = self.approx[a] or (not isinstance(b, dict) and self.approx[b])
+        return {"k": "where", "c": c, "a": a, "b": b}, approx
+
+    def _compare(self, regs):  # a bool register (grad programs need conditions)
+        a = self.pick(regs, exact=True)
+        if a is None:
+            return None
+        return {"k": "binary", "fn": "greater", "a": a, "b": {"t": "float", "v": 0.1}}, False
+
+    def _clip(self, regs):
+        a = self.pick(regs, lambda r: _kind(r) in "iuf")
+        if a is None:
+            return None
+        lo = self.choice([None, -1.0, 0.0, -0.5])
+        hi = self.choice([2.0, 1.0, None]) if lo is not None else self.choice([1.0, 0.5])
+        return {"k": "clip", "a": a, "lo": lo, "hi": hi}, self.approx[a]
+
+    def _astype(self, regs):
+        a = self.pick(regs)
+        if a is None:
+            return None
+        dt = self.choice(DTYPES)
+        src = _kind(regs[a])
+        if src in "fc" and np.dtype(dt).kind in "biu":
+            if self.approx[a]:
+                return None
+            return {"k": "safecast", "a": a, "dtype": dt}, False
+        if src == "c" and np.dtype(dt).kind != "c":
+            return None  # discards the imaginary part, with a warning: np.real says it
+        return {"k": "astype", "a": a, "dtype": dt}, self.approx[a]
+
+    def _complexpart(self, regs):
+        a = self.pick(regs)
+        if a is None:
+            return None
+        k = self.choice(["real", "imag", "angle"])
+        cplx = _kind(regs[a]) == "c"
+        return {"k": k, "a": a}, self.approx[a] or (k == "angle" and cplx)
+
+    def _setpart(self, regs):
+        a = self.pick(regs, lambda r: _kind(r) == "c" and np.ndim(r) > 0)
+        if a is None:
+            return None
+        v = self.operand(regs, a)
+        if not isinstance(v, dict) and _kind(regs[v]) == "c":
+            return None
+        approx = self.approx[a] or (not isinstance(v, dict) and self.approx[v])
+        return {"k": "setpart", "a": a, "part": self.choice(["real", "imag"]), "v": v}, approx
+
+    def _reduce(self, regs):
+        fns = ["sum", "mean", "max", "min", "prod", "var"]
+        fn = self.choice(fns if self.profile == "grad" else REDUCE)
+        exact = fn in ("any", "all")
+        a = self.pick(regs, lambda r: np.ndim(r) >= 0, exact=exact)
+        if a is None:
+            return None
+        nd = np.ndim(regs[a])
+        axis = self._axes(nd)
+        st = {
+            "k": "reduce",
+            "fn": fn,
+            "a": a,
+            "axis": axis,
+            "keepdims": bool(self.rng.random() < 0.3),
+        }
+        if fn in ("var", "std") and self.rng.random() < 0.3:
+            st["ddof"] = 1
+        if self.rng.random() < 0.15 and fn in ("sum", "max", "mean") and nd > 0:
+            st = {"k": "method", "fn": fn, "a": a, "axis": axis}
+        k = _kind(regs[a])
+        approx = self.approx[a] or (
+            fn in ("sum", "prod", "mean", "var", "std") and (k in "fc" or fn != "sum")
+        )
+        approx = approx and not (fn in ("sum", "prod") and k in "biu")
+        return st, approx
+
+    def _axes(self, nd):
+        if nd == 0 or self.rng.random() < 0.2:
+            return None
+        if self.rng.random() < 0.5:
+            return int(self.rng.integers(-nd, nd))
+        axes = sorted(
+            {int(x) for x in self.rng.integers(0, nd, size=int(self.rng.integers(1, nd + 1)))}
+        )
+        return axes
+
+    def _arg(self, regs):
+        a = self.pick(regs, lambda r: np.ndim(r) > 0, exact=True)
+        if a is None:
+            return None
+        nd = np.ndim(regs[a])
+        axis = None if self.rng.random() < 0.3 else int(self.rng.integers(-nd, nd))
+        return {"k": "arg", "fn": self.choice(["argmax", "argmin"]), "a": a, "axis": axis}, False
+
+    def _scan(self, regs):
+        a = self.pick(regs, lambda r: np.ndim(r) > 0)
+        if a is None:
+            return None
+        nd = np.ndim(regs[a])
+        axis = None if self.rng.random() < 0.2 else int(self.rng.integers(-nd, nd))
+        fn = self.choice(["cumsum", "cumprod"])
+        approx = self.approx[a] or _kind(regs[a]) in "fc"
+        return {"k": "scan", "fn": fn, "a": a, "axis": axis}, approx
+
+    def _matmul(self, regs):
+        a = self.pick(regs, lambda r: np.ndim(r) >= 1)
+        if a is None:
+            return None
+        sa = np.shape(regs[a])
+        k = self.choice(["matmul", "dot", "einsum", "tensordot"])
+        if k in ("matmul", "dot"):
+            b = self.pick(
+                regs,
+                lambda r: np.ndim(r) >= 1 and np.shape(r)[0 if np.ndim(r) == 1 else -2] == sa[-1],
+            )
+            if b is None:
+                return None
+            st = {"k": k, "a": a, "b": b}
+            args = [a, b]
+        elif k == "einsum":
+            letters = "ijkl"[: len(sa)]
+            b = self.pick(regs, lambda r: 1 <= np.ndim(r) <= 3 and np.shape(r)[0] == sa[-1])
+            if b is None:
+                sub = letters + "->" + letters[-1] + letters[0]
+                if len(sa) < 2:
+                    sub = letters + "->"
+                st = {"k": "einsum", "sub": sub, "args": [a]}
+                args = [a]
+            else:
+                lb = letters[-1] + "mnp"[: np.ndim(regs[b]) - 1]
+                out = letters[:-1] + lb[1:]
+                st = {"k": "einsum", "sub": f"{letters},{lb}->{out}", "args": [a, b]}
+                args = [a, b]
+        else:
+            b = self.pick(regs, lambda r: np.ndim(r) >= 1 and np.shape(r)[0] == sa[-1])
+            if b is None:
+                return None
+            st = {"k": "tensordot", "a": a, "b": b, "axes": [[len(sa) - 1], [0]]}
+            args = [a, b]
+        approx = any(self.approx[i] for i in args) or any(_kind(regs[i]) in "fc" for i in args)
+        return st, approx
+
+    def _reshape(self, regs):
+        a = self.pick(regs, lambda r: isinstance(r, np.ndarray))
+        if a is None:
+            return None
+        x = regs[a]
+        rng = self.rng
+        r = rng.random()
+        if r < 0.35:
+            return {
+                "k": "reshape",
+                "a": a,
+                "shape": _random_factorisation(rng, x.size),
+            }, self.approx[a]
+        if r < 0.65 and x.ndim > 0:
+            axes = [int(i) for i in rng.permutation(x.ndim)]
+            return {"k": "transpose", "a": a, "axes": axes}, self.approx[a]
+        if r < 0.75:
+            return {"k": "T", "a": a}, self.approx[a]
+        if r < 0.85 and x.ndim > 0:
+            return {"k": "flip", "a": a, "axis": int(rng.integers(0, x.ndim))}, self.approx[a]
+        shape = [int(rng.integers(1, 3))] + list(x.shape)
+        shape = [d if d != 1 or rng.random() < 0.5 else int(rng.integers(1, 4)) for d in shape]
+        return {"k": "broadcast_to", "a": a, "shape": shape}, self.approx[a]
+
+    def _join(self, regs):
+        a = self.pick(regs, lambda r: np.ndim(r) >= 1)
+        if a is None:
+            return None
+        x = regs[a]
+        rng = self.rng
+        r = rng.random()
+        nd = x.ndim
+        if r < 0.3:
+            axis = int(rng.integers(-nd, nd))
+            others = [
+                i
+                for i, q in enumerate(regs)
+                if np.ndim(q) == nd
+                and all(
+                    d == e for j, (d, e) in enumerate(zip(np.shape(q), x.shape)) if j != axis % nd
+                )
+            ]
+            args = [a] + [self.choice(others) for _ in range(int(rng.integers(1, 3)))]
+            appr = any(self.approx[i] for i in args)
+            return {"k": "concatenate", "args": args, "axis": axis}, appr
+        if r < 0.4:
+            others = [i for i, q in enumerate(regs) if np.shape(q) == x.shape]
+            args = [a, self.choice(others)]
+            appr = any(self.approx[i] for i in args)
+            return {"k": "stack", "args": args, "axis": int(rng.integers(0, nd + 1))}, appr
+        if r < 0.55:
+            reps = [int(rng.integers(1, 3)) for _ in range(int(rng.integers(1, nd + 2)))]
+            return {"k": "tile", "a": a, "reps": reps}, self.approx[a]
+        if r < 0.7:
+            axis = None if rng.random() < 0.3 else int(rng.integers(0, nd))
+            n = x.size if axis is None else x.shape[axis]
+            reps = (
+                int(rng.integers(1, 3))
+                if rng.random() < 0.6
+                else [int(v) for v in rng.integers(0, 3, n)]
+            )
+            return {"k": "repeat", "a": a, "repeats": reps, "axis": axis}, self.approx[a]
+        if r < 0.85:
+            axis = None if rng.random() < 0.3 else int(rng.integers(0, nd))
+            return {
+                "k": "roll",
+                "a": a,
+                "shift": int(rng.integers(-3, 4)),
+                "axis": axis,
+            }, self.approx[a]
+        pw = [[int(rng.integers(0, 2)), int(rng.integers(0, 3))] for _ in range(nd)]
+        return {"k": "pad", "a": a, "pw": pw, "value": self.choice([0, 1, -2])}, self.approx[a]
+
+    def _random_index(self, x, basic_only=False):
+        rng = self.rng
+        idx, d = [], 0
+        shape = np.shape(x)
+        while d < len(shape) and rng.random() < 0.8:
+            n = shape[d]
+            r = rng.random()
+            if r < 0.2 and n > 0:
+                idx.append(["i", int(rng.integers(-n, n))])
+            elif r < 0.65 or basic_only:
+                start = self.choice([None, 0, 1, -1, -2, n])
+                stop = self.choice([None, n, -1, 0, 2])
+                step = self.choice([None, 1, 2, -1, -2, 3])
+                idx.append(["s", start, stop, step])
+            elif r < 0.8 and n > 0:
+                m = int(rng.integers(1, 5))
+                idx.append(["a", [int(v) for v in rng.integers(-n, n, m)]])
+            else:
+                idx.append(["s", None, None, None])
+            d += 1
+            if rng.random() < 0.1:
+                idx.append(["n"])
+        if rng.random() < 0.15:
+            idx.insert(int(rng.integers(0, len(idx) + 1)), ["e"])
+        if len([e for e in idx if e[0] == "a"]) > 1:  # keep advanced indices simple
+            idx = [e if e[0] != "a" else ["s", None, None, None] for e in idx]
+            idx[0] = ["a", [0]] if shape and shape[0] > 0 else idx[0]
+        return idx
+
+    def _getitem(self, regs):
+        a = self.pick(regs, lambda r: np.ndim(r) >= 1)
+        if a is None:
+            return None
+        idx = self._random_index(regs[a])
+        if self.rng.random() < 0.1:
+            ints = self.pick(regs, lambda r: _kind(r) in "iu" and 1 <= np.ndim(r) <= 2)
+            n = np.shape(regs[a])[0]
+            if ints is not None and n > 0:
+                # an index register, made safe by modulo its axis length
+                return None if n == 0 else self._getitem_by_register(regs, a, ints, n)
+        return {"k": "getitem", "a": a, "idx": idx}, self.approx[a]
+
+    def _getitem_by_register(self, regs, a, ints, n):
+        st = {"k": "binary", "fn": "remainder", "a": ints, "b": {"t": "int", "v": n}}
+        if not self.try_step(st, False):
+            return None
+        r = len(self.approx) - 1
+        return {"k": "getitem", "a": a, "idx": [["r", r]]}, self.approx[a]
+
+    def _setitem(self, regs):
+        writable = [i for i, r in enumerate(regs) if isinstance(r, np.ndarray) and r.ndim >= 1]
+        if not writable:
+            return None
+        a = self.choice(writable)
+        idx = self._random_index(regs[a])
+        try:
+            with _quiet():
+                target = regs[a][_index(regs, idx)]
+        except Exception:
+            return None
+        ts = np.shape(target)
+        if self.rng.random() < 0.35:
+            v = self.scalar()
+            if self.profile == "grad":
+                v = {"t": "float", "v": 0.25}
+        else:
+            ids = [i for i, r in enumerate(regs) if _broadcastable(np.shape(r), ts, strict=True)]
+            v = self.choice(ids) if ids else self.scalar()
+        approx = self.approx[a] or (not isinstance(v, dict) and self.approx[v])
+        if self.rng.random() < 0.2 and self.profile != "grad":
+            n = np.shape(regs[a])[0]
+            if n > 0:
+                if not regs[a].flags.writeable:
+                    return None  # NumPy's add.at writes into read-only arrays (NumPy bug)
+                m = int(self.rng.integers(1, 6))
+                idx2 = [["a", [int(i) for i in self.rng.integers(-n, n, m)]]]
+                return {"k": "addat", "a": a, "idx": idx2, "v": self.scalar()}, self.approx[a]
+        return {"k": "setitem", "a": a, "idx": idx, "v": v}, approx
+
+    def _create(self, regs):
+        rng = self.rng
+        r = rng.random()
+        if r < 0.3:
+            shape = [int(d) for d in rng.integers(1, 4, int(rng.integers(0, 3)))]
+            dt = "float64" if self.profile == "grad" else self.choice(DTYPES)
+            return {"k": "full", "shape": shape, "v": self.scalar(), "dtype": dt}, False
+        if r < 0.5:
+            a = self.pick(regs, lambda q: isinstance(q, np.ndarray))
+            if a is None:
+                return None
+            fn = self.choice(["zeros_like", "ones_like", "empty_like"])
+            fn = "zeros_like" if fn == "empty_like" else fn
+            return {"k": "zeros_like", "fn": fn, "a": a}, False
+        if self.profile == "grad":
+            return None
+        if r < 0.7:
+            dt = self.choice(["int64", "float32", "int8", "float64", "uint16"])
+            return {"k": "arange", "n": int(rng.integers(1, 6)), "dtype": dt}, dt.startswith("f")
+        if r < 0.85:
+            n = int(rng.integers(1, 6))
+            return {"k": "linspace", "lo": -1.0, "hi": float(rng.integers(1, 4)), "n": n}, True
+        n, m = int(rng.integers(1, 5)), self.choice([None, 2, 4])
+        kk = int(rng.integers(-1, 2))
+        return {"k": "eye", "n": n, "m": m, "kk": kk, "dtype": self.choice(DTYPES)}, False
+
+    def _copy(self, regs):
+        a = self.pick(regs, lambda q: isinstance(q, np.ndarray))
+        return None if a is None else ({"k": "copy", "a": a}, self.approx[a])
+
+    def _pyop(self, regs):
+        a = self.pick(regs, lambda q: np.ndim(q) >= 1 and _kind(q) in "if", exact=True)
+        if a is None:
+            return None
+        return {"k": "pyop", "fn": self.choice(["sort", "cumsum_flip"]), "a": a}, (
+            self.approx[a] or _kind(regs[a]) == "f"
+        )
+
+    # -- the whole program
+    def build(self, n_steps):
+        rng, prof = self.rng, self.profile
+        base_rank = int(rng.integers(1, 4))
+        top = 3 if prof == "cuda" else 5
+        base = [int(d) for d in rng.integers(1, top + 1, base_rank)]
+        if rng.random() < 0.05:
+            base[int(rng.integers(0, base_rank))] = 0  # an empty array
+        n_in = int(rng.integers(1, 4))
+        for _ in range(n_in):
+            rank = int(rng.integers(0, base_rank + 1))
+            shape = [d if rng.random() > 0.25 else 1 for d in base[base_rank - rank :]]
+            if prof == "grad":
+                d = {"shape": shape, "dtype": "float64", "kind": "smooth"}
+            else:
+                dt = DTYPES[
+                    int(rng.choice(len(DTYPES), p=np.array(DTYPE_WEIGHTS) / sum(DTYPE_WEIGHTS)))
+                ]
+                d = {"shape": shape, "dtype": dt}
+                if rng.random() < 0.04:
+                    d = {"shape": [], "dtype": "pyfloat"}
+            d["layout"] = self.choice(["c", "c", "nc", "neg"])
+            self.prog["inputs"].append(d)
+            self.approx.append(False)
+        self.max_size = 400 if prof == "cuda" else 2000
+        if prof == "grad":
+            self.kinds = {
+                "unary": 4, "binary": 5, "inplace": 1, "where": 1, "compare": 1, "clip": 1,
+                "reduce": 3, "scan": 1, "matmul": 2, "reshape": 3, "join": 2, "getitem": 3,
+                "setitem": 2, "create": 1, "copy": 1,
+            }  # fmt: skip
+        else:
+            self.kinds = {
+                "unary": 6, "binary": 8, "inplace": 3, "uout": 1, "where": 1, "clip": 1,
+                "astype": 2, "complexpart": 1, "setpart": 1, "reduce": 4, "arg": 1, "scan": 1,
+                "matmul": 2, "reshape": 4, "join": 3, "getitem": 4, "setitem": 4, "create": 1,
+                "copy": 1, "pyop": 0.3,
+            }  # fmt: skip
+        tries = 0
+        while len(self.prog["steps"]) < n_steps and tries < n_steps * 8:
+            tries += 1
+            self.step()
+        regs = self.regs()
+        n_in = len(self.prog["inputs"])
+        outs = [i for i in range(len(regs)) if not isinstance(regs[i], float) or i >= n_in]
+        if prof == "grad":
+            outs = [i for i in outs if i >= n_in and _kind(regs[i]) == "f"] or [0]
+        self.prog["outputs"] = outs
+        self.prog["approx"] = [bool(self.approx[i]) for i in outs]
+        return self.prog
+
+
+def generate(seed, profile="full", n_steps=None):
+    """A random program (JSON-able dict). ``profile``: "full", "cuda" (small), "grad" (float64,
+    smooth ops, for finite differences)."""
+    rng = np.random.default_rng([seed, 0])
+    if n_steps is None:
+        n_steps = int(rng.integers(8, 40 if profile == "full" else 20))
+    return _Gen(seed, profile).build(n_steps)
+
+
+def _random_factorisation(rng, n):
+    if n == 0:
+        return [0, int(rng.integers(1, 3))]
+    dims = []
+    for p in (2, 3, 5, 7, 2, 3):
+        while n % p == 0 and rng.random() < 0.6:
+            dims.append(p)
+            n //= p
+    dims.append(n)
+    rng.shuffle(dims)
+    if rng.random() < 0.3:
+        dims.insert(int(rng.integers(0, len(dims) + 1)), 1)
+    if rng.random() < 0.2 and len(dims) > 1:
+        dims[int(rng.integers(0, len(dims)))] = -1
+    return [int(d) for d in dims]
+
+
+def _kind(x):
+    return np.asarray(x).dtype.kind
+
+
+def _broadcastable(s, t, strict=False):
+    """``s`` broadcasts with ``t`` (``strict``: broadcasts *to* ``t``)."""
+    if strict and len(s) > len(t):
+        return False
+    for a, b in zip(reversed(s), reversed(t)):
+        if strict and a not in (1, b):
+            return False
+        if a != b and 1 not in (a, b):
+            return False
+    return True
+
+
+def _shares(a, b):
+    return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and np.shares_memory(a, b)
+
+
+def _snapshot(r):
+    return (np.array(r, copy=True), np.shape(r)) if isinstance(r, np.ndarray) else (r, None)
+
+
+def _same_snapshot(r, snap):
+    if isinstance(r, np.ndarray):
+        return isinstance(snap[0], np.ndarray) and _bits_equal(r, snap[0])
+    return r is snap[0] or _bits_equal(np.asarray(r), np.asarray(snap[0]))
+
+
+class _quiet:
+    def __enter__(self):
+        self.err = np.errstate(all="ignore")
+        self.err.__enter__()
+        self.w = warnings.catch_warnings()
+        self.w.__enter__()
+        warnings.simplefilter("ignore")
+
+    def __exit__(self, *exc):
+        self.w.__exit__(*exc)
+        self.err.__exit__(*exc)
+
+
+# ---------------------------------------------------------------------- comparing results
+def _bits_equal(a, b) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.dtype.kind == "c":
+        return _bits_equal(a.real, b.real) and _bits_equal(a.imag, b.imag)
+    if a.dtype.kind == "f":
+        nan = np.isnan(a)
+        if not np.array_equal(nan, np.isnan(b)):
+            return False
+        ia, ib = a.view(f"u{a.dtype.itemsize}"), b.view(f"u{b.dtype.itemsize}")
+        return bool(np.all((ia == ib) | nan))
+    return bool(np.array_equal(a, b))
+
+
+def _close(a, b, rtol) -> bool:
+    """Equal NaN/inf positions, finite values within ``rtol`` of the array's scale."""
+    if a.dtype.kind == "c":
+        return _close(a.real, b.real, rtol) and _close(a.imag, b.imag, rtol)
+    if not np.array_equal(np.isnan(a), np.isnan(b)):
+        return False
+    fa, fb = np.isfinite(a), np.isfinite(b)
+    big = ~(fa & fb) & ~np.isnan(a)
+    if not np.array_equal(a[big & ~fa & ~fb], b[big & ~fa & ~fb]):
+        return False
+    # a finite value on one side and inf on the other: only near overflow
+    one = (fa ^ fb) & ~np.isnan(a)
+    finfo = np.finfo(a.dtype)
+    if np.any(one):
+        edge = np.where(fa, np.abs(a.astype(np.float64)), np.abs(b.astype(np.float64)))[one]
+        if np.any(edge < float(finfo.max) * 0.01):
+            return False
+    both = fa & fb
+    x, y = a[both].astype(np.float64), b[both].astype(np.float64)
+    if x.size == 0:
+        return True
+    scale = max(1.0, float(np.max(np.abs(x))))
+    return bool(np.all(np.abs(x - y) <= rtol * (np.abs(x) + np.abs(y)) + rtol * scale))
+
+
+def same_value(got, want, approx) -> str | None:
+    """None if ``got`` matches ``want``; else what differs."""
+    g, w = np.asarray(got), np.asarray(want)
+    if g.dtype != w.dtype:
+        return f"dtype {g.dtype}, expected {w.dtype}"
+    if g.shape != w.shape:
+        return f"shape {g.shape}, expected {w.shape}"
+    if _bits_equal(g, w):
+        return None
+    if approx and w.dtype.kind in "fc":
+        rtol = 2e-3 if w.dtype in (np.float32, np.complex64) else 1e-7
+        if _close(g, w, rtol):
+            return None
+    if w.dtype.kind in "fc" and not approx:
+        # exact computations: allow only the sign of a zero to differ
+        if np.array_equal(g, w, equal_nan=True):
+            return "signed zero differs"
+    diff = np.argwhere(np.atleast_1d(~_elementwise_equal(g, w)))
+    at = tuple(int(d) for d in diff[0]) if len(diff) and g.ndim else ()
+    return f"values differ (first at {at}: got {g[at]!r}, expected {w[at]!r})"
+
+
+def _elementwise_equal(g, w):
+    if w.dtype.kind in "fc":
+        return (g == w) | (np.isnan(g) & np.isnan(w))
+    return g == w
+
+
+class Failure(Exception):
+    """A check failed: ``check`` names it (interp, numpy, cpu, cuda, grad, crash)."""
+
+    def __init__(self, check, detail):
+        super().__init__(f"[{check}] {detail}")
+        self.check, self.detail = check, detail
+
+
+def _compare_all(what, got, want, approx, inputs_got=None, inputs_want=None):
+    if len(got) != len(want):
+        raise Failure(what, f"{len(got)} results, expected {len(want)}")
+    for i, (g, w, ap) in enumerate(zip(got, want, approx)):
+        d = same_value(g, w, ap)
+        if d is not None:
+            raise Failure(what, f"output {i}: {d}")
+    if inputs_got is not None:
+        for i, (g, w) in enumerate(zip(inputs_got, inputs_want)):
+            d = same_value(g, w, True)
+            if d is not None:
+                raise Failure(what, f"input {i} after the call (write-back): {d}")
+
+
+# ---------------------------------------------------------------------- checking a program
+CHECKS = ("interp", "cpu", "cuda", "grad")
+
+
+def check(prog, checks=CHECKS, compiled_cache=None):
+    """Run every check on ``prog``; raises :class:`Failure` on the first that fails.
+
+    Returns a dict of what ran (counts of graph nodes, ops seen) for the statistics.
+    """
+    import tracekit as tk
+
+    fn = program_function(prog)
+    approx = prog.get("approx") or [True] * len(prog["outputs"])
+    stats = {"ops": set(), "checks": []}
+    draws = []
+    for which in (0, 1):
+        xs = make_inputs(prog, which)
+        ys = copy_inputs(xs)
+        try:
+            with _quiet():
+                want = execute(prog, *ys)
+        except Exception as e:
+            if which == 0:
+                raise Failure("numpy", "the program does not run on its inputs") from e
+            continue
+        draws.append((xs, list(want), ys))
+    example = make_inputs(prog, 0)
+    try:
+        with _quiet():
+            t = tk.trace(fn, *copy_inputs(example))
+    except Exception as e:
+        raise Failure("trace", f"tk.trace raised {type(e).__name__}: {e}") from e
+    stats["ops"] |= {n.op for n in t.graph.nodes}
+    stats["nodes"] = len(t.graph.nodes)
+    if "interp" in checks:
+        for xs, want, ys in draws:
+            zs = copy_inputs(xs)
+            try:
+                with _quiet():
+                    got = t(*zs)
+            except Exception as e:
+                raise Failure("interp", f"Traced call raised {type(e).__name__}: {e}") from e
+            # NumPy's own float results depend on memory layout (SIMD loops, BLAS or not,
+            # pairwise sums), and the trace's intermediates are laid out differently
+            _compare_all("interp", _as_tuple(got), want, approx, zs, ys)
+            _check_fresh("interp", _as_tuple(got), zs)
+        stats["checks"].append("interp")
+    for target in ("cpu", "cuda"):
+        if target not in checks:
+            continue
+        try:
+            with _quiet():
+                c = tk.compile(t, target=target, progress=False)
+        except Exception as e:
+            raise Failure(target, f"tk.compile raised {type(e).__name__}: {e}") from e
+        for xs, want, ys in draws:
+            zs = copy_inputs(xs)
+            try:
+                with _quiet():
+                    got = c(*zs)
+            except Exception as e:
+                raise Failure(target, f"call raised {type(e).__name__}: {e}") from e
+            _compare_all(target, _as_tuple(got), want, approx, zs, ys)
+            _check_fresh(target, _as_tuple(got), zs)
+        stats["checks"].append(target)
+    if "grad" in checks and prog.get("profile") == "grad":
+        check_grad(prog, t)
+        stats["checks"].append("grad")
+    return stats
+
+
+def _check_fresh(what, results, inputs):
+    """Results must not share memory with the arguments or with each other."""
+    held = [x for x in inputs if isinstance(x, np.ndarray)]
+    for i, r in enumerate(results):
+        if isinstance(r, np.ndarray):
+            if any(np.shares_memory(r, x) for x in held):
+                raise Failure(what, f"output {i} shares memory with an input or another output")
+            held.append(r)
+
+
+def _as_tuple(x):
+    return tuple(x) if isinstance(x, tuple | list) else (x,)
+
+
+def check_grad(prog, t):
+    """tk.vjp's backward graph against central finite differences of the NumPy program."""
+    import tracekit as tk
+
+    xs = make_inputs(prog, 0)
+    rng = np.random.default_rng([prog["seed"], 99])
+    with _quiet():
+        outs = execute(prog, *copy_inputs(xs))
+    ws = [rng.standard_normal(np.shape(o)) for o in outs]
+
+    def loss(*ins):
+        with _quiet():
+            res = execute(prog, *copy_inputs(ins))
+        return sum(float(np.sum(np.asarray(o) * w)) for o, w in zip(res, ws))
+
+    try:
+        with _quiet():
+            b = tk.vjp(t)
+            grads = b(
+                *copy_inputs(xs), *[np.asarray(w) if np.ndim(w) else np.float64(w) for w in ws]
+            )
+    except Exception as e:
+        raise Failure("grad", f"tk.vjp / backward call raised {type(e).__name__}: {e}") from e
+    for i, (x, g) in enumerate(zip(xs, grads)):
+        x = np.asarray(x, dtype=np.float64)
+        g = np.zeros(x.shape) if g is None else np.asarray(g)
+        if g.shape != x.shape:
+            raise Failure("grad", f"gradient of input {i} has shape {g.shape}, expected {x.shape}")
+        for j in np.ndindex(x.shape):
+            fd = _fd(loss, xs, i, j)
+            if fd is None:
+                continue
+            if not abs(g[j] - fd) <= 1e-4 * (abs(fd) + abs(g[j])) + 1e-5 * max(1.0, abs(fd)):
+                raise Failure(
+                    "grad", f"d/d input {i}{list(j)}: backward gives {g[j]!r}, finite diff {fd!r}"
+                )
+
+
+def _fd(loss, xs, i, j):
+    """Central difference, or None where it is not stable (a kink or a tie nearby)."""
+
+    def at(h):
+        ins = [np.array(x, copy=True) for x in xs]
+        ins[i][j] += h
+        up = loss(*ins)
+        ins[i][j] -= 2 * h
+        return (up - loss(*ins)) / (2 * h)
+
+    d1, d2 = at(1e-6), at(5e-7)
+    if not (np.isfinite(d1) and np.isfinite(d2)):
+        return None
+    if abs(d1 - d2) > 1e-5 * max(1.0, abs(d1)):
+        return None
+    return d2
+
+
+# ---------------------------------------------------------------------- shrinking
+def _dependents(prog, i):
+    """Step indices that (transitively) read the register made, or written, by step ``i``."""
+    n_in = len(prog["inputs"])
+    made = {}
+    reg = n_in
+    for k, st in enumerate(prog["steps"]):
+        if _appends(st):
+            made[k] = reg
+            reg += 1
+    dead_regs = {made[i]} if i in made else set()
+    dead_steps = {i}
+    for k in range(i + 1, len(prog["steps"])):
+        st = prog["steps"][k]
+        if _reads(st) & dead_regs:
+            dead_steps.add(k)
+            if k in made:
+                dead_regs.add(made[k])
+    return dead_steps, dead_regs, made
+
+
+def _appends(st):
+    return st["k"] not in ("iop", "uout", "setitem", "addat", "setpart")
+
+
+def _reads(st):
+    out = set()
+    for key in ("a", "c", "out"):
+        if key in st:
+            out.add(st[key])
+    for key in ("b", "v"):
+        if key in st and not isinstance(st[key], dict):
+            out.add(st[key])
+    for key in ("args",):
+        out |= set(st.get(key, []))
+    for e in st.get("idx", []):
+        if e[0] == "r":
+            out.add(e[1])
+    return out
+
+
+def remove_steps(prog, dead):
+    """``prog`` without the steps in ``dead`` (and their registers), registers renumbered."""
+    n_in = len(prog["inputs"])
+    new_num, reg, nreg = {i: i for i in range(n_in)}, n_in, n_in
+    keep = []
+    for k, st in enumerate(prog["steps"]):
+        if _appends(st):
+            if k not in dead:
+                new_num[reg] = nreg
+                nreg += 1
+            reg += 1
+        if k not in dead:
+            keep.append(st)
+
+    def ren(x):
+        return new_num[x]
+
+    steps = []
+    for st in keep:
+        st = copy.deepcopy(st)
+        for key in ("a", "c", "out"):
+            if key in st:
+                st[key] = ren(st[key])
+        for key in ("b", "v"):
+            if key in st and not isinstance(st[key], dict):
+                st[key] = ren(st[key])
+        if "args" in st:
+            st["args"] = [ren(x) for x in st["args"]]
+        for e in st.get("idx", []):
+            if e[0] == "r":
+                e[1] = ren(e[1])
+        steps.append(st)
+    outs, appr = [], []
+    for o, a in zip(prog["outputs"], prog.get("approx", [True] * len(prog["outputs"]))):
+        if o in new_num:
+            outs.append(new_num[o])
+            appr.append(a)
+    out = dict(prog, steps=steps, outputs=outs, approx=appr)
+    return out
+
+
+def shrink(prog, fails, budget_s=300):
+    """A smaller program for which ``fails(prog)`` still holds (greedy step and output removal)."""
+    t0 = time.time()
+    best = prog
+    # 1. keep only one output
+    for o in range(len(best["outputs"])):
+        cand = dict(best, outputs=[best["outputs"][o]], approx=[best["approx"][o]])
+        if fails(cand):
+            best = cand
+            break
+    # 2. remove steps (with their dependents), last first
+    changed = True
+    while changed and time.time() - t0 < budget_s:
+        changed = False
+        for i in reversed(range(len(best["steps"]))):
+            if i >= len(best["steps"]):
+                continue
+            dead, _, _ = _dependents(best, i)
+            cand = remove_steps(best, dead)
+            if not cand["outputs"]:
+                continue
+            try:
+                ok = _valid(cand) and fails(cand)
+            except Exception:
+                ok = False
+            if ok:
+                best, changed = cand, True
+            if time.time() - t0 > budget_s:
+                break
+    # 3. drop unused inputs is not done (inputs keep their draw of values)
+    return best
+
+
+def _valid(prog):
+    try:
+        with _quiet():
+            execute(prog, *make_inputs(prog, 0))
+        return True
+    except Exception:
+        return False
+
+
+def failing_check(prog, checks):
+    """The Failure ``check`` raises on ``prog`` (None if it passes)."""
+    try:
+        check(prog, checks)
+    except Failure as f:
+        return f
+    except Exception as e:  # a crash of the harness itself counts as a failure too
+        return Failure("crash", f"{type(e).__name__}: {e}")
+    return None
+
+
+def save_regression(prog, failure, note=""):
+    os.makedirs(REGRESSIONS, exist_ok=True)
+    name = f"{failure.check}-{prog['profile']}-{prog['seed']}.json"
+    path = os.path.join(REGRESSIONS, name)
+    rec = {"program": prog, "failure": str(failure), "note": note}
+    with open(path, "w") as f:
+        json.dump(rec, f, indent=1, sort_keys=True)
+    return path
+
+
+def checks_for(profile):
+    if profile == "grad":
+        return ("interp", "grad", "cpu")
+    if profile == "cuda":
+        return ("interp", "cuda")
+    return ("interp", "cpu")
+
+
+# ---------------------------------------------------------------------- the command line
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seconds", type=float, default=60.0)
+    p.add_argument("--seed", type=int, default=None, help="first seed (default: from the clock)")
+    p.add_argument("--profiles", default="full,full,full,grad,cuda")
+    p.add_argument("--no-save", action="store_true")
+    p.add_argument("--one", type=int, default=None, help="run just this seed and print it")
+    args = p.parse_args(argv)
+    profiles = args.profiles.split(",")
+    if args.one is not None:
+        prof = profiles[args.one % len(profiles)]
+        prog = generate(args.one, prof)
+        print(json.dumps(prog, indent=1))
+        f = failing_check(prog, checks_for(prof))
+        print("ok" if f is None else f)
+        return 0 if f is None else 1
+    seed = args.seed if args.seed is not None else int(time.time()) % 1_000_000 * 1000
+    print(f"fuzzing from seed {seed} for {args.seconds:.0f} s (repeat: FUZZ_SEED={seed})")
+    t0 = time.time()
+    n, fails, ops, nodes, shrunk = 0, [], set(), 0, set()
+    by_check: dict = {}
+    while time.time() - t0 < args.seconds:
+        prof = profiles[seed % len(profiles)]
+        prog = generate(seed, prof)
+        try:
+            stats = check(prog, checks_for(prof))
+            ops |= stats["ops"]
+            nodes += stats["nodes"]
+            for c in stats["checks"]:
+                by_check[c] = by_check.get(c, 0) + 1
+        except Failure as f:
+            fails.append((seed, prof, f))
+            print(f"seed {seed} ({prof}): {f}", flush=True)
+            sig, checks = signature(f), checks_for(prof)
+            if not args.no_save and sig not in shrunk:  # one shrink per kind of failure
+                shrunk.add(sig)
+                small = shrink(prog, lambda q, s=sig, c=checks: _same_check(q, s, c))
+                path = save_regression(small, failing_check(small, checks) or f)
+                print(f"  shrunk to {len(small['steps'])} steps: {path}", flush=True)
+        except Exception:
+            traceback.print_exc()
+            fails.append((seed, prof, "harness"))
+        n += 1
+        seed += 1
+    dt = time.time() - t0
+    print(
+        f"fuzzed {n} programs in {dt:.0f} s ({nodes} graph nodes; checks passed: {by_check}); "
+        f"{len(ops)} distinct ops; {len(fails)} failures",
+        flush=True,
+    )
+    from tracekit.ops import OPS
+
+    print("ops never generated:", sorted(set(OPS) - ops))
+    return 1 if fails else 0
+
+
+def signature(failure) -> str:
+    """What kind of failure this is (the check and the start of the message, digits dropped):
+    shrinking keeps it."""
+    head = failure.detail.split(":")[0]
+    if "raised" in failure.detail:
+        head = failure.detail.split(":")[0]
+    elif "output" in head:
+        head = "values" if "values differ" in failure.detail else failure.detail.split(":")[1]
+    return failure.check + ":" + "".join(c for c in head if not c.isdigit()).strip()
+
+
+def _same_check(prog, sig, checks):
+    f = failing_check(prog, checks)
+    return f is not None and signature(f) == sig
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
+    if not os.environ.get("NUMBA_ENABLE_CUDASIM"):
+        import shutil
+
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "0" if shutil.which("nvidia-smi") else "1"
+    import tempfile
+
+    # every program is new: keep its kernels out of the user's cache
+    with tempfile.TemporaryDirectory(prefix="tracekit-fuzz-") as d:
+        os.environ.setdefault("TRACEKIT_CACHE_DIR", d)
+        sys.exit(main())
