@@ -612,10 +612,14 @@ def expr(node: Node, args: list, dtypes: list, math: str = "fast", templates=Non
     if op == "clip":
         x = cast(args[0], dtypes[0], out)
         fn_max, fn_min = ("_maximum", "_minimum") if out.kind in "fc" else ("max", "min")
-        if node.inputs[1] is not None:
+        if out.kind == "c":  # NumPy's lexicographic order of complex numbers
+            fn_max, fn_min = "_cmaximum", "_cminimum"
+        lo, hi = _clip_bounds(node, dtypes[0])
+        if lo is not None:
             x = f"{fn_max}({x}, {cast(args[1], dtypes[1], out)})"
-        if node.inputs[2] is not None:
-            x = f"{fn_min}({cast(args[2], dtypes[2], out)}, {x})"
+        if hi is not None:
+            hi = cast(args[2], dtypes[2], out)
+            x = f"{fn_min}({x}, {hi})" if out.kind == "c" else f"{fn_min}({hi}, {x})"
         return x
     real_input = np.dtype(dtypes[0]).kind != "c" if dtypes else False
     if op == "real":
@@ -642,6 +646,19 @@ def expr(node: Node, args: list, dtypes: list, math: str = "fast", templates=Non
     else:
         body = f"np.{op}({', '.join(cargs)})"
     return cast(body, loop_out, out)
+
+
+def _clip_bounds(node: Node, dtype):
+    """clip's bounds as NumPy applies them: a Python int bound beyond an integer array's range
+    on the side that cannot clip is dropped (``np.clip(uint8_array, -1, None)``)."""
+    lo, hi = node.inputs[1], node.inputs[2]
+    if np.dtype(dtype).kind in "iu":
+        info = np.iinfo(dtype)
+        if type(lo) is int and lo <= info.min:
+            lo = None
+        if type(hi) is int and hi >= info.max:
+            hi = None
+    return lo, hi
 
 
 _COMPARE = {
