@@ -166,9 +166,8 @@ def ufunc_program(dtype):
         out["astype_i16"] = x.real.astype(np.int16) if dtype.kind == "c" else x.astype(np.int16)
         out["astype_bool"] = x.astype(bool)
         out["real"], out["imag"] = np.real(x), np.imag(x)
-        if dtype.kind != "c":
-            out["clip"] = np.clip(x, y, None)
-            out["clip2"] = np.clip(x, 0, 3)
+        out["clip"] = np.clip(x, y, None)
+        out["clip2"] = np.clip(x, 0, 3)
         if dtype.kind in "fc":
             out["angle"] = np.angle(x)
             out["weak"] = x * s + s

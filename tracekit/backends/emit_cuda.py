@@ -478,8 +478,6 @@ def device_expr(node: Node, args: list, dtypes: list, math: str) -> str:
         if op == "imag":
             return S.literal(0, node.out.dtype)
         return S.cast(args[0], dtypes[0], node.out.dtype)
-    if op == "clip" and node.out.dtype.kind == "c":
-        raise DeviceUnsupported("clip on complex")
     if op not in _TEMPLATES[math] and op not in ("full", "astype", "where", "clip", "real", "imag"):
         raise DeviceUnsupported(op)
     return S.expr(node, args, dtypes, "libm", templates=_TEMPLATES[math])
