@@ -44,13 +44,13 @@ test: lint pytest acceptance
 bench: setup
 	$(BIN)/python benchmarks/run.py
 
-# The course: JupyterLab rooted at notebooks/ (jupyter refuses to start as root without --allow-root).
 # Differential fuzzing for as long as asked (FUZZ_SECONDS=600 make fuzz; FUZZ_SEED=N to repeat a
 # run); shrunk failures land in tests/fuzz/regressions/, which `make test` replays.
 FUZZ_SECONDS ?= 300
 fuzz: setup
 	$(BIN)/python tests/fuzz/fuzzgen.py --seconds $(FUZZ_SECONDS) $(if $(FUZZ_SEED),--seed $(FUZZ_SEED))
 
+# The course: JupyterLab rooted at notebooks/ (jupyter refuses to start as root without --allow-root).
 lab: setup
 	$(BIN)/jupyter lab notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
