@@ -341,3 +341,17 @@ def test_optimized_equals_unoptimized_on_every_case(op):
                 if op not in _EXACT_EXCEPTIONS:
                     failures.append(f"{c.name} [{dt.__name__}]: {e}")
     assert not failures, "\n\n".join(failures)
+
+
+def test_simplify_drops_the_self_write_left_by_augmented_slice_assignment():
+    def f(U, v):
+        U2 = U * 1.5
+        U2[1:-1, 1:3] += v  # __iadd__ writes the view, then __setitem__ writes it again
+        return U2
+
+    U, v = np.arange(20.0).reshape(4, 5), np.ones((2, 2))
+    t = tk.trace(f, U, v)
+    o = tk.optimize(t)
+    assert [n.op for n in t.graph.nodes].count("index_update") == 2
+    assert [n.op for n in o.graph.nodes].count("index_update") == 1
+    np.testing.assert_array_equal(o(U, v), f(U, v))

@@ -106,11 +106,11 @@ def _transpose(node, prod):
     axes = node.attrs["axes"]
     inner = prod.get(x)
     if axes == tuple(range(len(axes))):
-        return x
+        return x if isinstance(x, Var) else None  # a folded constant stays a node
     if inner is not None and inner.op == "transpose":
         composed = tuple(inner.attrs["axes"][a] for a in axes)
         if composed == tuple(range(len(composed))):
-            return inner.inputs[0]
+            return inner.inputs[0] if isinstance(inner.inputs[0], Var) else None
         return [_new(node, "transpose", (inner.inputs[0],), {"axes": composed})]
     return None
 
@@ -122,6 +122,8 @@ def _reshape(node, prod):
     inner = prod.get(x)
     if inner is not None and inner.op == "reshape":
         src = inner.inputs[0]
+        if not isinstance(src, Var):
+            return None  # a folded constant stays a node
         if src.shape == node.out.shape:
             return src
         return [_new(node, "reshape", (src,), {"shape": node.attrs["shape"]})]
@@ -133,7 +135,25 @@ def _astype(node, prod):
     return x if _same_type(node, x) else None
 
 
+def _index_update(node, prod):
+    """``b[idx] = b[idx]`` (left by ``b[s] += v``: the view was already written) is ``b``."""
+    base, value = node.inputs[:2]
+    inner = prod.get(value) if isinstance(value, Var) else None
+    if (
+        len(node.inputs) == 2
+        and inner is not None
+        and inner.op == "index"
+        and len(inner.inputs) == 1
+        and inner.inputs[0] is base
+        and inner.attrs["idx"] == node.attrs["idx"]
+        and _same_type(node, base)
+    ):
+        return base
+    return None
+
+
 RULES = {
+    "index_update": _index_update,
     "power": _power,
     "multiply": _multiply,
     "add": _add,
@@ -158,6 +178,8 @@ def simplify(graph: Graph) -> Graph:
         node = node.replace(inputs=tuple(resolve(mapping, x) for x in node.inputs))
         rule = RULES.get(node.op)
         res = rule(node, prod) if rule else None
+        if not isinstance(res, Var | list):  # a rule may only forward a Var, not a literal
+            res = None
         if res is None:
             kept.append(node)
             prod.update({o: node for o in node.outputs})
