@@ -275,19 +275,28 @@ class Runner:
         return f"{impl}({', '.join([*ins, f'**{attrs}'])})"  # no inputs: eye, arange...
 
 
+# host ops whose NumPy implementation may return a view of their first input
+_MAY_VIEW = frozenset(("index", "reshape", "transpose", "broadcast_to", "real", "imag", "einsum"))
+
+
 def _in_place_updates(plan: Plan) -> set:
     """Indices of ``index_update`` host steps that may write into their base's buffer: the base
     is a fresh buffer of this run (a kernel's or a copying host op's result, not an input, a
     view or a Python op's value) and nothing reads it afterwards."""
     g = plan.graph
-    producer, last = {}, {}
+    producer, last, root = {}, {}, {}
     for i, st in enumerate(plan.steps):
         for v in st.inputs:
-            last[v] = i
+            last[root.get(v, v)] = i  # a read of a view is a read of the buffer it views
         for o in st.outputs:
             producer[o] = st
+        if st.kind == "view" or (st.kind == "host" and st.nodes[0].op in _MAY_VIEW):
+            base = st.nodes[0].inputs[0]
+            if isinstance(base, Var):
+                for o in st.outputs:
+                    root[o] = root.get(base, base)
     for v in list(g.outputs) + [gd.var for gd in g.guards]:
-        last[v] = len(plan.steps)
+        last[root.get(v, v)] = len(plan.steps)
     out = set()
     for i, st in enumerate(plan.steps):
         if st.kind != "host" or st.nodes[0].op != "index_update":
@@ -297,7 +306,7 @@ def _in_place_updates(plan: Plan) -> set:
         fresh = src is not None and (
             src.kind == "kernel" or (src.kind == "host" and src.nodes[0].op != "python_op")
         )
-        if fresh and last.get(base) == i and st.nodes[0].inputs.count(base) == 1:
+        if fresh and last.get(root.get(base, base)) == i and st.nodes[0].inputs.count(base) == 1:
             out.add(i)
     return out
 
