@@ -14,6 +14,7 @@ import numpy as np
 
 from .ir import Graph, Node, Var
 from .ops import OPS
+from .pyop import check_results
 
 
 def as_input_value(var: Var, value):
@@ -28,6 +29,8 @@ def run_node(node: Node, env: dict):
     args = [env[x] if isinstance(x, Var) else x for x in node.inputs]
     try:
         out = OPS[node.op].impl(*args, **node.attrs)
+        if node.op == "python_op":
+            out = check_results(node, out)
     except Exception as e:
         where = f" at {node.source} `{node.source.text}`" if node.source else ""
         e.add_note(f"while running {node.op} (node %{node.out.name}){where}")

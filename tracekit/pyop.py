@@ -88,6 +88,33 @@ def python_op(
     return PyOp(f, grad_f, python_func_type, grad_output_indices, grad_input_indices, name)
 
 
+def check_results(node, results):
+    """A python op's results on this call have the shapes and dtypes the trace recorded (code
+    compiled for them would read past the end, or reinterpret the bytes, otherwise)."""
+    from .ir import type_str
+
+    results = results if len(node.outputs) > 1 else (results,)
+    for k, (var, val) in enumerate(zip(node.outputs, results)):
+        shape, dtype = np.shape(val), np.asarray(val).dtype
+        if shape != var.shape or dtype != var.dtype:
+            where = f" (at {node.source} `{node.source.text}`)" if node.source else ""
+            raise ValueError(
+                f"python op {node.attrs.get('name')!r} returned {type_str(shape, dtype)} for "
+                f"output {k} on this call but {var.type} when traced{where}: the graph is only "
+                "valid for the traced shapes and dtypes; trace again"
+            )
+    return results if len(node.outputs) > 1 else results[0]
+
+
+def _readonly(x):
+    """``x`` as a read-only view: a python op that writes into its inputs would silently change
+    values other nodes read; this makes it raise instead."""
+    if isinstance(x, np.ndarray) and x.flags.writeable:
+        x = x.view()
+        x.flags.writeable = False
+    return x
+
+
 # ---------------------------------------------------------------------- references
 def _is_builder(x) -> bool:
     return isinstance(x, tuple)
@@ -334,7 +361,7 @@ class PyOp:
 
     def run(self, *inputs):
         """Call the function on values: one array, or a tuple for several outputs."""
-        outs, _ = _outputs(self.fn(*inputs), self.name)
+        outs, _ = _outputs(self.fn(*map(_readonly, inputs)), self.name)
         return outs[0] if len(outs) == 1 else outs
 
     def __call__(self, *args):
@@ -345,7 +372,8 @@ class PyOp:
             outs, was_tuple = _outputs(self.fn(*args), self.name)
             return outs if was_tuple else outs[0]
         tins = [ctx.lift(a) for a in args]
-        vals = [t._value if isinstance(t, T.TracedArray) else t for t in tins]
+        vals = [_readonly(t._value) if isinstance(t, T.TracedArray) else t for t in tins]
+        prev, T._state.ctx = T._state.ctx, None  # f runs on plain values: np.zeros & co. too
         try:
             outs, was_tuple = _outputs(self.fn(*vals), self.name)
         except TraceError:
@@ -354,6 +382,8 @@ class PyOp:
             src = T.user_source(2)
             e.add_note(f"tracekit: in python op {self.name!r}" + (f" at {src}" if src else ""))
             raise
+        finally:
+            T._state.ctx = prev
         vars_ = [ctx.new_var(o.shape, o.dtype) for o in outs]
         ins = [t.ir_var if isinstance(t, T.TracedArray) else t for t in tins]
         ctx.record("python_op", ins, {"pyop": self, "name": self.name}, vars_)
@@ -476,12 +506,20 @@ class GradPyOp(PyOp):
         return False
 
     def run(self, *inputs):
-        res = self.fn(*inputs)
+        res = self.fn(*map(_readonly, inputs))
         items = list(res) if isinstance(res, tuple | list) else [res]
         sel = self.parent.grad_input_indices or range(self.n_in)
         for j, i in enumerate(sel):
             if j < len(items) and items[j] is None:
                 items[j] = np.zeros_like(inputs[i], dtype=np.result_type(inputs[i], 0.0))
+            elif j < len(items):
+                try:
+                    np.broadcast_shapes(np.shape(items[j]), np.shape(inputs[i]))
+                except ValueError:
+                    raise ValueError(
+                        f"python op {self.parent.name!r}: its gradient function returned shape "
+                        f"{np.shape(items[j])} for input {i}, which has shape {np.shape(inputs[i])}"
+                    ) from None
         outs, _ = _outputs(tuple(items), self.name)
         return outs[0] if len(outs) == 1 else outs
 
@@ -493,7 +531,11 @@ class GradPyOp(PyOp):
             return self.run(*args)
         tins = [ctx.lift(a) for a in args]
         vals = [t._value if isinstance(t, T.TracedArray) else t for t in tins]
-        res = self.run(*vals)
+        prev, T._state.ctx = T._state.ctx, None  # grad_f runs on plain values
+        try:
+            res = self.run(*vals)
+        finally:
+            T._state.ctx = prev
         outs = res if isinstance(res, tuple) else (res,)
         vars_ = [ctx.new_var(np.shape(o), np.asarray(o).dtype) for o in outs]
         ins = [t.ir_var if isinstance(t, T.TracedArray) else t for t in tins]

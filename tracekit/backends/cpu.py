@@ -17,6 +17,7 @@ import numpy as np
 
 from ..ir import Var
 from ..ops import OPS, build_index
+from ..pyop import check_results
 from . import cache
 from . import scalar as S
 from .emit_cpu import kernel_source
@@ -272,7 +273,12 @@ class Runner:
         self.ns[impl] = OPS[node.op].impl
         attrs = f"attrs{len(self.ns)}"
         self.ns[attrs] = dict(node.attrs)
-        return f"{impl}({', '.join([*ins, f'**{attrs}'])})"  # no inputs: eye, arange...
+        call = f"{impl}({', '.join([*ins, f'**{attrs}'])})"  # no inputs: eye, arange...
+        if node.op == "python_op":  # the kernels after it are compiled for the traced types
+            k = f"node{len(self.ns)}"
+            self.ns[k], self.ns["_check_pyop"] = node, check_results
+            return f"_check_pyop({k}, {call})"
+        return call
 
 
 # host ops whose NumPy implementation may return a view of their first input

@@ -31,6 +31,7 @@ from .. import pytree
 from ..interpret import as_input_value
 from ..ir import Var
 from ..ops import OPS
+from ..pyop import check_results
 from ..traced import check_guards, check_value
 from . import cache
 from .emit_cuda import (
@@ -735,6 +736,8 @@ class CudaRunner:
             args = [get(x) for x in node.inputs]
             try:
                 res = OPS[node.op].impl(*args, **node.attrs)
+                if node.op == "python_op":  # device code after it assumes the traced types
+                    res = check_results(node, res)
             except Exception as e:
                 where = f" at {node.source} `{node.source.text}`" if node.source else ""
                 e.add_note(f"while running {node.op} (node %{node.out.name}){where}")
