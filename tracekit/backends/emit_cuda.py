@@ -152,11 +152,10 @@ def nb_type(dtype) -> str:
 
 
 def typed(src: str, dtype) -> str:
-    """``src`` forced to ``dtype``: numba widens small ints and mixes, NumPy does not."""
-    dtype = np.dtype(dtype)
-    if dtype.kind == "b":
-        return f"np.bool_({src})"
-    return S.typed(src, dtype)
+    """``src`` forced to ``dtype``: numba widens small ints and mixes, NumPy does not. Always
+    a NumPy scalar, float64 too: on the simulator a Python float would divide by zero with a
+    ZeroDivisionError instead of giving inf."""
+    return f"{S.ctor(dtype)}({src})"
 
 
 # ---------------------------------------------------------------------- scalar templates
@@ -530,22 +529,23 @@ HELPERS = (
     """
 @cuda.jit(device=True)
 def _maximum(a, b):
-    return a if (a >= b or a != a) else b
+    # ties give the second operand, as NumPy's SIMD loops do: maximum(0.0, -0.0) is -0.0
+    return a if (a > b or a != a) else b
 
 
 @cuda.jit(device=True)
 def _minimum(a, b):
-    return a if (a <= b or a != a) else b
+    return a if (a < b or a != a) else b
 
 
 @cuda.jit(device=True)
 def _fmax(a, b):
-    return a if (a >= b or b != b) else b
+    return a if (a > b or b != b) else b
 
 
 @cuda.jit(device=True)
 def _fmin(a, b):
-    return a if (a <= b or b != b) else b
+    return a if (a < b or b != b) else b
 
 
 @cuda.jit(device=True)
@@ -827,7 +827,8 @@ class CudaKernelSource(KernelSource):
         if g.kind == "elementwise":
             self._elementwise()
         elif g.kind == "scan":
-            self._scan()
+            self.mode = "thread" if self._scan_sequential() else "block"
+            self._scan_thread() if self.mode == "thread" else self._scan()
         else:
             self.mode = self.forced_mode or FORCE_ROW_MODE or self._choose_mode()
             if self.mode == "thread":
@@ -904,24 +905,65 @@ class CudaKernelSource(KernelSource):
         self.emit(f"{p}sh[{p}tid] = {p}v", 3)
         self.emit("cuda.syncthreads()", 3)
         self.emit(f"{p}off = 1", 3)
+        # the first element is never combined with an identity (NumPy copies it: -0.0 stays
+        # -0.0, and a complex inf is not multiplied by 1+0j)
         self.emit(f"while {p}off < {bs}:", 3)
-        self.emit(f"{p}w = {init}", 4)
+        self.emit(f"{p}w = {p}sh[{p}tid]", 4)
         self.emit(f"if {p}tid >= {p}off:", 4)
-        self.emit(f"{p}w = {p}sh[{p}tid - {p}off]", 5)
+        self.emit(f"{p}w = {comb(f'{p}sh[{p}tid - {p}off]', f'{p}w')}", 5)
         self.emit("cuda.syncthreads()", 4)
-        self.emit(f"{p}sh[{p}tid] = {comb(f'{p}sh[{p}tid]', f'{p}w')}", 4)
+        self.emit(f"{p}sh[{p}tid] = {p}w", 4)
         self.emit("cuda.syncthreads()", 4)
         self.emit(f"{p}off *= 2", 4)
+        first = f"{p}base == 0"
         self.emit(f"if {p}j < {n}:", 3)
         self._unravel(f"{p}j", L.red, 4)
-        self.local[out] = comb(f"{p}carry", f"{p}sh[{p}tid]")
+        self.local[out] = f"({p}sh[{p}tid] if {first} else {comb(f'{p}carry', f'{p}sh[{p}tid]')})"
         self.store(out, 4)
-        self.emit(f"{p}carry = {comb(f'{p}carry', f'{p}sh[{bs - 1}]')}", 3)
+        last = f"{p}sh[{bs - 1}]"
+        self.emit(f"{p}carry = {last} if {first} else {comb(f'{p}carry', last)}", 3)
         self.emit("cuda.syncthreads()", 3)
         self.emit(f"{p}base += {bs}", 3)
         self.emit(f"{p}row += cuda.gridDim.x", 2)
         self.end(self.params())
         self.launches.append(Launch(self.group.name, (P.row_blocks(rows),), (bs,), self.all_args()))
+
+    def _scan_sequential(self) -> bool:
+        """One thread per row: for complex values (NumPy multiplies in order, and complex
+        infinities depend on it), or for many rows whose scanned axis is an outer one."""
+        L, P = self.layout, self.profile
+        if FORCE_ROW_MODE in ("thread", "block"):
+            return FORCE_ROW_MODE == "thread"
+        if self.group.nodes[0].out.dtype.kind == "c":
+            return True
+        inner_kept = bool(L.reduced) and not L.reduced[-1]
+        return not P.simulator and inner_kept and self._rows_count() >= P.sm_count * 256
+
+    def _scan_thread(self):
+        (node,) = self.group.nodes
+        L, P, p = self.layout, self.profile, self.p
+        x, out = node.inputs[0], node.out
+        rows = self._rows_count()
+        op = "+" if node.op == "cumsum" else "*"
+        if out.dtype.kind == "b":
+            op = "|" if node.op == "cumsum" else "&"
+        self.begin(self.group.name, "one thread per row, in order")
+        self.emit(f"{p}row = cuda.grid(1)", 1)
+        self.emit(f"{p}step = cuda.gridsize(1)", 1)
+        self.emit(f"while {p}row < {rows}:", 1)
+        self._unravel(f"{p}row", L.kept, 2)
+        self.emit(f"{p}acc = {_init(node.op, out.dtype)}", 2)
+        self.emit(f"for {p}j in range({L.red_total}):", 2)
+        self._unravel(f"{p}j", L.red, 3)
+        v = typed(S.cast(self.read(x), x.dtype, out.dtype), out.dtype)
+        self.emit(f"{p}acc = {v} if {p}j == 0 else {typed(f'{p}acc {op} {v}', out.dtype)}", 3)
+        self.local[out] = f"{p}acc"
+        self.store(out, 3)
+        self.emit(f"{p}row += {p}step", 2)
+        self.end(self.params())
+        self.launches.append(
+            Launch(self.group.name, (P.ew_blocks(rows),), (P.ew_threads,), self.all_args())
+        )
 
     # -- row groups: shared pieces
     def _row_info(self):
