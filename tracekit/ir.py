@@ -344,7 +344,23 @@ class Graph:
 
     @classmethod
     def from_json(cls, text: str) -> Graph:
-        return _graph_from_obj(json.loads(text))
+        """The graph ``to_json`` wrote; ``ValueError`` if ``text`` is not one. Its recorded types
+        are checked against its ops (:func:`check_types`) before it is compiled.
+
+        Python ops are loaded by reference (their module is imported), as pickle does: load
+        graphs you trust."""
+        try:
+            d = json.loads(text)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"Graph.from_json: not JSON text ({e})") from e
+        if not isinstance(d, dict):
+            raise ValueError(f"Graph.from_json: expected a JSON object, got {type(d).__name__}")
+        try:
+            graph = _graph_from_obj(d)
+        except (KeyError, TypeError, IndexError, AttributeError) as e:
+            raise ValueError(f"Graph.from_json: malformed graph ({type(e).__name__}: {e})") from e
+        graph.from_json_unchecked = True  # compiling checks the types first
+        return graph
 
 
 # ---------------------------------------------------------------------- text listing
@@ -518,6 +534,49 @@ def _graph_to_obj(g: Graph):
         ],
         "writebacks": [list(w) for w in g.writebacks],
     }
+
+
+def check_types(g: Graph) -> Graph:
+    """Raise ``ValueError`` unless every shape is valid and every node's outputs have the shape
+    and dtype its op gives on inputs of the recorded types (python ops are taken at their word).
+    """
+    import warnings
+
+    from .ops import OPS
+
+    for v in list(g.inputs) + [o for n in g.nodes for o in n.outputs]:
+        if any(d < 0 for d in v.shape) or v.dtype.kind not in "biufcU":
+            raise ValueError(f"%{v.name} has an invalid type {v.type}")
+    for v, a in g.constants.items():
+        if np.shape(a) != v.shape or np.asarray(a).dtype != v.dtype:
+            raise ValueError(f"constant %{v.name} is declared {v.type} but holds {np.shape(a)}")
+
+    def stand_in(x):
+        if not isinstance(x, Var):
+            return x
+        zero = np.zeros((), x.dtype)
+        return zero.item() if x.weak else np.broadcast_to(zero, x.shape)
+
+    for n in g.nodes:
+        if n.op == "python_op":
+            continue
+        try:
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                out = OPS[n.op].impl(*map(stand_in, n.inputs), **n.attrs)
+        except Exception as e:
+            raise ValueError(
+                f"{format_node(n, False)}: {n.op} fails on inputs of these types "
+                f"({type(e).__name__}: {e})"
+            ) from e
+        for o, val in zip(n.outputs, (out,) if len(n.outputs) == 1 else tuple(out)):
+            shape, dtype = np.shape(val), np.asarray(val).dtype
+            if shape != o.shape or dtype != o.dtype:
+                raise ValueError(
+                    f"{format_node(n, False)}: {n.op} gives {type_str(shape, dtype)} here, not "
+                    f"the recorded {o.type}"
+                )
+    return g
 
 
 def _graph_from_obj(d) -> Graph:

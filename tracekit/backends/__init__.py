@@ -58,6 +58,10 @@ class Compiled:
         if math not in MATH:
             raise ValueError(f"unknown math {math!r}; choose 'fast' (vectorised) or 'libm'")
         self.traced, self.target, self.math = traced, target, math
+        if getattr(traced.graph, "from_json_unchecked", False):
+            from ..ir import check_types  # generated code trusts every recorded shape
+
+            check_types(traced.graph)
         opt = optimize(traced)
         self.history = opt.history
         self.graph = g = lower(opt.graph).check()
