@@ -29,8 +29,8 @@ def acc_dtype(op, out):
 
 def _init(op, dtype) -> str:
     dtype = np.dtype(dtype)
-    if op in ("sum", "cumsum"):
-        return S.literal(0, dtype)
+    if op in ("sum", "cumsum"):  # -0.0 + x is x for every x: NumPy starts from x[0]
+        return S.literal({"f": -0.0, "c": complex(-0.0, -0.0)}.get(dtype.kind, 0), dtype)
     if op in ("prod", "cumprod"):
         return S.literal(1, dtype)
     if op == "any":
@@ -439,6 +439,8 @@ class KernelSource:
         a = f"{self.p}r_{r.out.ident}"
         if getattr(self, "lanes", 0) and r.op not in ("argmax", "argmin"):
             self._lanes_to_scalar(r, depth)
+        if r.op == "sum" and self.layout.red_total == 0:  # NumPy: a sum of nothing is +0.0
+            self.emit(f"{a} = {S.literal(0, acc_dtype(r.op, r.out.dtype))}", depth)
         src = (
             f"{a}_i"
             if r.op in ("argmax", "argmin")

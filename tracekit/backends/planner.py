@@ -175,8 +175,12 @@ def classify(node: Node) -> str:
     if node.op in REDUCTIONS:
         if node.op in ("max", "min", "argmax", "argmin") and node.inputs[0].dtype.kind == "c":
             return "host"
+        if node.op == "prod" and node.out.dtype.kind == "c":
+            return "host"  # NumPy starts from x[0]: 1 * (inf + 1j) would be nan
         return "reduce"
     if node.op in SCANS:
+        if node.op == "cumprod" and node.out.dtype.kind == "c":
+            return "host"
         return "scan"
     if node.op in VIEWS or (node.op == "index" and len(node.inputs) == 1):
         return "view"
