@@ -637,16 +637,21 @@ class CudaRunner:
             with self._lock:
                 d = self._const.get(i)
                 if d is None:
-                    host = np.ascontiguousarray(value, dtype=var.dtype).reshape(_dshape(var))
                     from numba import cuda
 
-                    d = self._const[i] = cuda.to_device(host, stream=self.stream)
+                    d = self._const[i] = cuda.device_array(_dshape(var), var.dtype)
+                    self._copy_in(d, value, var)
             return d
-        host = np.ascontiguousarray(value, dtype=var.dtype).reshape(_dshape(var))
         buf = ctx.temp(("in", i), _dshape(var), var.dtype)
-        if host.size:
-            buf.copy_to_device(host, stream=self.stream)
+        self._copy_in(buf, value, var)
         return buf
+
+    def _copy_in(self, buf, value, var):
+        """Host ``value`` into device ``buf``, flat: strides of unit dimensions (which NumPy
+        leaves free) must not make the copy see a broadcast."""
+        host = np.ascontiguousarray(value, dtype=var.dtype).reshape(-1)
+        if host.size:
+            buf.reshape(host.size).copy_to_device(host, stream=self.stream)
 
     # -- running
     def _run(self, ctx, inputs) -> dict:
@@ -751,10 +756,8 @@ class CudaRunner:
             if v.weak:
                 env[v] = val
                 continue
-            host = np.ascontiguousarray(val, dtype=v.dtype).reshape(_dshape(v))
             buf = ctx.alloc(v)
-            if host.size:  # an empty slice's strides can differ from an empty device array's
-                buf.copy_to_device(host, stream=self.stream)
+            self._copy_in(buf, val, v)
             env[v] = buf
 
     # -- results
@@ -784,7 +787,8 @@ class CudaRunner:
                 and buf.shape == o.shape
                 and buf.dtype == o.dtype
             ):
-                r.copy_to_host(buf.reshape(_dshape(o)), stream=self.stream)
+                if buf.size:
+                    r.reshape(buf.size).copy_to_host(buf.reshape(-1), stream=self.stream)
                 results.append(buf)
             else:
                 results.append(r.copy_to_host(stream=self.stream).reshape(o.shape))
