@@ -106,7 +106,7 @@ class CpuProgram:
             try:
                 disp.compile(sig)
             except Exception as e:
-                raise CompileError(_describe_failure(name, steps, e)) from e
+                raise CompileError(_describe_failure(name, steps, e, self.source)) from e
             if progress is not None:
                 progress(done, total, time.perf_counter() - start)
         self.module = mod
@@ -134,14 +134,38 @@ def _fastmath_imports(source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _describe_failure(name, steps, e) -> str:
-    lines = [f"numba could not compile {name}, which covers:"]
+def _failing_node(steps, e, source):
+    """The node whose generated statement numba rejected (numba names the line), or None."""
+    m = re.search(r'File "[^"]*(?:tk_\w+\.py|<tracekit \w+>)", line (\d+)', str(e))
+    lines = source.splitlines()
+    if m and 0 < int(m.group(1)) <= len(lines):
+        line = lines[int(m.group(1)) - 1]
+    else:  # a NameError has no line: the first statement using the name
+        m = re.search(r"name '(\w+)' is not defined", str(e))
+        found = [s for s in lines if m and re.search(rf"\b{m.group(1)}\(", s)]
+        line = found[0] if found else ""
+    st = re.match(r"\s*(k\d+)_(?:t_)?(\w+)(?:\[[^=]*\])? = ", line)
+    for step in steps if st else ():
+        if step.group is not None and step.group.name == st.group(1):
+            for n in step.nodes:
+                if any(o.ident == st.group(2) for o in n.outputs):
+                    return n
+    return None
+
+
+def _describe_failure(name, steps, e, source="") -> str:
+    bad = _failing_node(steps, e, source)
+    lines = []
+    if bad is not None:
+        where = f" at {bad.source} `{bad.source.text}`" if bad.source else ""
+        lines.append(f"numba could not compile {bad.op} -> %{bad.out.name}: {bad.out.type}{where}")
+    lines.append(f"numba could not compile {name}, which covers:")
     for step in steps:
         for n in step.nodes:
             where = f"  at {n.source} `{n.source.text}`" if n.source else ""
             lines.append(f"  {n.op} -> %{n.out.name}: {n.out.type}{where}")
-    first = str(e).strip().splitlines()
-    lines.append(f"numba said: {first[0] if first else type(e).__name__}")
+    said = [s.strip() for s in str(e).strip().splitlines() if s.strip()][:2]
+    lines.append(f"numba said: {' / '.join(said) if said else type(e).__name__}")
     lines.append("The generated source is in Compiled.source.")
     return "\n".join(lines)
 
