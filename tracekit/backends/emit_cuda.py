@@ -529,23 +529,24 @@ HELPERS = (
     """
 @cuda.jit(device=True)
 def _maximum(a, b):
-    # ties give the second operand, as NumPy's SIMD loops do: maximum(0.0, -0.0) is -0.0
-    return a if (a > b or a != a) else b
+    # ties (0.0 and -0.0) give the first operand, as on the CPU target; NumPy's own choice
+    # depends on which of its loops runs (SIMD or not, a scalar operand or not)
+    return a if (a >= b or a != a) else b
 
 
 @cuda.jit(device=True)
 def _minimum(a, b):
-    return a if (a < b or a != a) else b
+    return a if (a <= b or a != a) else b
 
 
 @cuda.jit(device=True)
 def _fmax(a, b):
-    return a if (a > b or b != b) else b
+    return a if (a >= b or b != b) else b
 
 
 @cuda.jit(device=True)
 def _fmin(a, b):
-    return a if (a < b or b != b) else b
+    return a if (a <= b or b != b) else b
 
 
 @cuda.jit(device=True)
