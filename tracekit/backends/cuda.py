@@ -543,7 +543,14 @@ class CudaRunner:
             program.notes.append(f"matmul: cuBLAS through {self.blas.lib} (same dtypes, float)")
 
     # -- public entry points
+    def _session(self):
+        return _simulator_session() if self.profile.simulator else contextlib.nullcontext()
+
     def fn(self, inputs, outs, pool):
+        with self._session():
+            return self._fn(inputs, outs, pool)
+
+    def _fn(self, inputs, outs, pool):
         """NumPy in, NumPy out (the CPU runner's calling convention)."""
         ctx = _Call(self, pool, device_mode=False, outs=outs)
         env = self._run(ctx, inputs)
@@ -554,6 +561,10 @@ class CudaRunner:
 
     def call(self, compiled, args, out):
         """``Compiled.__call__`` for the cuda target."""
+        with self._session():
+            return self._call(compiled, args, out)
+
+    def _call(self, compiled, args, out):
         traced, g = compiled.traced, self.graph
         values, kinds = self._flatten(traced, args)
         inputs = values + [g.constants[v] for v, s in zip(g.inputs, g.specs) if s.kind == "const"]
@@ -655,10 +666,6 @@ class CudaRunner:
 
     # -- running
     def _run(self, ctx, inputs) -> dict:
-        with _simulator_switching() if self.profile.simulator else contextlib.nullcontext():
-            return self._run_steps(ctx, inputs)
-
-    def _run_steps(self, ctx, inputs) -> dict:
         g = self.graph
         env = {}
         for i, (var, value) in enumerate(zip(g.inputs, inputs)):
@@ -897,20 +904,24 @@ class _Call:
         return self.temp(("v", v.name), _dshape(v), v.dtype)
 
 
-_switch_lock = threading.Lock()
+_sim_lock = threading.RLock()
 
 
 @contextlib.contextmanager
-def _simulator_switching():
-    """The simulator runs a block's threads as Python threads that meet at every syncthreads;
-    with the default 5 ms GIL switch interval each meeting costs milliseconds."""
-    with _switch_lock:
+def _simulator_session():
+    """One call at a time on the simulator, with a short GIL switch interval.
+
+    The simulator runs a block's threads as Python threads that meet at every syncthreads;
+    with the default 5 ms switch interval each meeting costs milliseconds. And it swaps the
+    ``cuda`` name of a kernel's module for a fake while the kernel runs, so two launches from
+    two threads at once break each other (a real GPU has neither problem)."""
+    with _sim_lock:
         old = sys.getswitchinterval()
         sys.setswitchinterval(min(old, 5e-5))
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(old)
+        try:
+            yield
+        finally:
+            sys.setswitchinterval(old)
 
 
 def _extent(d) -> tuple | None:
