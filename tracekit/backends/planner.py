@@ -361,6 +361,12 @@ class Planner:
             self.refusals.append(
                 Refusal(node, f"its input %{x.name} is in kernel {g.name} over other axes/shape")
             )
+        else:  # a sibling reduction of an input over the same rows (layernorm: mean and var)
+            for h in reversed(self.open):
+                if h.kind == "row" and h.shape == x.shape and h.axes == axes:
+                    if self._cycle_free(node, h):
+                        self._add(h, node, "row")
+                        return
         g = self._new_group("row", x.shape, axes)
         self._add(g, node, "row")
 
