@@ -289,25 +289,12 @@ class CudaProgram:
             arg = Arg("operand", value, None, value.dtype)
         elif isinstance(value, Var):
             vshape = tuple(value.shape)
-            while len(vshape) > len(rshape) and vshape[0] == 1:
+            while len(vshape) > len(rshape) and vshape[0] == 1:  # setitem drops these
                 vshape = vshape[1:]
-            if len(vshape) > len(rshape):
+            bcast = view_geometry(vshape, value.dtype, lambda a: np.broadcast_to(a, rshape))
+            if bcast is None:
                 return False
-            aligned = (1,) * (len(rshape) - len(vshape)) + vshape
-            st, acc = [], 1
-            for d in reversed(aligned):
-                st.append(acc)
-                acc *= d
-            st = list(reversed(st))
-            vstrides = []
-            for d, r, s in zip(aligned, rshape, st):
-                if d == r:
-                    vstrides.append(s)
-                elif d == 1:
-                    vstrides.append(0)
-                else:
-                    return False
-            val = ("var", value, tuple(vstrides))
+            val = ("var", value, bcast[1])
             arg = Arg("operand", value, (max(value.size, 1),), value.dtype)
         else:
             if not isinstance(value, bool | int | float | complex | np.generic):
