@@ -9,6 +9,7 @@ corrupt, truncated or unwritable falls back to compiling in memory, with one war
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import importlib.util
 import os
@@ -76,8 +77,26 @@ def load(source: str, disk: bool = True) -> types.ModuleType:
     with _lock:
         _modules[key] = mod
         while len(_modules) > MAX_MODULES:
-            _modules.popitem(last=False)
+            # a module left in sys.modules would never be freed, whatever the LRU evicts
+            old, _ = _modules.popitem(last=False)
+            sys.modules.pop(f"tracekit_kernels_{old}", None)
     return mod
+
+
+def discard(source: str):
+    """Forget the module for ``source``: in memory, and on disk with numba's cache files."""
+    key = module_key(source)
+    with _lock:
+        _modules.pop(key, None)
+    sys.modules.pop(f"tracekit_kernels_{key}", None)
+    folder = cache_dir()
+    paths = [os.path.join(folder, f"tk_{key}.py")]
+    paths += glob.glob(os.path.join(folder, "__pycache__", f"tk_{key}.*"))
+    for path in paths:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 def _load_from_disk(key: str, source: str) -> types.ModuleType:
@@ -96,7 +115,7 @@ def _load_from_disk(key: str, source: str) -> types.ModuleType:
     name = f"tracekit_kernels_{key}"
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
+    sys.modules[name] = mod  # numba's disk cache imports it by name; the LRU removes it
     try:
         spec.loader.exec_module(mod)
     except BaseException:

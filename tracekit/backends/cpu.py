@@ -96,6 +96,19 @@ class CpuProgram:
 
     def load(self, disk=True, progress=None):
         mod = cache.load(self.source, disk=disk)
+        try:
+            return self._compile(mod, progress)
+        except CompileError:
+            if not getattr(mod, "_TRACEKIT_DISK_CACHE", False):
+                raise
+        # numba's cache files for this module may be corrupt (truncated, overwritten): drop the
+        # entry and compile again (a kernel numba cannot compile fails the same way twice)
+        cache.discard(self.source)
+        mod = self._compile(cache.load(self.source, disk=disk), progress)
+        cache.warn_once("numba-cache", "a corrupt entry in tracekit's disk cache was recompiled")
+        return mod
+
+    def _compile(self, mod, progress):
         for name, fn in self.pyops.items():
             setattr(mod, name, fn)
         total = len(self.segments)
