@@ -529,24 +529,24 @@ HELPERS = (
     """
 @cuda.jit(device=True)
 def _maximum(a, b):
-    # ties (0.0 and -0.0) give the first operand, as on the CPU target; NumPy's own choice
-    # depends on which of its loops runs (SIMD or not, a scalar operand or not)
-    return a if (a >= b or a != a) else b
+    # a tie (0.0 and -0.0) gives the second operand, as NumPy's loops mostly do (its SIMD
+    # loops treat some positions and short arrays of fmax/fmin otherwise)
+    return a if (a > b or a != a) else b
 
 
 @cuda.jit(device=True)
 def _minimum(a, b):
-    return a if (a <= b or a != a) else b
+    return a if (a < b or a != a) else b
 
 
 @cuda.jit(device=True)
 def _fmax(a, b):
-    return a if (a >= b or b != b) else b
+    return a if (a > b or b != b) else b
 
 
 @cuda.jit(device=True)
 def _fmin(a, b):
-    return a if (a <= b or b != b) else b
+    return a if (a < b or b != b) else b
 
 
 @cuda.jit(device=True)
@@ -601,7 +601,7 @@ def _fsign(x):
         return 1.0
     if x < 0:
         return -1.0
-    return x * 1.0
+    return x if x != x else 0.0  # NumPy: sign(-0.0) is 0.0
 
 
 @cuda.jit(device=True)
