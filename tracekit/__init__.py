@@ -20,7 +20,7 @@ from . import render as _render_module  # noqa: E402, F401
 
 
 def render(x, **options):
-    """Render a Traced (or Compiled, or Graph) as a ``graphviz.Digraph``. See ``tracekit.render``."""
+    """Render a Traced, Compiled or Graph as a ``graphviz.Digraph`` (see ``tracekit.render``)."""
     from .render import render as _render
 
     return _render(x, **options)

@@ -111,7 +111,7 @@ class Source:
 
     @property
     def short_file(self) -> str:
-        """The file's name; a notebook cell (IPython's ``ipykernel_<pid>/<hash>.py``) is ``cell``."""
+        """The file's name; a notebook cell (``ipykernel_<pid>/<hash>.py``) is ``cell``."""
         parent = os.path.basename(os.path.dirname(self.file))
         if parent.startswith("ipykernel_") or self.file.startswith("<ipython-input-"):
             return "cell"

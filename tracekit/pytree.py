@@ -100,7 +100,9 @@ def describe_difference(a, b, path="args") -> str | None:
     if isinstance(a, Leaf) and isinstance(b, Leaf):
         return None
     if isinstance(a, Leaf) or isinstance(b, Leaf):
-        return f"{path}: traced with {'an array' if isinstance(a, Leaf) else a[1]!r}, got {'an array' if isinstance(b, Leaf) else b[1]!r}"
+        was = "an array" if isinstance(a, Leaf) else repr(a[1])
+        now = "an array" if isinstance(b, Leaf) else repr(b[1])
+        return f"{path}: traced with {was}, got {now}"
     if a[0] != b[0]:
         return f"{path}: traced with a {a[0]}, got a {b[0]}"
     if a[0] == "static":
