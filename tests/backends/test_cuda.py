@@ -433,8 +433,8 @@ def test_integer_and_bool_rows(monkeypatch):
 
 @pytest.mark.parametrize("dtype", ["float64", "int32", "bool", "float32", "complex128"])
 def test_scans(dtype):
-    """Block scans; complex values scan in order, one thread per row (NumPy multiplies in
-    order, and products with complex infinities depend on it)."""
+    """Block scans; complex values and float products scan in order, one thread per row
+    (a parallel scan would reassociate products: infinities and overflow depend on it)."""
     check(scan_program, _args("scans", 0, dtype), new_args=_args("scans", 1, dtype), ulps=1024)
 
 

@@ -930,12 +930,16 @@ class CudaKernelSource(KernelSource):
         self.launches.append(Launch(self.group.name, (P.row_blocks(rows),), (bs,), self.all_args()))
 
     def _scan_sequential(self) -> bool:
-        """One thread per row: for complex values (NumPy multiplies in order, and complex
-        infinities depend on it), or for many rows whose scanned axis is an outer one."""
+        """One thread per row, in NumPy's order: for complex values and float products (a
+        parallel scan reassociates: complex infinities, and products that overflow in another
+        order, 0 * 3e38 * -3 -> inf * 0 -> nan), and for many rows scanned along an outer
+        axis (coalesced). Float sums scan in parallel: they only round differently."""
         L, P = self.layout, self.profile
         if FORCE_ROW_MODE in ("thread", "block"):
             return FORCE_ROW_MODE == "thread"
-        if self.group.nodes[0].out.dtype.kind == "c":
+        node = self.group.nodes[0]
+        kind = node.out.dtype.kind
+        if kind == "c" or (kind == "f" and node.op == "cumprod"):
             return True
         inner_kept = bool(L.reduced) and not L.reduced[-1]
         return not P.simulator and inner_kept and self._rows_count() >= P.sm_count * 256
