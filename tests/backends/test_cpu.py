@@ -1,0 +1,567 @@
+"""The CPU backend against the reference interpreter.
+
+Every op of the op table is compiled for every dtype NumPy accepts and compared with the
+interpreter (``Traced.__call__``): bit for bit (NaN payloads and the sign of a NaN aside) for
+integer and bool results and for exact ops (arithmetic, comparisons, casts, rounding, min/max up
+to the sign of a zero tie), within the stated ulp bound of :mod:`tracekit.backends.fastmath`
+for transcendental functions under ``math="fast"``, and within a few ulp under ``math="libm"``.
+
+numba compiles each distinct graph once (about a second on a small machine), so the table
+batches many ops into one traced program per dtype (a function returning a tuple) and calls the
+same compiled program on contiguous, strided and reversed inputs. ``test_every_op_has_a_backend_
+case`` fails when an op is added to ``OPS`` without a case here.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+import zlib
+
+import numpy as np
+import pytest
+from core_helpers import DTYPES, random_values, with_layout
+
+import tracekit as tk
+from tracekit.backends import emit_cpu
+from tracekit.ops import BINARY_UFUNCS, UNARY_UFUNCS
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::RuntimeWarning"),
+    pytest.mark.filterwarnings("ignore::numpy.exceptions.ComplexWarning"),
+    pytest.mark.filterwarnings("ignore::tracekit.TracerWarning"),
+]
+
+LAYOUTS = ("c", "nc", "neg")
+BIG = emit_cpu.PARALLEL_MIN_WORK + 37  # above the threshold: the prange paths run
+
+# Ops whose results are not exact (transcendental functions and what is built on them).
+INEXACT_OPS = set(
+    "exp exp2 expm1 log log2 log10 log1p cbrt sin cos tan arcsin arccos arctan sinh cosh tanh "
+    "arcsinh arccosh arctanh arctan2 hypot logaddexp power angle".split()
+)
+# Ops whose result at a tie of +0.0 and -0.0 NumPy itself picks by code path (SIMD or not).
+ZERO_TIE_OPS = {"maximum", "minimum", "fmax", "fmin", "clip", "max", "min"}
+LIBM_ULP = {np.dtype(np.float32): 4, np.dtype(np.float64): 4}
+
+
+def seed_of(*parts) -> int:
+    return zlib.crc32(repr(parts).encode())
+
+
+# ---------------------------------------------------------------------- comparison
+def _ordered(a):
+    """Float bits mapped to integers that count representable numbers."""
+    bits = a.view(f"i{a.dtype.itemsize}").astype(np.int64)
+    return np.where(bits < 0, np.iinfo(np.int64).min - bits, bits)
+
+
+def ulp_distance(got, want):
+    got, want = np.atleast_1d(got), np.atleast_1d(want)
+    nan_g, nan_w = np.isnan(got), np.isnan(want)
+    with np.errstate(over="ignore"):
+        d = np.abs(_ordered(got) - _ordered(want)).astype(np.float64)
+    d[nan_g & nan_w] = 0
+    d[nan_g != nan_w] = np.inf
+    return d
+
+
+def fastmath_bound(op, dtype):
+    """The ulp bound fastmath documents for ``op`` at ``dtype``, or None."""
+    try:
+        from tracekit.backends import fastmath
+    except Exception:
+        return None
+    fn = fastmath.FAST_MATH.get((op, np.dtype(dtype)))
+    m = re.search(r"max error vs NumPy:\s*([0-9.]+)\s*ulp", (fn and fn.__doc__) or "")
+    return float(m.group(1)) if m else None
+
+
+def assert_matches(got, want, op=None, math="fast", where="result"):
+    """``got`` (compiled) equals ``want`` (interpreter): dtype, shape, then values."""
+    if isinstance(want, tuple | list):
+        assert isinstance(got, tuple | list) and len(got) == len(want), where
+        for i, (g, w) in enumerate(zip(got, want)):
+            o = op[i] if isinstance(op, tuple | list) else op
+            assert_matches(g, w, o, math, f"{where}[{i}] ({o})")
+        return
+    g, w = np.asarray(got), np.asarray(want)
+    assert g.dtype == w.dtype, f"{where}: dtype {g.dtype}, expected {w.dtype}"
+    assert g.shape == w.shape, f"{where}: shape {g.shape}, expected {w.shape}"
+    if w.dtype.kind == "c":
+        assert_matches(g.real, w.real, op, math, f"{where}.real")
+        assert_matches(g.imag, w.imag, op, math, f"{where}.imag")
+        return
+    if w.dtype.kind != "f":
+        bad = g != w
+    elif op in INEXACT_OPS:
+        bound = (fastmath_bound(op, w.dtype) if math == "fast" else None) or LIBM_ULP.get(
+            w.dtype, 4
+        )
+        bad = ulp_distance(g, w) > bound
+    else:
+        same = (g == w) | (np.isnan(g) & np.isnan(w))
+        if op not in ZERO_TIE_OPS:
+            same &= (np.signbit(g) == np.signbit(w)) | np.isnan(w)
+        bad = ~same
+    if np.any(bad):
+        idx = np.argwhere(np.atleast_1d(bad))[:4]
+        gg, ww = np.atleast_1d(g), np.atleast_1d(w)
+        pairs = [(tuple(int(k) for k in i), gg[tuple(i)], ww[tuple(i)]) for i in idx]
+        raise AssertionError(
+            f"{where}: {int(np.sum(bad))} of {w.size} differ (index, got, expected): {pairs}"
+        )
+
+
+class quiet:
+    def __enter__(self):
+        self.err = np.errstate(all="ignore")
+        self.err.__enter__()
+        self.w = warnings.catch_warnings()
+        self.w.__enter__()
+        warnings.simplefilter("ignore")
+
+    def __exit__(self, *exc):
+        self.w.__exit__(*exc)
+        self.err.__exit__(*exc)
+
+
+def compiled(fn, *args, math="fast"):
+    """(Compiled, Traced) of ``fn`` traced on ``args``."""
+    with quiet():
+        t = tk.trace(fn, *args)
+    return tk.compile(t, target="cpu", math=math, progress=False), t
+
+
+def both(c, t, *args):
+    """Results of the compiled and the interpreted program on copies of ``args``."""
+    a1 = [np.copy(a) if isinstance(a, np.ndarray) else a for a in args]
+    a2 = [np.copy(a) if isinstance(a, np.ndarray) else a for a in args]
+    with quiet():
+        got = c(*a1)
+        want = t(*a2)
+    return got, want, a1, a2
+
+
+# ---------------------------------------------------------------------- inputs
+def values(rng, shape, dt, kind=""):
+    dt = np.dtype(dt)
+    if kind == "nonneg":
+        a = random_values(rng, shape, dt, nonneg=True)
+        if dt.kind in "iu":
+            a = np.abs(a) % 9
+        return a.astype(dt)
+    if kind == "small" and dt.kind in "iu":
+        return rng.integers(0 if dt.kind == "u" else -3, 6, size=shape).astype(dt)
+    a = random_values(rng, shape, dt)
+    return a
+
+
+def planted(x, y):
+    """Put the hard pairs in the first elements: extremes / -1 / 0, infinities, NaN, -0.0."""
+    dt = x.dtype
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        px = [info.min, info.min, info.max, 0, info.max, -1 if dt.kind == "i" else 1]
+        py = [-1 if dt.kind == "i" else 1, 0, -1 if dt.kind == "i" else 2, 0, 64, 70]
+    elif dt.kind in "fc":
+        px = [np.inf, -np.inf, np.nan, -0.0, 0.0, 5.0, -7.5, np.inf]
+        py = [2.5, -np.inf, 1.0, 0.0, -0.0, np.inf, -2.0, 0.0]
+    else:
+        return
+    n = min(len(px), x.shape[-1], y.shape[-1])
+    with quiet():
+        x.reshape(-1)[:n] = np.array(px[:n]).astype(dt)
+        y.reshape(-1)[:n] = np.array(py[:n]).astype(dt)
+
+
+# ---------------------------------------------------------------------- the elementwise table
+X_SHAPE, Y_SHAPE = (4, 1, 9), (1, 9)  # a size-1 dim, and a broadcast second operand
+FORMS = ("lit_int", "lit_float", "rlit_int", "weak")
+
+
+def _accepts(fn, *args) -> bool:
+    try:
+        with quiet():
+            fn(*args)
+        return True
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+def _binary_call(name, form):
+    uf = getattr(np, name)
+    return {
+        "array": lambda x, y, s: uf(x, y),
+        "lit_int": lambda x, y, s: uf(x, 3),
+        "lit_float": lambda x, y, s: uf(x, 2.5),
+        "rlit_int": lambda x, y, s: uf(2, y),
+        "weak": lambda x, y, s: uf(x, s),
+    }[form]
+
+
+CHUNK = 40  # ops per compiled program: numba's compile time grows faster than the op count
+
+
+def elementwise_inputs(dt):
+    dt = np.dtype(dt)
+    rng = np.random.default_rng(seed_of("ew", dt.name))
+    x, y = values(rng, X_SHAPE, dt), values(rng, Y_SHAPE, dt)
+    planted(x, y)
+    return x, y, 1.75
+
+
+def _cast_to(to):
+    return lambda x, y, s: x.astype(to)
+
+
+def elementwise_cases(dt) -> list:
+    """(op, fn(x, y, s)) for every elementwise op NumPy accepts for ``dt``: unary ufuncs, binary
+    ufuncs on arrays and with one literal form each (a Python int, a Python float, a reversed
+    literal, a weak Python float argument, rotated over dtypes), where, clip, casts to every
+    dtype, real/imag/angle, out-of-range integer literals in comparisons."""
+    dt = np.dtype(dt)
+    args = elementwise_inputs(dt)
+    cases = []
+
+    def add(name, fn):
+        if _accepts(fn, *args):
+            cases.append((name, fn))
+
+    for n in UNARY_UFUNCS:
+        add(n, (lambda uf: lambda x, y, s: uf(x))(getattr(np, n)))
+    k = DTYPES.index(dt)
+    for i, n in enumerate(BINARY_UFUNCS):
+        if n == "power":  # NumPy raises for negative integer exponents
+            add(n, lambda x, y, s: np.power(x, np.abs(y) if y.dtype.kind in "iu" else y))
+            add(n, lambda x, y, s: x**2.5 if x.dtype.kind in "fc" else x**3)
+            continue
+        add(n, _binary_call(n, "array"))
+        add(n, _binary_call(n, FORMS[(i + k) % len(FORMS)]))
+    if dt.kind in "iu":
+        for fn in (
+            lambda x, y, s: x < -1,
+            lambda x, y, s: x != 256,
+            lambda x, y, s: -129 <= x,
+            lambda x, y, s: x == 2**63,
+            lambda x, y, s: x > -(2**63) - 1,
+        ):
+            add("less", fn)
+    add("where", lambda x, y, s: np.where(x > 1, x, y))
+    add("where", lambda x, y, s: np.where(y, x, 0.5))
+    add("clip", lambda x, y, s: np.clip(x, y, 2))
+    add("clip", lambda x, y, s: np.clip(x, -1, None))
+    for to in DTYPES:
+        add("astype", _cast_to(to))
+    for n in ("real", "imag", "angle"):
+        add(n, (lambda f: lambda x, y, s: f(x))(getattr(np, n)))
+    add("full", lambda x, y, s: np.zeros_like(x) + x)
+    return cases
+
+
+def program(cases):
+    fns = [f for _, f in cases]
+
+    def fn(x, y, s):
+        return tuple(f(x, y, s) for f in fns)
+
+    return fn
+
+
+def _chunks():
+    out = []
+    for dt in DTYPES:
+        n = len(elementwise_cases(dt))
+        for i in range(0, n, CHUNK):
+            out.append(pytest.param(dt, i, id=f"{dt}-{i // CHUNK}"))
+    return out
+
+
+@pytest.mark.parametrize("dt,start", _chunks())
+def test_elementwise_ops(dt, start):
+    cases = elementwise_cases(dt)[start : start + CHUNK]
+    names = [n for n, _ in cases]
+    args = elementwise_inputs(dt)
+    c, t = compiled(program(cases), *args)
+    ops = {n.op for n in c.graph.nodes}
+    assert ops >= set(names) - {"full", "astype", "real", "imag"}, set(names) - ops
+    for layout in LAYOUTS:
+        x, y = (with_layout(a, layout) for a in args[:2])
+        got, want, _, _ = both(c, t, x, y, args[2])
+        _mask_undefined_casts(got, want, names, x)
+        assert_matches(got, want, names, "fast", f"{dt} {layout}")
+
+
+def _mask_undefined_casts(got, want, names, x):
+    """Float -> int casts of NaN/inf/out-of-range are undefined (C); compare where defined."""
+    if x.dtype.kind not in "fc":
+        return
+    xr = x.real if x.dtype.kind == "c" else x
+    for i, n in enumerate(names):
+        if n == "astype" and want[i].dtype.kind in "iu":
+            info = np.iinfo(want[i].dtype)
+            with quiet():
+                bad = ~np.isfinite(xr) | (xr < info.min) | (xr > info.max)
+            got[i][bad] = want[i][bad]  # got and want are fresh results: safe to edit
+
+
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_transcendental_ops_under_libm(dt):
+    """``math="libm"``: numba's libm calls, within a few ulp of NumPy."""
+    cases = [(n, f) for n, f in elementwise_cases(dt) if n in INEXACT_OPS]
+    args = elementwise_inputs(dt)
+    c, t = compiled(program(cases), *args, math="libm")
+    assert "fm_" not in c.source
+    got, want, _, _ = both(c, t, *args)
+    assert_matches(got, want, [n for n, _ in cases], "libm", dt)
+
+
+# ---------------------------------------------------------------------- shapes and layouts
+SMALL_OPS = {
+    "b": ("bitwise_xor", "logical_not", "add"),
+    "i": ("subtract", "floor_divide", "maximum"),
+    "f": ("exp", "maximum", "remainder"),
+    "c": ("multiply", "absolute", "equal"),
+}
+
+
+def _small_ops(x):
+    """A few ops per dtype kind (exact ones, one transcendental for floats): SMALL_OPS."""
+    k = x.dtype.kind
+    if k == "b":
+        return [x ^ np.logical_not(x), np.logical_not(x), x.astype(np.int16) + 1]
+    if k in "iu":
+        return [x * x - 3, x // 3, np.maximum(x, 2).astype(np.float32)]
+    if k == "f":
+        return [np.exp(x) * 2, np.maximum(x, 0.5), np.floor(x) % 3]
+    return [x * (1 - 2j), np.abs(x), x.conj() == x]
+
+
+SHAPES = {
+    "0d": (),
+    "ones": (1, 1, 1),
+    "empty": (0, 3),
+    "big": (BIG,),
+    "big-2d": (5, BIG // 5),
+}
+
+
+BIG_DTYPES = ("bool", "int8", "uint64", "float32", "float64", "complex128")
+
+
+@pytest.mark.parametrize("shape", SHAPES.values(), ids=SHAPES.keys())
+def test_shapes_for_every_dtype(shape):
+    """0-d, size-1, empty arrays of every dtype, large (prange) ones of a few, in one program."""
+    rng = np.random.default_rng(seed_of("shapes", shape))
+    big = np.prod(shape) >= emit_cpu.PARALLEL_MIN_WORK
+    xs = [values(rng, shape, dt) for dt in DTYPES if not big or dt.name in BIG_DTYPES]
+
+    def fn(*xs):
+        return tuple(r for x in xs for r in _small_ops(x))
+
+    names = [n for x in xs for n in SMALL_OPS[x.dtype.kind.replace("u", "i")]]
+    c, t = compiled(fn, *xs)
+    if shape and min(shape) == 0:
+        assert not c.kernels  # nothing to compute: NumPy makes the empty results
+    elif big:
+        assert "prange(" in c.source
+    for layout in ("c", "neg") if shape else ("c",):
+        got, want, _, _ = both(c, t, *(with_layout(x, layout) for x in xs))
+        assert_matches(got, want, names, "fast", f"{shape} {layout}")
+
+
+def test_broadcast_row_and_column_in_a_large_kernel():
+    rng = np.random.default_rng(1)
+    a = values(rng, (6, BIG // 6), np.float32)
+    row = values(rng, (1, BIG // 6), np.float32)
+    col = values(rng, (6, 1), np.float64)
+
+    def fn(a, row, col, s):
+        return np.where(a > row, a * col, row - s), (a + row).astype(np.int32)
+
+    c, t = compiled(fn, a, row, col, 0.5)
+    assert len(c.kernels) <= 2 and "prange(" in c.source  # row - s: once per row
+    for layout in LAYOUTS:
+        got, want, _, _ = both(c, t, *(with_layout(v, layout) for v in (a, row, col)), 0.5)
+        _mask_undefined_casts(got, want, ["where", "astype"], a + row)
+        assert_matches(got, want, None, "fast", layout)
+
+
+# ---------------------------------------------------------------------- promotion
+@pytest.mark.parametrize("half", [0, 1])
+def test_mixed_dtype_promotion(half):
+    """Binary ops between pairs of dtypes (NEP 50 promotion): a sample of the 169 pairs in which
+    every dtype is on both sides, in two programs."""
+    rng = np.random.default_rng(2)
+    xs = [values(rng, (3, 4), dt) for dt in DTYPES]
+    n = len(DTYPES)
+    pairs = [(a, b) for a in range(n) for b in range(n) if (a * 7 + b) % 4 == 0 and a != b]
+    pairs = pairs[half::2]
+
+    def fn(*xs):
+        out = []
+        for a, b in pairs:
+            x, y = xs[a], xs[b]
+            out.append(x + y if (a + b) % 2 else np.maximum(x, y))
+            out.append(x <= y)
+        return tuple(out)
+
+    c, t = compiled(fn, *xs)
+    got, want, _, _ = both(c, t, *xs)
+    ops = [n for a, b in pairs for n in (("add" if (a + b) % 2 else "maximum"), "less_equal")]
+    assert_matches(got, want, ops)
+
+
+# ---------------------------------------------------------------------- reductions and scans
+R_SHAPE = (3, 4, 40)  # the last axis is long enough for the 16-lane row reductions
+FULL_AXES = ("bool", "int8", "int64", "uint64", "float32", "float64", "complex128")
+
+
+def _reductions(p, axis, keepdims):
+    out = [
+        np.sum(p, axis=axis, keepdims=keepdims),
+        np.prod(p, axis=axis, keepdims=keepdims),
+        np.any(p, axis=axis, keepdims=keepdims),
+        np.all(p, axis=axis, keepdims=keepdims),
+        np.mean(p, axis=axis, keepdims=keepdims),
+        np.var(p, axis=axis, keepdims=keepdims),
+        np.std(p, axis=axis, keepdims=keepdims, ddof=1),
+    ]
+    out += [np.max(p, axis=axis, keepdims=keepdims), np.min(p, axis=axis, keepdims=keepdims)]
+    if not isinstance(axis, tuple):
+        out += [np.argmax(p, axis=axis, keepdims=keepdims), np.argmin(p, axis=axis)]
+    return out
+
+
+RED_NAMES = ["sum", "prod", "any", "all", "mean", "var", "std", "max", "min", "argmax", "argmin"]
+AXES = {"all": (None, False), "mid": (1, False), "outer-inner": ((0, 2), True), "last": (-1, True)}
+
+
+def _reduction_params():
+    out = []
+    for dt in DTYPES:
+        for name, (axis, kd) in AXES.items():
+            if dt.name in FULL_AXES or name == "last":
+                out.append(pytest.param(dt, axis, kd, id=f"{dt}-{name}"))
+    return out
+
+
+@pytest.mark.parametrize("dt,axis,keepdims", _reduction_params())
+def test_reductions(dt, axis, keepdims):
+    """Every reduction over one axis set, fused in one row kernel behind an elementwise
+    producer (as softmax does), then compared: exact for integers, bools, max/min/arg*, any,
+    all; within rounding for float sums (the kernel adds in another order than NumPy)."""
+    rng = np.random.default_rng(seed_of("red", dt.name, axis))
+    x = values(rng, R_SHAPE, dt, "small")
+    if dt.kind in "fc":
+        x.reshape(-1)[[7, 100, 333]] = [np.nan, np.inf, -np.inf]
+        x[1] = values(rng, R_SHAPE[1:], dt)  # a row without NaN
+        x[2, :, 0:39:3] = x[2, :, 1:40:3]  # ties for argmax/argmin
+
+    def fn(x):
+        return tuple(_reductions(np.maximum(x, x), axis, keepdims))
+
+    c, t = compiled(fn, x)
+    rows = [k for k in c.kernels if k.kind == "row"]
+    assert len(rows) == 1, c.plan  # one fused row kernel holds them all
+    for layout in ("c", "nc"):
+        got, want, _, _ = both(c, t, with_layout(x, layout))
+        _assert_reductions(got, want, x, RED_NAMES)
+
+
+def _assert_reductions(got, want, x, names):
+    for name, g, w in zip(names, got, want):
+        w = np.asarray(w)
+        if w.dtype.kind in "fc" and name in ("sum", "prod", "mean", "var", "std"):
+            g = np.asarray(g)
+            assert g.dtype == w.dtype and g.shape == w.shape, name
+            if w.dtype.kind == "c":
+                _assert_reductions([g.real, g.imag], [w.real, w.imag], x, [name, name])
+                continue
+            fin = np.isfinite(w)
+            assert np.array_equal(np.isnan(g), np.isnan(w)), name
+            assert np.array_equal(g[~fin & ~np.isnan(w)], w[~fin & ~np.isnan(w)]), name
+            eps = np.finfo(w.dtype).eps
+            scale = np.max(np.abs(x[np.isfinite(x)]), initial=1.0) ** (1 if name != "prod" else 1)
+            np.testing.assert_allclose(
+                g[fin], w[fin], rtol=200 * eps, atol=200 * eps * scale**2, err_msg=name
+            )
+        else:
+            assert_matches(g, w, name, where=name)
+
+
+@pytest.mark.parametrize("dt", ["float64", "int64", "bool", "float32"])
+def test_large_reductions_run_in_parallel_chunks(dt):
+    rng = np.random.default_rng(3)
+    x = values(rng, (8, BIG // 4), dt, "small")
+    if x.dtype.kind == "f":
+        x[3, 17] = np.nan
+
+    def fn(x):
+        p = np.maximum(x, x)
+        return (
+            p.sum(),
+            p.max(),
+            p.argmin(),
+            p.any(),
+            p.sum(axis=1),
+            p.argmax(axis=1),
+            x.min(axis=0),
+        )
+
+    c, t = compiled(fn, x)
+    assert c.source.count("prange(") >= 2
+    got, want, _, _ = both(c, t, x)
+    _assert_reductions(got, want, x, ["sum", "max", "argmin", "any", "sum", "argmax", "min"])
+
+
+def test_argmax_argmin_ties_and_nans():
+    x = np.array(
+        [
+            [1.0, 3.0, 3.0, 2.0],
+            [np.nan, 1.0, np.nan, 5.0],
+            [-np.inf, -np.inf, -np.inf, -np.inf],
+            [2.0, np.nan, 7.0, 7.0],
+            [np.inf, np.inf, 0.0, -0.0],
+        ]
+    )
+
+    def fn(x):
+        return (
+            np.argmax(x, axis=1),
+            np.argmin(x, axis=1),
+            np.argmax(x),
+            np.argmin(x[::2]),
+            (np.argmax(x.T, axis=0)),
+        )
+
+    c, t = compiled(fn, x)
+    got, want, _, _ = both(c, t, x)
+    assert_matches(got, want)
+    assert list(want[0]) == [1, 0, 0, 1, 0]
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=str)
+def test_scans(dt):
+    rng = np.random.default_rng(seed_of("scan", dt.name))
+    x = values(rng, (3, 5, 7), dt, "small")
+
+    def fn(x):
+        return np.cumsum(x, axis=0), np.cumprod(x, axis=-1), np.cumsum(x[:, ::-2], axis=1)
+
+    c, t = compiled(fn, x)
+    assert sum(k.kind == "scan" for k in c.kernels) == (2 if dt.kind == "c" else 3)
+    for layout in ("c", "neg"):
+        got, want, _, _ = both(c, t, with_layout(x, layout))
+        assert_matches(got, want, ["cumsum", "cumprod", "cumsum"])
+
+
+def test_scan_dtype_and_whole_array():
+    x = np.arange(24, dtype=np.int8).reshape(2, 3, 4)
+
+    def fn(x):
+        return np.cumsum(x), np.cumprod(x, axis=2, dtype=np.float64), np.cumsum(x > 3, axis=1)
+
+    c, t = compiled(fn, x)
+    got, want, _, _ = both(c, t, x)
+    assert_matches(got, want)

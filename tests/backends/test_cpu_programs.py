@@ -1,0 +1,422 @@
+"""CPU backend: whole programs against the interpreter, and what fusion makes of them.
+
+hypothesis draws small programs (bounded: each example is one numba compile) built from exact
+ops, so the compiled results must equal the interpreter's bit for bit: elementwise chains with
+broadcasting, views (reversed and transposed operands, size-1 slices) between ops, reductions
+feeding elementwise consumers (softmax/layernorm shapes), and in-place writes (into slices,
+through views, into the inputs, where the write-back is checked). Fixed programs cover the
+movement, indexing, creation and linear-algebra ops (host and view steps between kernels),
+matmul epilogues, and the fusion decisions (softmax, layernorm, logsumexp, rmsnorm: one kernel).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_cpu import assert_matches, both, compiled, quiet, values, with_layout
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::RuntimeWarning"),
+    pytest.mark.filterwarnings("ignore::numpy.exceptions.ComplexWarning"),
+    pytest.mark.filterwarnings("ignore::tracekit.TracerWarning"),
+]
+
+SETTINGS = settings(
+    max_examples=10,  # each example compiles a graph (about a second)
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+N = 5  # square base shape: transposes keep operands broadcastable
+DTYPES = ["int32", "int64", "uint8", "float32", "float64", "bool"]
+
+
+# ---------------------------------------------------------------------- random programs
+def _binary(name):
+    return {
+        "add": lambda a, b: a + b,
+        "sub": lambda a, b: a - b if a.dtype != bool or b.dtype != bool else a ^ b,
+        "mul": lambda a, b: a * b,
+        "max": np.maximum,
+        "min": np.minimum,
+        "fmin": np.fmin,
+        "less": lambda a, b: a < b,
+        "eq": lambda a, b: a == b,
+        "where": lambda a, b: np.where(a > b, a, b),
+        "floordiv": lambda a, b: a // b if a.dtype != bool or b.dtype != bool else a & b,
+    }[name]
+
+
+UNARY = {
+    "neg": lambda a: -a if a.dtype != bool else ~a,
+    "abs": np.abs,
+    "square": np.square,
+    "floor": lambda a: np.floor(a) if a.dtype.kind == "f" else a + 1,
+    "sqrt": lambda a: np.sqrt(a) if a.dtype.kind == "f" else a,
+    "f32": lambda a: a.astype(np.float32),
+    "i16": lambda a: a.astype(np.int16),
+}
+VIEWS = {
+    "flip": lambda a: a[::-1] if a.ndim else a,
+    "flip-inner": lambda a: a[..., ::-1] if a.ndim else a,
+    "T": lambda a: a.T,
+    "row": lambda a: a[1:2] if a.ndim and a.shape[0] > 1 else a,
+    "col": lambda a: a[..., 2:3] if a.ndim and a.shape[-1] > 2 else a,
+    "step-pair": lambda a: a[::2][:1] if a.ndim else a,
+}
+SHAPES = [(N, N), (N,), (1, N), (N, 1), ()]
+
+
+@st.composite
+def programs(draw, reductions=False, writes=False):
+    n_in = draw(st.integers(1, 3))
+    shapes = [(N, N)] + [draw(st.sampled_from(SHAPES)) for _ in range(n_in - 1)]
+    dtypes = [draw(st.sampled_from(DTYPES)) for _ in range(n_in)]
+    kinds = ["unary", "binary", "binary", "view"]
+    if reductions:
+        kinds += ["reduce", "reduce", "center"]
+    if writes:
+        kinds += ["slice_add", "view_write", "input_write"]
+    prog = []
+    for k in range(draw(st.integers(2, 6))):
+        size = n_in + k
+        kind = draw(st.sampled_from(kinds))
+        i = draw(st.integers(0, size - 1))
+        j = draw(st.integers(0, size - 1))
+        if kind == "unary":
+            prog.append((kind, draw(st.sampled_from(sorted(UNARY))), i))
+        elif kind == "binary":
+            prog.append(
+                (
+                    kind,
+                    draw(
+                        st.sampled_from(
+                            [
+                                "add",
+                                "sub",
+                                "mul",
+                                "max",
+                                "min",
+                                "fmin",
+                                "less",
+                                "eq",
+                                "where",
+                                "floordiv",
+                            ]
+                        )
+                    ),
+                    i,
+                    j,
+                )
+            )
+        elif kind == "view":
+            prog.append((kind, draw(st.sampled_from(sorted(VIEWS))), i))
+        elif kind in ("reduce", "center"):
+            op = draw(st.sampled_from(["max", "min", "argmax", "sum-int", "any"]))
+            prog.append((kind, op, i, draw(st.sampled_from([0, -1, None]))))
+        else:
+            prog.append((kind, i, j))
+    return shapes, dtypes, prog
+
+
+def _reduce(op, a, axis, keepdims):
+    if a.ndim == 0:
+        axis = None
+    if op == "sum-int":  # integer sums are exact
+        return np.sum(
+            a.astype(np.int64) if a.dtype.kind == "f" else a, axis=axis, keepdims=keepdims
+        )
+    if op == "argmax":
+        return np.argmax(a, axis=axis, keepdims=keepdims)
+    return getattr(np, op)(a, axis=axis, keepdims=keepdims)
+
+
+def execute(prog, *inputs):
+    """The program on NumPy arrays or traced arrays alike; returns every value it made."""
+    pool = list(inputs)
+    for ins in prog:
+        kind = ins[0]
+        if kind == "unary":
+            pool.append(UNARY[ins[1]](pool[ins[2]]))
+        elif kind == "binary":
+            pool.append(_binary(ins[1])(pool[ins[2]], pool[ins[3]]))
+        elif kind == "view":
+            pool.append(VIEWS[ins[1]](pool[ins[2]]))
+        elif kind == "reduce":
+            pool.append(_reduce(ins[1], pool[ins[2]], ins[3], False))
+        elif kind == "center":  # a per-row value used against its rows (softmax's shape)
+            a = pool[ins[2]]
+            r = _reduce(ins[1], a, ins[3], True)
+            pool.append(a - r if a.dtype != bool and r.dtype != bool else a ^ r)
+        elif kind == "slice_add":  # y = copy; y[1:3] += value
+            y = np.copy(pool[ins[1]])
+            if y.ndim and y.shape[0] >= 3:
+                v = pool[ins[2]]
+                v = v[1:3] if v.ndim == y.ndim and v.shape[0] == y.shape[0] else v
+                with quiet():
+                    y[1:3] += np.asarray(v).astype(y.dtype) if hasattr(v, "astype") else v
+            pool.append(y)
+        elif kind == "view_write":  # a write through a transposed, reversed view of a copy
+            y = np.copy(pool[ins[1]])
+            if y.ndim == 2:
+                t = y.T[::-1]
+                t[0] = 3
+            pool.append(y)
+        elif kind == "input_write":  # into the first argument: written back after the call
+            x = pool[0]
+            x[..., 1] = pool[ins[2]].astype(x.dtype)[..., :1] if np.ndim(pool[ins[2]]) else 7
+            pool.append(x + 0 if x.dtype != bool else ~x)
+    return tuple(pool[len(inputs) :])
+
+
+def _inputs(shapes, dtypes, seed):
+    rng = np.random.default_rng(seed)
+    return [values(rng, s, d, "small") for s, d in zip(shapes, dtypes)]
+
+
+def check_program(shapes, dtypes, prog, layouts=("c", "neg")):
+    ex = _inputs(shapes, dtypes, 0)
+    try:
+        with quiet():
+            execute(prog, *[np.copy(a) for a in ex])
+    except (ValueError, TypeError, IndexError):
+        return  # not a valid NumPy program (broadcasting, dtypes): nothing to compile
+    c, t = compiled(lambda *a: execute(prog, *a), *ex)
+    new = _inputs(shapes, dtypes, 1)
+    for layout in layouts:
+        args = [with_layout(a, layout) for a in new]
+        got, want, a1, a2 = both(c, t, *args)
+        assert_matches(got, want, None, "fast", f"{prog} {layout}")
+        assert_matches(a1, a2, None, "fast", f"inputs after the call {layout}")
+
+
+@SETTINGS
+@given(programs())
+def test_random_elementwise_programs(p):
+    check_program(*p)
+
+
+@SETTINGS
+@given(programs(reductions=True))
+def test_random_programs_with_reductions(p):
+    check_program(*p)
+
+
+@SETTINGS
+@given(programs(writes=True))
+def test_random_programs_with_inplace_writes(p):
+    check_program(*p)
+
+
+# ---------------------------------------------------------------------- fixed programs
+def test_writes_into_inputs_and_through_views_are_written_back():
+    def fn(x, y):
+        x[1:3] += y[0]  # into an input
+        v = y.T[::-1]  # a view of another input
+        v[0] *= 2
+        z = x * 1.5
+        z[::2] = -z[::2]  # into a fresh array through a strided slice
+        return z, x.sum(axis=0)
+
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((4, 6)), rng.standard_normal((6, 6))
+    c, t = compiled(fn, x.copy(), y.copy())
+    for layout in ("c", "nc"):
+        got, want, a1, a2 = both(c, t, with_layout(x, layout), with_layout(y, layout))
+        assert_matches(got, want, ["multiply", "sum"])
+        assert_matches(a1, a2, None, where="inputs after the call")
+        assert not np.array_equal(a1[0], x)  # the write really happened
+
+
+def test_aliased_inputs():
+    """The same array passed twice, read and written: as NumPy (the interpreter) does it."""
+
+    def fn(a, b):
+        a += 1
+        return a * b
+
+    x = np.arange(6.0)
+    c, t = compiled(fn, x.copy(), x.copy())
+    x1, x2 = np.arange(6.0), np.arange(6.0)
+    with quiet():
+        got = c(x1, x1)
+        want = t(x2, x2)
+    assert_matches(got, want, "multiply")
+    assert_matches(x1, x2, None, where="the aliased input")
+
+
+def movement_program(x, w, i):
+    """Every op that runs as a view or a NumPy call, with kernels reading and feeding them."""
+    a = x.reshape(6, 4) + 1
+    b = np.transpose(x) * 2
+    bc = np.broadcast_to(x[0], (3, 6)) - 1
+    cat = np.concatenate([x, x[::-1]], axis=0) * 2
+    tl = np.tile(x[:1], (2, 1)) + np.repeat(x[:1], 2, axis=0)
+    rl = np.roll(x, 2, axis=1) - np.pad(x, 1)[1:-1, 1:-1]
+    mm = x @ w + 1
+    dt_ = np.dot(x, w) * 2 + np.einsum("ij,jk->ik", x, w) - np.tensordot(x, w, 1)
+    g = x[i] * 3 + x[1:4, ::2][:, :1]
+    z = x.copy()
+    z[i, 1:] += 1  # index_update
+    np.add.at(z, i, x[0])  # index_add
+    cr = np.arange(6) * x[0] + np.linspace(0, 1, 6).astype(x.dtype) + np.eye(6, 6, 1) @ w.T[0]
+    out = [a, b, bc, cat, tl, rl, mm, dt_, g, z * 2, cr, np.full((3, 2), 7, x.dtype) + w[:2].T]
+    if x.dtype.kind == "c":
+        u = x.copy()
+        u.real[1:] = 2.0  # update_real
+        u.imag *= -1  # update_imag
+        out.append(u + 1)
+    return tuple(out)
+
+
+def movement_inputs(dt):
+    rng = np.random.default_rng(5)
+    return values(rng, (4, 6), dt, "small"), values(rng, (6, 3), dt, "small"), np.array([2, 0, 3])
+
+
+@pytest.mark.parametrize("dt", ["float32", "int64", "complex128"])
+def test_movement_indexing_creation_and_linalg_between_kernels(dt):
+    x, w, i = movement_inputs(dt)
+    fn = movement_program
+    c, t = compiled(fn, x, w, i)
+    ops = {n.op for n in t.graph.nodes}
+    assert ops >= {
+        "reshape",
+        "transpose",
+        "broadcast_to",
+        "concatenate",
+        "tile",
+        "repeat",
+        "roll",
+        "pad",
+        "matmul",
+        "dot",
+        "einsum",
+        "tensordot",
+        "index",
+        "index_update",
+        "index_add",
+        "arange",
+        "linspace",
+        "eye",
+    }
+    assert c.kernels and any(s.kind == "view" for s in c.plan.steps)
+    assert any(s.kind == "host" for s in c.plan.steps)
+    for layout in ("c", "neg"):
+        got, want, a1, a2 = both(c, t, with_layout(x, layout), with_layout(w, layout), i)
+        assert_matches(got, want, None)
+
+
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_matmul_with_fused_epilogue(dt):
+    rng = np.random.default_rng(6)
+    x = values(rng, (8, 16), dt, "small")
+    w, b = values(rng, (16, 12), dt, "small"), values(rng, (12,), dt, "small")
+
+    def mlp(x, w, b):
+        h = x @ w + b
+        return np.maximum(h, 0) * 2, (h * h).max(axis=-1), np.matmul(x[None], w)[0] - b
+
+    c, t = compiled(mlp, x, w, b)
+    assert any(s.kind == "host" and s.nodes[0].op == "matmul" for s in c.plan.steps)
+    for layout in ("c", "nc"):
+        got, want, _, _ = both(c, t, with_layout(x, layout), w, b)
+        assert_matches(got, want, None)
+
+
+def test_python_scalar_and_numpy_scalar_inputs():
+    def fn(x, s, k):
+        return x * s + k, (x > s).sum()
+
+    x = np.linspace(-2, 2, 7, dtype=np.float32)
+    c, t = compiled(fn, x, 0.5, np.float32(3))
+    for s, k in ((0.5, np.float32(3)), (-1.25, np.float32(-2))):
+        got, want, _, _ = both(c, t, x, s, k)
+        assert_matches(got, want, None)
+
+
+# ---------------------------------------------------------------------- fusion decisions
+def _softmax(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _layernorm(x, g, b):
+    m = x.mean(axis=-1, keepdims=True)
+    v = x.var(axis=-1, keepdims=True)
+    return (x - m) / np.sqrt(v + 1e-5) * g + b
+
+
+def _logsumexp(x):
+    m = x.max(axis=-1, keepdims=True)
+    return np.log(np.sum(np.exp(x - m), axis=-1, keepdims=True)) + m
+
+
+def _rmsnorm(x, g):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + 1e-6) * g
+
+
+FUSED = {
+    "softmax": (_softmax, 1),
+    "layernorm": (_layernorm, 3),
+    "logsumexp": (_logsumexp, 1),
+    "rmsnorm": (_rmsnorm, 2),
+}
+
+
+@pytest.mark.parametrize("name", FUSED)
+def test_row_programs_compile_to_one_kernel(name):
+    fn, n_args = FUSED[name]
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((64, 96)).astype(np.float32)
+    args = [x] + [rng.standard_normal(96).astype(np.float32) for _ in range(n_args - 1)]
+    c, t = compiled(fn, *args)
+    assert len(c.kernels) == 1, c.plan
+    (k,) = c.kernels
+    assert k.kind == "row"
+    assert [s.kind for s in c.plan.steps] == ["kernel"], c.plan
+    assert not c.plan.refusals, c.plan
+    assert "1 fused kernel" in str(c.plan)
+    got, want, _, _ = both(c, t, *args)
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)
+
+
+def test_gelu_chain_is_one_elementwise_kernel():
+    def gelu(x):
+        return 0.5 * x * (1 + np.tanh(0.7978845608 * (x + 0.044715 * x**3)))
+
+    x = np.random.default_rng(8).standard_normal(5000).astype(np.float32)
+    c, t = compiled(gelu, x)
+    assert len(c.kernels) == 1 and c.kernels[0].kind == "elementwise"
+    assert len(c.kernels[0].nodes) >= 7
+    assert "prange(" not in c.source  # 5000 elements: below the parallel threshold
+    got, want, _, _ = both(c, t, x)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+def test_refused_fusions_carry_reasons():
+    def fn(x, w):
+        h = np.exp(x) @ w  # an elementwise producer of a matmul: BLAS between kernels
+        s = h.sum(axis=0)  # a reduction over another axis than the consumer below
+        return h - h.max(axis=1, keepdims=True) + s
+
+    rng = np.random.default_rng(9)
+    c, t = compiled(fn, rng.standard_normal((6, 5)), rng.standard_normal((5, 4)))
+    assert c.plan.refusals
+    for r in c.plan.refusals:
+        assert r.reason and str(r.node.out.name) in str(r)
+    text = str(c.plan)
+    assert "refused fusions:" in text and "BLAS" in text
+    got, want, _, _ = both(c, t, rng.standard_normal((6, 5)), rng.standard_normal((5, 4)))
+    assert_matches(got, want, None)
+
+
+def test_softmax_rows_around_the_lane_blocks():
+    for n in (3, 32, 47):  # row reductions run in blocks of 16 lanes, then a tail
+        x = np.random.default_rng(n).standard_normal((3, n))
+        c, t = compiled(_softmax, x)
+        got, want, _, _ = both(c, t, x)
+        np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-15)

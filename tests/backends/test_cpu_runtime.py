@@ -1,0 +1,355 @@
+"""CPU backend at run time: ``out=`` buffers, reused temporaries and threads, the disk cache
+(second process, corrupt entries, unusable directories), ``tk.jit`` (retraces, explanations,
+static arguments, guards, captured arrays, methods), compile errors, and the op coverage of the
+backend tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_cpu import assert_matches, both, compiled, quiet
+
+import tracekit as tk
+from tracekit.backends import scalar
+from tracekit.backends.cpu import CompileError
+from tracekit.ops import OPS
+
+pytestmark = [pytest.mark.filterwarnings("ignore::RuntimeWarning")]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _softmax_and_more(x, b):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    s = e / e.sum(axis=-1, keepdims=True)
+    return s * b, np.tanh(x + b).sum(axis=0)
+
+
+def _close(got, want):
+    if isinstance(want, tuple):
+        for g, w in zip(got, want, strict=True):
+            _close(g, w)
+        return
+    np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-15)
+
+
+# ---------------------------------------------------------------------- out=
+def test_out_buffers_contiguous_and_strided():
+    rng = np.random.default_rng(0)
+    x, b = rng.standard_normal((16, 24)), rng.standard_normal(24)
+    c, t = compiled(_softmax_and_more, x, b)
+    want = t(x, b)
+    o1, o2 = np.empty((16, 24)), np.empty(24)
+    res = c(x, b, out=(o1, o2))
+    assert res[0] is o1 and res[1] is o2
+    _close((o1, o2), want)
+    big = np.full((16, 48), -7.0)
+    s1, s2 = big[:, ::2], np.empty(48)[::-2]  # non-contiguous destinations
+    c(x, b, out=[s1, s2])
+    _close((s1, s2), want)
+    assert np.all(big[:, 1::2] == -7.0)  # nothing written between the strided elements
+    with pytest.raises(ValueError):
+        c(x, b, out=(o1,))
+
+
+def test_single_output_out_and_results_held_by_the_caller_are_not_reused():
+    x = np.linspace(-3, 3, 50)
+    c, t = compiled(lambda x: np.sin(x) * 2 + 1, x)
+    o = np.empty(50)
+    assert c(x, out=o) is o
+    _close(o, t(x))
+    r1 = c(x)
+    r2 = c(x * 2)  # a pooled result buffer must not be reused while r1 is alive
+    _close(r1, t(x))
+    _close(r2, t(x * 2))
+    v = r2[::2]  # a view keeps its base alive as well
+    del r2
+    c(x * 3)
+    _close(v, t(x * 2)[::2])
+
+
+def test_temporaries_are_reused_across_calls_and_threads_do_not_share_them():
+    rng = np.random.default_rng(1)
+    x0, b0 = rng.standard_normal((64, 96)), rng.standard_normal(96)
+
+    def fn(x, b):
+        h = np.tanh(x) * b  # temporaries between the kernels
+        m = h @ h.T
+        return (m - m.max(axis=1, keepdims=True)).sum(axis=1) + h.sum(axis=1)
+
+    c, t = compiled(fn, x0, b0)
+    assert len(c.kernels) >= 2
+    inputs = [(rng.standard_normal((64, 96)), rng.standard_normal(96)) for _ in range(8)]
+    want = [t(x, b) for x, b in inputs]
+    errors, results = [], {}
+
+    def work(k):
+        try:
+            for _ in range(15):
+                results[k] = c(*inputs[k])
+                np.testing.assert_allclose(results[k], want[k], rtol=1e-12, atol=1e-12)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors[0]
+    assert len(results) == 8
+    for _ in range(3):  # and again on one thread: the pooled temporaries are reused
+        np.testing.assert_allclose(c(*inputs[0]), want[0], rtol=1e-12, atol=1e-12)
+
+
+# ---------------------------------------------------------------------- the disk cache
+SCRIPT = textwrap.dedent(
+    """
+    import json, time, warnings
+    import numpy as np
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        import tracekit as tk
+
+        def f(x, y):
+            return np.tanh(x) * y + (x - x.max(axis=-1, keepdims=True)).sum(axis=-1)[:, None]
+
+        x, y = np.linspace(-1, 1, 12).reshape(3, 4), np.full((3, 4), 2.0)
+        t = tk.trace(f, x, y)
+        t0 = time.perf_counter()
+        c = tk.compile(t, progress=False)
+        seconds = time.perf_counter() - t0
+        mod = c.program.module
+        names = [s[0] for s in c.program.segments]
+        hits = sum(sum(getattr(mod, n).stats.cache_hits.values()) for n in names)
+        misses = sum(sum(getattr(mod, n).stats.cache_misses.values()) for n in names)
+        ok = bool(np.allclose(c(x, y), t(x, y), rtol=1e-15))
+    runtime = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    print(json.dumps(dict(seconds=seconds, hits=hits, misses=misses, ok=ok, warnings=runtime)))
+    """
+)
+
+
+def _run(cache_dir) -> dict:
+    env = dict(os.environ, TRACEKIT_CACHE_DIR=str(cache_dir), PYTHONPATH=str(ROOT))
+    env.pop("TRACEKIT_DISABLE_DISK_CACHE", None)
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_second_process_loads_machine_code_from_the_disk_cache(tmp_path):
+    first = _run(tmp_path)
+    assert first["ok"] and first["misses"] >= 1 and first["hits"] == 0, first
+    assert list(tmp_path.glob("tk_*.py")) and list(tmp_path.glob("__pycache__/*.nbi"))
+    index = {p: p.stat().st_mtime_ns for p in tmp_path.glob("__pycache__/*.nb*")}
+    second = _run(tmp_path)
+    assert second["ok"] and second["hits"] >= 1 and second["misses"] == 0, second
+    assert not second["warnings"]
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.glob("__pycache__/*.nb*")} == index
+
+
+def test_a_corrupt_cache_entry_is_recompiled_with_one_warning(tmp_path):
+    _run(tmp_path)
+    for p in list(tmp_path.glob("tk_*.py")) + list(tmp_path.glob("__pycache__/*.nb*")):
+        p.write_bytes(p.read_bytes()[:40])  # truncated source, index and machine code
+    after = _run(tmp_path)
+    assert after["ok"], after
+    assert len(after["warnings"]) <= 1, after
+    again = _run(tmp_path)  # and the entry was repaired
+    assert again["ok"] and again["hits"] >= 1 and not again["warnings"], again
+
+
+def test_an_unusable_cache_dir_compiles_in_memory_with_one_warning(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    res = _run(blocker / "cache")  # a path under a regular file can never be created
+    assert res["ok"], res
+    assert len(res["warnings"]) == 1 and "cache" in res["warnings"][0], res
+
+
+def test_a_read_only_cache_dir_compiles_with_at_most_one_warning(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        if os.access(ro, os.W_OK):
+            pytest.skip("running as root: a read-only mode does not stop writes")
+        res = _run(ro)
+        assert res["ok"], res
+        assert len(res["warnings"]) == 1, res
+    finally:
+        ro.chmod(0o700)
+
+
+# ---------------------------------------------------------------------- tk.jit
+def test_jit_retraces_on_new_shapes_and_dtypes_and_explains_why():
+    calls = []
+
+    @tk.jit
+    def f(x):
+        calls.append(x.shape)
+        return np.exp(x) * 2 - x.sum()
+
+    x = np.linspace(0, 1, 6)
+    with quiet():
+        np.testing.assert_allclose(f(x), np.exp(x) * 2 - x.sum(), rtol=1e-12)
+        assert "first call" in f.explain()
+        f(x + 1)
+        assert "cache hit" in f.explain() and len(calls) == 1
+        f(np.ones((2, 3)))
+        assert "shape" in f.explain() and len(calls) == 2
+        f(np.ones((2, 3), np.float32))
+        assert "dtype" in f.explain() and len(calls) == 3
+        f(x)
+        assert "cache hit" in f.explain() and len(calls) == 3
+
+
+def test_jit_static_arguments():
+    @tk.jit
+    def f(x, n, mode="add"):
+        return x + n if mode == "add" else x * n
+
+    x = np.arange(4.0)
+    np.testing.assert_array_equal(f(x, 2), x + 2)
+    np.testing.assert_array_equal(f(x, 3), x + 3)
+    assert "static" in f.explain()
+    np.testing.assert_array_equal(f(x, 3, "mul"), x * 3)
+    np.testing.assert_array_equal(f(x, 3), x + 3)
+    assert "cache hit" in f.explain()
+
+
+def test_jit_guard_failure_retraces_with_a_warning_and_the_right_answer():
+    @tk.jit
+    def f(x):
+        if x.sum() > 0:  # control flow on data: baked into the trace, guarded
+            return x * 2
+        return x - 1
+
+    pos, neg = np.ones(3), -np.ones(3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.TracerWarning)
+        np.testing.assert_array_equal(f(pos), pos * 2)
+    with pytest.warns(tk.TracerWarning, match="retrac"):
+        got = f(neg)
+    np.testing.assert_array_equal(got, neg - 1)
+    assert "retraced" in f.explain()
+
+
+def test_jit_sees_captured_arrays_updated_in_place_and_rebound():
+    state = {"w": np.ones(4)}
+
+    class Layer:
+        def __init__(self):
+            self.w = np.full(4, 2.0)
+
+        @tk.jit
+        def forward(self, x):
+            return np.tanh(x) * self.w
+
+    w = np.ones(4)
+
+    @tk.jit
+    def g(x):
+        return x * w + state["w"].sum()
+
+    x = np.linspace(-1, 1, 4)
+    np.testing.assert_allclose(g(x), x * w + 4)
+    w *= 3  # in place
+    np.testing.assert_allclose(g(x), x * 3 + 4)
+    a, b = Layer(), Layer()
+    b.w = np.full(4, -1.0)  # rebound before the first call
+    np.testing.assert_allclose(a.forward(x), np.tanh(x) * 2.0)
+    np.testing.assert_allclose(b.forward(x), -np.tanh(x))
+    a.w -= 0.5  # a training step in place
+    np.testing.assert_allclose(a.forward(x), np.tanh(x) * 1.5)
+    a.w = np.full(4, 7.0)  # rebound
+    np.testing.assert_allclose(a.forward(x), np.tanh(x) * 7.0)
+    a.w = np.full(5, 1.0)  # another shape: recompiled, not a stale or failing call
+    with pytest.raises(ValueError):
+        a.forward(x)  # tanh(x[4]) * w[5] does not broadcast, as in NumPy
+
+
+# ---------------------------------------------------------------------- errors
+def test_a_numba_failure_names_the_node_and_the_users_line(monkeypatch):
+    monkeypatch.setitem(scalar.CPU_TEMPLATES, "negative", lambda a, dt: f"no_such_helper({a[0]})")
+
+    def fn(x):
+        y = np.tanh(x) + 1
+        z = -y  # the node numba will reject
+        return z * 2
+
+    t = tk.trace(fn, np.ones(5))
+    with pytest.raises(CompileError) as err:
+        tk.compile(t, progress=False, cache=False)
+    msg = str(err.value).splitlines()
+    assert "negative" in msg[0] and "z = -y" in msg[0], msg
+    assert "test_cpu_runtime.py" in msg[0]
+    assert "no_such_helper" in str(err.value)
+
+
+def test_a_numba_typing_failure_names_the_node(monkeypatch):
+    monkeypatch.setitem(scalar.CPU_TEMPLATES, "square", lambda a, dt: f"({a[0]}).no_attr")
+
+    def fn(x):
+        return np.sqrt(np.square(x) + 2.0)
+
+    with pytest.raises(CompileError, match=r"square -> %\w+: f64\[3\] at .*np.square"):
+        tk.compile(tk.trace(fn, np.ones(3)), progress=False, cache=False)
+
+
+def test_integer_power_with_a_negative_exponent_raises_as_numpy():
+    x, p = np.array([2, 3]), np.array([1, -1])
+    c, t = compiled(lambda x, p: x**p, x, np.array([1, 2]))
+    with pytest.raises(ValueError, match="negative"):
+        t(x, p)
+    with pytest.raises(ValueError, match="negative"):
+        c(x, p)
+
+
+def test_integer_division_by_zero_and_overflow_does_not_crash():
+    i64 = np.iinfo(np.int64)
+    x = np.array([i64.min, i64.min, 7, -7, 0], np.int64)
+    y = np.array([-1, 0, 0, -1, 0], np.int64)
+    c, t = compiled(lambda x, y: (x // y, x % y, -x // y), x, y)
+    got, want, _, _ = both(c, t, x, y)
+    assert_matches(got, want)
+
+
+# ---------------------------------------------------------------------- coverage of the op table
+def _recorded_ops() -> set:
+    """The ops the backend test programs record (traced, not compiled)."""
+    import test_cpu
+    import test_cpu_programs as progs
+
+    seen = set()
+    with quiet():
+        for dt in test_cpu.DTYPES:
+            args = test_cpu.elementwise_inputs(dt)
+            t = tk.trace(test_cpu.program(test_cpu.elementwise_cases(dt)), *args)
+            seen |= {n.op for n in t.graph.nodes}
+        x = np.ones(test_cpu.R_SHAPE)
+        for fn in (
+            lambda x: test_cpu._reductions(np.maximum(x, x), 1, True),
+            lambda x: (np.cumsum(x, axis=0), np.cumprod(x, axis=-1)),
+        ):
+            seen |= {n.op for n in tk.trace(fn, x).graph.nodes}
+        t = tk.trace(progs.movement_program, *progs.movement_inputs("complex128"))
+        seen |= {n.op for n in t.graph.nodes}
+    return seen
+
+
+def test_every_op_has_a_backend_case():
+    """A new op in OPS fails here until a backend test program compiles it."""
+    wanted = {name for name, op in OPS.items() if op.kind != "opaque"}
+    assert sorted(wanted - _recorded_ops()) == []
