@@ -229,6 +229,22 @@ def test_jit_static_arguments():
     assert "cache hit" in f.explain()
 
 
+def test_jit_keyword_arguments():
+    @tk.jit
+    def f(x, n=2, *, mode="add"):
+        return x + n if mode == "add" else x * n
+
+    x = np.arange(4.0)
+    np.testing.assert_array_equal(f(x, n=3), x + 3)
+    np.testing.assert_array_equal(f(x, 3), x + 3)
+    assert "cache hit" in f.explain()  # n=3 and 3 are the same call
+    np.testing.assert_array_equal(f(x, n=3, mode="mul"), x * 3)
+    assert "static" in f.explain()
+    np.testing.assert_array_equal(f(x=x), x + 2)
+    with pytest.raises(TypeError, match="keyword-only"):
+        f(x, mode=np.ones(4))
+
+
 def test_jit_guard_failure_retraces_with_a_warning_and_the_right_answer():
     @tk.jit
     def f(x):

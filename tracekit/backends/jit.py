@@ -10,6 +10,7 @@ instead of returning a wrong answer.
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 import warnings
 from collections import OrderedDict
@@ -75,10 +76,10 @@ class JitFunction:
         self._log: list[str] = []
         functools.update_wrapper(self, fn, updated=())
 
-    def _compile(self, args):
+    def _compile(self, args, kw=None):
         from . import compile as compile_graph
 
-        t = trace(self.fn, *args)
+        t = trace(functools.partial(self.fn, **kw) if kw else self.fn, *args)
         return compile_graph(t, target=self.target, **self.options)
 
     @staticmethod
@@ -90,8 +91,28 @@ class JitFunction:
             if spec.kind == "capture"
         )
 
-    def __call__(self, *args):
+    def _bind(self, args, kwargs):
+        """Keyword arguments as positional ones where the function allows it; keyword-only
+        ones stay keywords and are static (baked into the trace, part of the signature)."""
+        try:
+            ba = inspect.signature(self.fn).bind(*args, **kwargs)
+        except ValueError:  # no signature (a builtin): let the call itself complain
+            return args, kwargs
+        for k, v in ba.kwargs.items():
+            if isinstance(v, np.ndarray | np.generic | list | tuple | dict):
+                raise TypeError(
+                    f"tk.jit: keyword-only argument {k!r} holds arrays; tk.jit traces positional "
+                    "arguments only (keyword-only ones are static)"
+                )
+        return tuple(ba.args), dict(ba.kwargs)
+
+    def __call__(self, *args, **kwargs):
+        kw = None
+        if kwargs:
+            args, kw = self._bind(args, kwargs)
         sig = signature(args)
+        if kw:
+            sig = ((sig[0], _static_key(tuple(sorted(kw.items())))), sig[1])
         with self._lock:
             entry = self._cache.get(sig)
             if entry is not None:
@@ -101,7 +122,7 @@ class JitFunction:
             reason, entry = "recompiled: a captured array changed shape or dtype", None
         if entry is None:
             reason = reason or describe_change(self._last_sig, sig)
-            entry = self._store(sig, args)
+            entry = self._store(sig, args, kw)
         else:
             reason = "cache hit: no retrace, no recompile"
         self._last_sig = sig
@@ -109,14 +130,14 @@ class JitFunction:
             result = entry(*args)
         except GuardError as e:
             warnings.warn(f"retracing: {e}", TracerWarning, stacklevel=2)
-            entry = self._store(sig, args)
+            entry = self._store(sig, args, kw)
             reason = f"retraced: a value baked into the trace changed ({e})"
             result = entry(*args)
         self._log.append(reason)
         return result
 
-    def _store(self, sig, args):
-        c = self._compile(args)
+    def _store(self, sig, args, kw=None):
+        c = self._compile(args, kw)
         c.capture_sig = self._capture_sig(c)
         with self._lock:
             self._cache[sig] = c
