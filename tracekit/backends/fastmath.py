@@ -295,8 +295,12 @@ _L2E64 = _h("0x1.71547652b82fep+0")
 _LN2HI64 = _h("0x1.62e42fee00000p-1")  # 32 significant bits (fdlibm ln2_hi)
 _LN2LO64 = _h("0x1.a39ef35793c76p-33")
 _LN2_DDH, _LN2_DDL = _h("0x1.62e42fefa39efp-1"), _h("0x1.abc9e3b39803fp-56")
-_INV_LN2_H, _INV_LN2_L = _h("0x1.71547652b82fep+0"), _h("0x1.777d0ffda0d24p-56")
-_INV_LN10_H, _INV_LN10_L = _h("0x1.bcb7b1526e50ep-2"), _h("0x1.95355baaafad3p-57")
+_INV_LN2_H = _h("0x1.71547652b82fep+0")
+_INV_LN10_H = _h("0x1.bcb7b1526e50ep-2")
+# fdlibm/msun e_log2.c, e_log10.c splits (33 / 40 significant bits in the high parts)
+_IVLN2HI, _IVLN2LO = _h("0x1.7154765200000p+0"), _h("0x1.705fc2eefa200p-33")
+_IVLN10HI, _IVLN10LO = _h("0x1.bcb7b15200000p-2"), _h("0x1.b9438ca9aadd5p-36")
+_LOG10_2HI, _LOG10_2LO = _h("0x1.34413509f6000p-2"), _h("0x1.9fef311f12b36p-42")
 _T3H, _T3L = _h("0x1.5555555555555p-1"), _h("0x1.5555555555555p-55")  # 2/3
 _T5H, _T5L = _h("0x1.999999999999ap-2"), _h("-0x1.999999999999ap-56")  # 2/5
 _MINNORM64 = _h("0x1p-1022")
@@ -887,7 +891,8 @@ def _exp2_64_impl(x):
 
 
 @_jit_inline
-def _log64_impl(x):
+def _log_parts64(x):
+    """x = 2**e (1 + f), f in [sqrt(1/2)-1, sqrt(2)-1); log(1+f) = f - hfsq + r."""
     sub = x < _MINNORM64
     xs = x * _TWO54 if sub else x
     ix = _as_int(xs) - _SQRTH64_BITS
@@ -896,13 +901,8 @@ def _log64_impl(x):
     f = m - 1.0
     s = _div(f, 2.0 + f)
     z = s * s
-    rr = z * _p_log64(z)
     hfsq = 0.5 * f * f
-    ef = _int_to_f64(e)
-    res = ef * _LN2HI64 - ((hfsq - (s * (hfsq + rr) + ef * _LN2LO64)) - f)
-    res = -_INF if x == 0.0 else res
-    res = _NAN if x < 0.0 else res
-    return res if x < _INF else x
+    return _int_to_f64(e), f, hfsq, s * (hfsq + z * _p_log64(z))
 
 
 @_jit_inline
@@ -913,19 +913,41 @@ def _log_special64(x, res):
 
 
 @_jit_inline
+def _log64_impl(x):
+    ef, f, hfsq, r = _log_parts64(x)
+    res = ef * _LN2HI64 - ((hfsq - (r + ef * _LN2LO64)) - f)
+    return _log_special64(x, res)
+
+
+@_jit_inline
+def _log_hilo64(f, hfsq, r):
+    """log(1+f) = hi + lo with hi holding 21 significant bits (fdlibm e_log2.c)."""
+    hi = f - hfsq
+    hi = _as_f64(_as_int(hi) & -4294967296)  # clear the low 32 bits
+    return hi, (f - hi) - hfsq + r
+
+
+@_jit_inline
 def _log2_64_impl(x):
-    lh, ll = _log_dd64(x)
-    ph = lh * _INV_LN2_H
-    pl = _fma(lh, _INV_LN2_H, -ph) + (lh * _INV_LN2_L + ll * _INV_LN2_H)
-    return _log_special64(x, ph + pl)
+    ef, f, hfsq, r = _log_parts64(x)
+    hi, lo = _log_hilo64(f, hfsq, r)
+    val_hi = hi * _IVLN2HI
+    val_lo = (lo + hi) * _IVLN2LO + lo * _IVLN2HI
+    w = ef + val_hi
+    val_lo = val_lo + ((ef - w) + val_hi)
+    return _log_special64(x, val_lo + w)
 
 
 @_jit_inline
 def _log10_64_impl(x):
-    lh, ll = _log_dd64(x)
-    ph = lh * _INV_LN10_H
-    pl = _fma(lh, _INV_LN10_H, -ph) + (lh * _INV_LN10_L + ll * _INV_LN10_H)
-    return _log_special64(x, ph + pl)
+    ef, f, hfsq, r = _log_parts64(x)
+    hi, lo = _log_hilo64(f, hfsq, r)
+    val_hi = hi * _IVLN10HI
+    y2 = ef * _LOG10_2HI
+    val_lo = ef * _LOG10_2LO + (lo + hi) * _IVLN10LO + lo * _IVLN10HI
+    w = y2 + val_hi
+    val_lo = val_lo + ((y2 - w) + val_hi)
+    return _log_special64(x, val_lo + w)
 
 
 @_jit_inline
@@ -1449,7 +1471,8 @@ def exp2_f64(x):
 
 @_jit
 def log2_f64(x):
-    """log2(x) for float64 (double-double log times 1/ln2).  Domain: all float64.
+    """log2(x) for float64 (fdlibm e_log2.c scheme: log(1+f) split hi/lo, times
+    a 33+53-bit 1/ln2).  Exact for powers of two.  Domain: all float64.
 
     max error vs NumPy: 1 ulp; vs correctly rounded: 1 ulp.
     """
@@ -1458,9 +1481,9 @@ def log2_f64(x):
 
 @_jit
 def log10_f64(x):
-    """log10(x) for float64 (double-double log times 1/ln10).  Domain: all float64.
+    """log10(x) for float64 (fdlibm e_log10.c scheme).  Exact for powers of ten.
 
-    max error vs NumPy: 1 ulp; vs correctly rounded: 1 ulp.
+    Domain: all float64.  max error vs NumPy: 1 ulp; vs correctly rounded: 1 ulp.
     """
     return _log10_64_impl(np.float64(x))
 
