@@ -60,6 +60,8 @@ OPERATORS = {
     "&": operator.and_,
     "|": operator.or_,
     "^": operator.xor,
+    "<<": operator.lshift,
+    ">>": operator.rshift,
     "<": operator.lt,
     "==": operator.eq,
     ">=": operator.ge,
@@ -1402,6 +1404,8 @@ def main(argv=None):
             fails.append((seed, prof, "harness"))
         n += 1
         seed += 1
+        if n % 25 == 0:
+            print(f"  {n} programs, {time.time() - t0:.0f} s, {len(fails)} failures", flush=True)
     dt = time.time() - t0
     print(
         f"fuzzed {n} programs in {dt:.0f} s ({nodes} graph nodes; checks passed: {by_check}); "
