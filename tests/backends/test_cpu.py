@@ -424,7 +424,7 @@ def _reductions(p, axis, keepdims):
         np.any(p, axis=axis, keepdims=keepdims),
         np.all(p, axis=axis, keepdims=keepdims),
         np.mean(p, axis=axis, keepdims=keepdims),
-        np.var(p, axis=axis, keepdims=keepdims),
+        np.var(p, axis=axis, keepdims=keepdims, ddof=2),
         np.std(p, axis=axis, keepdims=keepdims, ddof=1),
     ]
     out += [np.max(p, axis=axis, keepdims=keepdims), np.min(p, axis=axis, keepdims=keepdims)]

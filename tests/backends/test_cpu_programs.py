@@ -2,11 +2,12 @@
 
 hypothesis draws small programs (bounded: each example is one numba compile) built from exact
 ops, so the compiled results must equal the interpreter's bit for bit: elementwise chains with
-broadcasting, views (reversed and transposed operands, size-1 slices) between ops, reductions
-feeding elementwise consumers (softmax/layernorm shapes), and in-place writes (into slices,
-through views, into the inputs, where the write-back is checked). Fixed programs cover the
-movement, indexing, creation and linear-algebra ops (host and view steps between kernels),
-matmul epilogues, and the fusion decisions (softmax, layernorm, logsumexp, rmsnorm: one kernel).
+broadcasting, views (reversed and transposed operands, size-1 slices) between ops, matmuls with
+elementwise consumers, reductions feeding elementwise consumers (softmax/layernorm shapes), and
+in-place writes (into slices, through views, into the inputs, where the write-back is checked).
+Fixed programs cover the movement, indexing, creation and linear-algebra ops (host and view steps
+between kernels), matmul epilogues, and the fusion decisions (softmax, layernorm, logsumexp,
+rmsnorm: one kernel each).
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def programs(draw, reductions=False, writes=False):
     n_in = draw(st.integers(1, 3))
     shapes = [(N, N)] + [draw(st.sampled_from(SHAPES)) for _ in range(n_in - 1)]
     dtypes = [draw(st.sampled_from(DTYPES)) for _ in range(n_in)]
-    kinds = ["unary", "binary", "binary", "view"]
+    kinds = ["unary", "binary", "binary", "view", "matmul"]
     if reductions:
         kinds += ["reduce", "reduce", "center"]
     if writes:
@@ -114,6 +115,8 @@ def programs(draw, reductions=False, writes=False):
             )
         elif kind == "view":
             prog.append((kind, draw(st.sampled_from(sorted(VIEWS))), i))
+        elif kind == "matmul":  # BLAS on the host, its consumers in kernels (an epilogue)
+            prog.append((kind, i, j))
         elif kind in ("reduce", "center"):
             op = draw(st.sampled_from(["max", "min", "argmax", "sum-int", "any"]))
             prog.append((kind, op, i, draw(st.sampled_from([0, -1, None]))))
@@ -145,6 +148,8 @@ def execute(prog, *inputs):
             pool.append(_binary(ins[1])(pool[ins[2]], pool[ins[3]]))
         elif kind == "view":
             pool.append(VIEWS[ins[1]](pool[ins[2]]))
+        elif kind == "matmul":
+            pool.append(pool[ins[1]] @ pool[ins[2]])
         elif kind == "reduce":
             pool.append(_reduce(ins[1], pool[ins[2]], ins[3], False))
         elif kind == "center":  # a per-row value used against its rows (softmax's shape)
