@@ -77,10 +77,6 @@ def _garbage(path):
         f.write(np.random.default_rng(0).bytes(4096))
 
 
-def _empty(path):
-    open(path, "wb").close()
-
-
 @pytest.mark.parametrize(
     "ext,damage", [("nbc", _truncate), ("nbi", _garbage)], ids=["truncated-nbc", "garbage-nbi"]
 )
@@ -98,29 +94,7 @@ def test_corrupt_numba_cache_files_are_recompiled(fresh_cache, ext, damage):
     assert _compile_and_check() == []  # the entry was rewritten: a clean load now
 
 
-def test_truncated_or_foreign_kernel_source_is_rewritten(fresh_cache):
-    _compile_and_check()
-    (path,) = glob.glob(os.path.join(fresh_cache, "tk_*.py"))
-    with open(path) as f:
-        good = f.read()
-    with open(path, "w") as f:
-        f.write(good[: len(good) // 2])
-    _forget_in_memory()
-    assert _compile_and_check() == []
-    with open(path) as f:
-        assert f.read() == good
-
-
-def test_unusable_cache_folder_compiles_in_memory(tmp_path, monkeypatch):
-    blocker = tmp_path / "a-file"
-    blocker.write_text("not a folder")
-    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(blocker / "cache"))
-    monkeypatch.setattr(cache, "_modules", OrderedDict())
-    monkeypatch.setattr(cache, "_warned", set())
-    warned = _compile_and_check()
-    assert any("not usable" in w and "in memory" in w for w in warned), warned
-
-
+# (a truncated source, an unusable or read-only folder: tests/backends/test_cpu_runtime.py)
 def test_unwritable_cache_folder_compiles_in_memory(fresh_cache, monkeypatch):
     def refuse(*a, **k):  # what a read-only filesystem answers (root ignores chmod)
         raise PermissionError(13, "Permission denied")
