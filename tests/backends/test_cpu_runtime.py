@@ -60,6 +60,23 @@ def test_out_buffers_contiguous_and_strided():
         c(x, b, out=(o1,))
 
 
+def test_out_buffer_that_is_also_an_input():
+    """``out=`` aliasing an argument that the kernel reads in another order (as np.add with
+    overlapping out= does, the result is as if the inputs were read first)."""
+    x = np.arange(12.0)
+    c, t = compiled(lambda x: x[::-1] * 2 + x, x.copy())
+    want = t(x.copy())
+    y = x.copy()
+    assert c(y, out=y) is y
+    assert_matches(y, want, "add")
+    m = np.arange(16.0).reshape(4, 4)
+    c, t = compiled(lambda a: (a.T - a, a.sum(axis=0)), m.copy())
+    want = t(m.copy())
+    y, s = m.copy(), np.empty(4)
+    c(y, out=(y, s))
+    assert_matches((y, s), want, ("subtract", "sum"))
+
+
 def test_single_output_out_and_results_held_by_the_caller_are_not_reused():
     x = np.linspace(-3, 3, 50)
     c, t = compiled(lambda x: np.sin(x) * 2 + 1, x)
