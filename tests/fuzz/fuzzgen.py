@@ -805,6 +805,8 @@ class _Gen:
             ids = [i for i, r in enumerate(regs) if _broadcastable(np.shape(r), ts, strict=True)]
             v = self.choice(ids) if ids else self.scalar()
         approx = self.approx[a] or (not isinstance(v, dict) and self.approx[v])
+        if _kind(regs[a]) in "biu" and _kind(_operand(regs, v)) in "fc":
+            return None  # an implicit float -> int cast: undefined out of range (see safecast)
         if self.rng.random() < 0.2 and self.profile != "grad":
             n = np.shape(regs[a])[0]
             if n > 0:
@@ -1015,8 +1017,8 @@ def _close(a, b, rtol) -> bool:
     return bool(np.all(np.abs(x - y) <= rtol * (np.abs(x) + np.abs(y)) + rtol * scale))
 
 
-def same_value(got, want, approx) -> str | None:
-    """None if ``got`` matches ``want``; else what differs."""
+def same_value(got, want, approx, any_zero=False) -> str | None:
+    """None if ``got`` matches ``want``; else what differs (``any_zero``: -0.0 may be 0.0)."""
     g, w = np.asarray(got), np.asarray(want)
     if g.dtype != w.dtype:
         return f"dtype {g.dtype}, expected {w.dtype}"
@@ -1031,7 +1033,7 @@ def same_value(got, want, approx) -> str | None:
     if w.dtype.kind in "fc" and not approx:
         # exact computations: allow only the sign of a zero to differ
         if np.array_equal(g, w, equal_nan=True):
-            return "signed zero differs"
+            return None if any_zero else "signed zero differs"
     diff = np.argwhere(np.atleast_1d(~_elementwise_equal(g, w)))
     at = tuple(int(d) for d in diff[0]) if len(diff) and g.ndim else ()
     return f"values differ (first at {at}: got {g[at]!r}, expected {w[at]!r})"
@@ -1051,11 +1053,11 @@ class Failure(Exception):
         self.check, self.detail = check, detail
 
 
-def _compare_all(what, got, want, approx, inputs_got=None, inputs_want=None):
+def _compare_all(what, got, want, approx, inputs_got=None, inputs_want=None, any_zero=False):
     if len(got) != len(want):
         raise Failure(what, f"{len(got)} results, expected {len(want)}")
     for i, (g, w, ap) in enumerate(zip(got, want, approx)):
-        d = same_value(g, w, ap)
+        d = same_value(g, w, ap, any_zero)
         if d is not None:
             raise Failure(what, f"output {i}: {d}")
     if inputs_got is not None:
@@ -1078,6 +1080,9 @@ def check(prog, checks=CHECKS, compiled_cache=None):
 
     fn = program_function(prog)
     approx = prog.get("approx") or [True] * len(prog["outputs"])
+    # NumPy's fmax/fmin return either zero on a -0.0/0.0 tie (its SIMD body and its libm tail
+    # disagree within one array): any zero is right there
+    any_zero = any(st.get("fn") in ("fmax", "fmin") for st in prog["steps"])
     stats = {"ops": set(), "checks": []}
     draws = []
     for which in (0, 1):
@@ -1109,7 +1114,7 @@ def check(prog, checks=CHECKS, compiled_cache=None):
                 raise Failure("interp", f"Traced call raised {type(e).__name__}: {e}") from e
             # NumPy's own float results depend on memory layout (SIMD loops, BLAS or not,
             # pairwise sums), and the trace's intermediates are laid out differently
-            _compare_all("interp", _as_tuple(got), want, approx, zs, ys)
+            _compare_all("interp", _as_tuple(got), want, approx, zs, ys, any_zero)
             _check_fresh("interp", _as_tuple(got), zs)
         stats["checks"].append("interp")
     for target in ("cpu", "cuda"):
@@ -1127,7 +1132,7 @@ def check(prog, checks=CHECKS, compiled_cache=None):
                     got = c(*zs)
             except Exception as e:
                 raise Failure(target, f"call raised {type(e).__name__}: {e}") from e
-            _compare_all(target, _as_tuple(got), want, approx, zs, ys)
+            _compare_all(target, _as_tuple(got), want, approx, zs, ys, any_zero)
             _check_fresh(target, _as_tuple(got), zs)
         stats["checks"].append(target)
     if "grad" in checks and prog.get("profile") == "grad":
