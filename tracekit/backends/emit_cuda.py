@@ -595,6 +595,33 @@ def _ireciprocal(a):
     return a if (a == 1 or a == -1) else a - a
 
 
+# int64 arithmetic that wraps as NumPy's does (numba's signed ops carry LLVM's nsw flag): the
+# CPU templates call these for int64
+@cuda.jit(device=True)
+def _wadd(a, b):
+    return np.int64(np.uint64(a) + np.uint64(b))
+
+
+@cuda.jit(device=True)
+def _wsub(a, b):
+    return np.int64(np.uint64(a) - np.uint64(b))
+
+
+@cuda.jit(device=True)
+def _wmul(a, b):
+    return np.int64(np.uint64(a) * np.uint64(b))
+
+
+@cuda.jit(device=True)
+def _wneg(a):
+    return np.int64(np.uint64(0) - np.uint64(a))
+
+
+@cuda.jit(device=True)
+def _wabs(a):
+    return a if a >= 0 else _wneg(a)
+
+
 @cuda.jit(device=True)
 def _fsign(x):
     if x > 0:

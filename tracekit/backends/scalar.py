@@ -158,6 +158,26 @@ TEMPLATES = {
     "signbit": lambda a, dt: f"np.signbit({a[0]})",
 }
 
+_I64 = np.dtype(np.int64)
+
+
+def _wrapping(plain, helper, unary=False):
+    """``plain``'s template, or the wrapping helper for int64 (see ``_wadd``)."""
+
+    def template(a, dt):
+        if dt != _I64:
+            return plain(a, dt)
+        return f"{helper}({a[0]}, {a[0]})" if unary == "square" else f"{helper}({', '.join(a)})"
+
+    return template
+
+
+for _op, _helper in (("add", "_wadd"), ("subtract", "_wsub"), ("multiply", "_wmul")):
+    TEMPLATES[_op] = _wrapping(TEMPLATES[_op], _helper)
+TEMPLATES["negative"] = _wrapping(TEMPLATES["negative"], "_wneg")
+TEMPLATES["absolute"] = _wrapping(TEMPLATES["absolute"], "_wabs")
+TEMPLATES["square"] = _wrapping(TEMPLATES["square"], "_wmul", unary="square")
+
 # Helpers defined once in every generated module (numba compiles those that are used).
 HELPERS = """
 import math
@@ -210,13 +230,41 @@ def _rshift(a, b):
 def _ipow(a, b, one):
     if b < 0:
         raise ValueError("Integers to negative integer powers are not allowed.")
-    r = one
+    r = np.uint64(one)
+    x = np.uint64(a)  # unsigned: the low bits of the products, wrapped as NumPy's
     while b:
         if b & 1:
-            r = r * a
-        a = a * a
+            r = r * x
+        x = x * x
         b >>= 1
     return r
+
+
+# int64 arithmetic that wraps as NumPy's does: numba's signed integer ops carry LLVM's nsw flag,
+# so an overflow is undefined and LLVM folds, say, sign(x * x) to x != 0
+@numba.njit(inline="always")
+def _wadd(a, b):
+    return np.int64(np.uint64(a) + np.uint64(b))
+
+
+@numba.njit(inline="always")
+def _wsub(a, b):
+    return np.int64(np.uint64(a) - np.uint64(b))
+
+
+@numba.njit(inline="always")
+def _wmul(a, b):
+    return np.int64(np.uint64(a) * np.uint64(b))
+
+
+@numba.njit(inline="always")
+def _wneg(a):
+    return np.int64(np.uint64(0) - np.uint64(a))
+
+
+@numba.njit(inline="always")
+def _wabs(a):
+    return a if a >= 0 else _wneg(a)
 
 
 @numba.njit(inline="always")
@@ -266,7 +314,7 @@ def _ifloor_divide(a, b):
     if b == 0:
         return a - a
     if b == -1:
-        return -a
+        return _wneg(a)
     return a // b
 
 
