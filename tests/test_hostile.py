@@ -290,6 +290,8 @@ def odd_shapes(request):
             (np.tanh(big) * s).sum(axis=-1),
             i * j + i,  # int64 overflow wraps, as NumPy
             np.abs(j.astype(np.int8)) - j.astype(np.int8),
+            np.sign(i * i),  # before: 1 for i = -2**63 (LLVM took the overflow as impossible)
+            (i + 1) > i,
         )
 
     args = (
