@@ -747,6 +747,31 @@ def test_warp_shuffle_reductions_on_the_simulator(monkeypatch):
     assert_close(list(results), list(t(x, i)))
 
 
+@pytest.mark.skipif(not SIM, reason="the simulator's shared memory")
+def test_simulated_shared_memory_is_one_array_per_block():
+    """Threads of a block asking for the same shared array at once all get the same one (the
+    simulator's own lookup races; a lost race made matmul and reductions flaky)."""
+    from numba.cuda.simulator import kernelapi
+
+    from tracekit.backends.cuda import _simulator_session
+
+    with _simulator_session():
+        for _ in range(20):
+            shared = kernelapi.FakeCUDAShared(0)
+            barrier, got = threading.Barrier(16), []
+
+            def thread():
+                barrier.wait()
+                got.append(shared.array((4, 4), np.float64))  # one line: one array
+
+            threads = [threading.Thread(target=thread) for _ in range(16)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert len({id(a) for a in got}) == 1
+
+
 # ---------------------------------------------------------------------- fast math
 def test_fast_math_choices_meet_the_cpu_bounds():
     """math="fast" uses a float32 libdevice function only where its documented bound is within

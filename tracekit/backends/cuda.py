@@ -902,6 +902,7 @@ def _simulator_session():
     with the default 5 ms switch interval each meeting costs milliseconds. And it swaps the
     ``cuda`` name of a kernel's module for a fake while the kernel runs, so two launches from
     two threads at once break each other (a real GPU has neither problem)."""
+    _make_simulated_shared_memory_thread_safe()
     with _sim_lock:
         old = sys.getswitchinterval()
         sys.setswitchinterval(min(old, 5e-5))
@@ -909,6 +910,38 @@ def _simulator_session():
             yield
         finally:
             sys.setswitchinterval(old)
+
+
+_shared_lock = threading.Lock()
+
+
+def _make_simulated_shared_memory_thread_safe():
+    """The simulator's ``cuda.shared.array`` looks the calling line up in a dict and, on a
+    miss, stores a new array: two threads of a block missing at once each keep their own
+    array, and the block no longer shares memory (results then depend on thread timing).
+    Replace it, once, by the same lookup under a lock (keyed the same way, by file and line)."""
+    from numba.cuda.simulator import kernelapi
+
+    shared = kernelapi.FakeCUDAShared
+    if getattr(shared.array, "_tracekit_locked", False):
+        return
+
+    def array(self, shape, dtype, alignment=None):
+        if shape == 0 or alignment is not None:  # dynamic shared memory: no lookup
+            return original(self, shape, dtype, alignment)
+        if isinstance(dtype, kernelapi.types.Type):
+            dtype = kernelapi.numpy_support.as_dtype(dtype)
+        caller = sys._getframe(1)
+        key = (caller.f_code.co_filename, caller.f_lineno)
+        with _shared_lock:
+            res = self._allocations.get(key)
+            if res is None:
+                res = self._allocations[key] = np.empty(shape, dtype)
+        return res
+
+    original = shared.array
+    array._tracekit_locked = True
+    shared.array = array
 
 
 def _extent(d) -> tuple | None:
