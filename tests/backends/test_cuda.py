@@ -760,7 +760,7 @@ def test_simulated_shared_memory_is_one_array_per_block():
             shared = kernelapi.FakeCUDAShared(0)
             barrier, got = threading.Barrier(16), []
 
-            def thread():
+            def thread(shared=shared, barrier=barrier, got=got):
                 barrier.wait()
                 got.append(shared.array((4, 4), np.float64))  # one line: one array
 
