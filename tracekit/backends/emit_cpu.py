@@ -17,7 +17,7 @@ from .planner import Step
 
 PARALLEL_MIN_WORK = 1 << 15  # elements; below this a kernel runs serially (no thread start-up)
 CHUNKS = 64  # partial results per whole-array reduction
-LANES = 16  # independent accumulators per row reduction
+BLOCK = 512  # elements a float32 sum adds up in float32 (see KernelSource._blocks)
 
 
 def acc_dtype(op, out):
@@ -49,6 +49,8 @@ def _init(op, dtype) -> str:
 class KernelSource:
     """Source of one kernel: loop nests over its operands ``<kernel>_<var>`` (no ``def``)."""
 
+    VECTORISE = True  # float accumulators through the intrinsics LLVM vectorises
+
     def __init__(self, step: Step, math: str = "fast"):
         self.step, self.group, self.math = step, step.group, math
         g = self.group
@@ -60,6 +62,7 @@ class KernelSource:
         self.lines: list[str] = []
         self.local: dict = {}  # Var -> source of its current element / row value
         self.reduces = [n for n in g.nodes if _is_reduce(n)]
+        self.blocked: list = []  # reductions adding up in blocks in the loop being emitted
 
     # -- naming
     def arg(self, v: Var) -> str:
@@ -203,17 +206,6 @@ class KernelSource:
             if parallel
             else ("0", str(n_outer))
         )
-        red_sizes = [L.sizes[c] for c in L.red]
-        self.lanes = (
-            LANES
-            if len(red_sizes) == 1
-            and red_sizes[0] >= 2 * LANES
-            and not any(r.op in ("argmax", "argmin") for r in self.reduces)
-            else 0
-        )
-        for r in self.reduces if self.lanes else ():
-            acc = S.ctor(acc_dtype(r.op, r.out.dtype))
-            self.emit(f"{self.p}r_{r.out.ident}_l = np.empty({LANES}, {acc})", depth)
         self.emit(f"for {i0} in range({lo}, {hi}):", depth)
         depth = self._loops(rest, depth + 1, False)
         self._row_nodes(phase, 0, depth)
@@ -221,31 +213,42 @@ class KernelSource:
             reds = [r for r in self.reduces if phase.get(r.inputs[0], 0) == p]
             for r in reds:
                 self._acc_init(r, depth)
-            if self.lanes and reds:
-                self._lane_loops(p, phase, scratch, reds, depth, red_sizes[0])
-            else:
-                inner = self._loops(L.red, depth, False)
-                self._pass_body(p, phase, scratch, reds, inner)
+            inner = self._loops(L.red[:-1], depth, False)
+            last = L.red[-1]
+            j, n = L.names[last], L.sizes[last]
+            inner = self._blocks(reds, j, "0", str(n), inner)
+            self._pass_body(p, phase, scratch, reds, inner)
+            self._fold_blocks(reds, inner - 1)
             for r in reds:
                 self._acc_final(r, depth)
             self._row_nodes(phase, p + 1, depth)
 
-    def _lane_loops(self, p, phase, scratch, reds, depth, n):
-        """The reduced loop in blocks of LANES independent accumulators (they vectorise,
-        without reassociating anything), then the tail in lane 0."""
-        j, blk, lane = self.layout.names[self.layout.red[0]], f"{self.p}jb", f"{self.p}l"
-        main = n - n % LANES
-        self.emit(f"for {blk} in range(0, {main}, {LANES}):", depth)
-        self.emit(f"for {lane} in range({LANES}):", depth + 1)
-        self.emit(f"{j} = {blk} + {lane}", depth + 2)
-        self._pass_body(p, phase, scratch, reds, depth + 2, lane=lane)
-        if main < n:
-            self.emit(f"for {j} in range({main}, {n}):", depth)
-            self._pass_body(p, phase, scratch, reds, depth + 1, lane="0")
+    def _blocks(self, reds, j, lo, hi, depth) -> int:
+        """Open the innermost reduced loop, ``j`` from ``lo`` to ``hi``. float32 sums add up in
+        float32 within blocks of BLOCK elements (vector-wide, as fast as the data arrives) and
+        the blocks' sums in float64: about as accurate as NumPy's pairwise sum."""
+        self.blocked = [r for r in reds if _block_dtype(r) is not None]
+        if not self.blocked:
+            self.emit(f"for {j} in range({lo}, {hi}):", depth)
+            return depth + 1
+        jb = f"{j}b"
+        self.emit(f"for {jb} in range({lo}, {hi}, {BLOCK}):", depth)
+        for r in self.blocked:
+            init = _init(r.op, _block_dtype(r))
+            self.emit(f"{self.p}r_{r.out.ident}_b = {init}", depth + 1)
+        self.emit(f"for {j} in range({jb}, min({jb} + {BLOCK}, {hi})):", depth + 1)
+        return depth + 2
+
+    def _fold_blocks(self, reds, depth):
+        for r in self.blocked:
+            a = f"{self.p}r_{r.out.ident}"
+            acc = acc_dtype(r.op, r.out.dtype)
+            self.emit(f"{a} = {a} + {S.cast(f'{a}_b', _block_dtype(r), acc)}", depth)
+        self.blocked = []
 
     def _whole(self):
-        """A reduction over every dimension: parallel chunks (each in LANES accumulators), then
-        an ordered combine of the chunks' partial results."""
+        """A reduction over every dimension: parallel chunks, then an ordered combine of the
+        chunks' partial results."""
         g, L = self.group, self.layout
         phase = self._phases()
         full = [n for n in g.nodes if g.role[n.out] == "full"]
@@ -255,17 +258,15 @@ class KernelSource:
         total = L.red_total
         nch = max(1, min(CHUNKS, total // (PARALLEL_MIN_WORK // 4)))
         chunk = -(-total // nch)
-        chunk = -(-chunk // LANES) * LANES  # whole blocks of lanes, except in the last chunk
         nch = -(-total // chunk)
         scratch = self._scratch(phase)
         for v in scratch:
             if v not in self.alias:
                 self.emit(f"{self.p}s_{v.ident} = np.empty({total}, {S.ctor(v.dtype)})", 1)
         self._row_nodes(phase, 0, 1)
-        ch, f, fb, lane = (f"{self.p}{n}" for n in ("ch", "f", "fb", "l"))
+        ch, f = f"{self.p}ch", f"{self.p}f"
         for p in range(passes):
             reds = [r for r in self.reduces if phase.get(r.inputs[0], 0) == p]
-            lanes = total >= 2 * LANES and not any(r.op in ("argmax", "argmin") for r in reds)
             for r in reds:
                 a = f"{self.p}r_{r.out.ident}"
                 pdt = (
@@ -278,35 +279,13 @@ class KernelSource:
                     self.emit(f"{a}_q = np.empty({nch}, np.int64)", 1)
             self.emit(f"for {ch} in {'prange' if nch > 1 else 'range'}({nch}):", 1)
             lo, hi = f"{ch} * {chunk}", f"min({total}, ({ch} + 1) * {chunk})"
-            self.lanes = LANES if lanes else 0
-            if lanes and reds:
-                for r in reds:
-                    acc = S.ctor(acc_dtype(r.op, r.out.dtype))
-                    self.emit(f"{self.p}r_{r.out.ident}_l = np.empty({LANES}, {acc})", 2)
-                    self._acc_init(r, 2)
-                self.emit(f"{self.p}hi = {hi}", 2)
-                self.emit(f"{self.p}mid = {lo} + ({self.p}hi - {lo}) // {LANES} * {LANES}", 2)
-                self.emit(f"for {fb} in range({lo}, {self.p}mid, {LANES}):", 2)
-                self.emit(f"for {lane} in range({LANES}):", 3)
-                self.emit(f"{f} = {fb} + {lane}", 4)
-                for stmt in L.unravel_red(f):
-                    self.emit(stmt, 4)
-                self._pass_body(p, phase, scratch, reds, 4, flat=f, lane=lane)
-                self.emit(f"for {f} in range({self.p}mid, {self.p}hi):", 2)
-                for stmt in L.unravel_red(f):
-                    self.emit(stmt, 3)
-                self._pass_body(p, phase, scratch, reds, 3, flat=f, lane="0")
-                for r in reds:
-                    self._lanes_to_scalar(r, 2)
-            else:
-                self.lanes = 0
-                for r in reds:
-                    self._acc_init(r, 2)
-                self.emit(f"for {f} in range({lo}, {hi}):", 2)
-                for stmt in L.unravel_red(f):
-                    self.emit(stmt, 3)
-                self._pass_body(p, phase, scratch, reds, 3, flat=f)
-            self.lanes = 0
+            for r in reds:
+                self._acc_init(r, 2)
+            inner = self._blocks(reds, f, lo, hi, 2)
+            for stmt in L.unravel_red(f):
+                self.emit(stmt, inner)
+            self._pass_body(p, phase, scratch, reds, inner, flat=f)
+            self._fold_blocks(reds, inner - 1)
             for r in reds:
                 a = f"{self.p}r_{r.out.ident}"
                 self.emit(f"{a}_p[{ch}] = {a}", 2)
@@ -319,15 +298,9 @@ class KernelSource:
                 if r.op in ("argmax", "argmin"):
                     self._arg_update(r, f"{a}_p[{ch}]", f"{a}_q[{ch}]", 2)
                 else:
-                    self._combine(r, f"{a}_p[{ch}]", 2)
+                    self._combine(r, f"{a}_p[{ch}]", 2, v_dtype=acc_dtype(r.op, r.out.dtype))
                 self._acc_final(r, 1)
             self._row_nodes(phase, p + 1, 1)
-
-    def _lanes_to_scalar(self, r, depth):
-        a = f"{self.p}r_{r.out.ident}"
-        self.emit(f"{a} = {_init(r.op, acc_dtype(r.op, r.out.dtype))}", depth)
-        self.emit(f"for {self.p}l in range({LANES}):", depth)
-        self._combine(r, f"{a}_l[{self.p}l]", depth + 1)
 
     def _scratch(self, phase) -> list:
         """Full values computed in one pass and read in a later one, not stored as outputs.
@@ -367,7 +340,7 @@ class KernelSource:
         o = self.alias.get(x)
         return self.at(o) if o is not None else f"{self.p}s_{x.ident}[{flat}]"
 
-    def _pass_body(self, p, phase, scratch, reds, depth, flat=None, lane=None):
+    def _pass_body(self, p, phase, scratch, reds, depth, flat=None):
         g, L = self.group, self.layout
         flat = flat or L.flat_red()
         self.local = {k: v for k, v in self.local.items() if g.role.get(k) == "row"}
@@ -389,8 +362,7 @@ class KernelSource:
             if r.op in ("argmax", "argmin"):
                 self._arg_update(r, v, flat, depth)
             else:
-                v = S.cast(v, x.dtype, acc_dtype(r.op, r.out.dtype))
-                self._combine(r, v, depth, lane)
+                self._combine(r, v, depth, blocked=r in self.blocked)
 
     def _row_nodes(self, phase, p, depth):
         g = self.group
@@ -405,27 +377,16 @@ class KernelSource:
         if r.op in ("argmax", "argmin"):
             self.emit(f"{a} = {_init(r.op, x.dtype)}", depth)
             self.emit(f"{a}_i = 0", depth)
-        elif getattr(self, "lanes", 0):
-            self.emit(f"{a}_l[:] = {_init(r.op, acc_dtype(r.op, r.out.dtype))}", depth)
         else:
             self.emit(f"{a} = {_init(r.op, acc_dtype(r.op, r.out.dtype))}", depth)
 
-    def _combine(self, r, v, depth, lane=None):
-        a = f"{self.p}r_{r.out.ident}" + (f"_l[{lane}]" if lane is not None else "")
-        acc = acc_dtype(r.op, r.out.dtype)
-        if r.op == "sum":
-            src = f"{a} | ({v} != 0)" if acc.kind == "b" else f"{a} + {v}"
-        elif r.op == "prod":
-            src = f"{a} & ({v} != 0)" if acc.kind == "b" else f"{a} * {v}"
-        elif r.op == "any":
-            src = f"{a} | ({v} != 0)"
-        elif r.op == "all":
-            src = f"{a} & ({v} != 0)"
-        elif r.op == "max":
-            src = f"_maximum({a}, {v})" if acc.kind == "f" else f"max({a}, {v})"
-        else:
-            src = f"_minimum({a}, {v})" if acc.kind == "f" else f"min({a}, {v})"
-        self.emit(f"{a} = {S.typed(src, acc)}", depth)
+    def _combine(self, r, v, depth, blocked=False, v_dtype=None):
+        """``acc = acc (op) v``, ``v`` of the reduction input's dtype (or ``v_dtype``)."""
+        a = f"{self.p}r_{r.out.ident}" + ("_b" if blocked else "")
+        acc = _block_dtype(r) if blocked else acc_dtype(r.op, r.out.dtype)
+        v = S.cast(v, v_dtype or r.inputs[0].dtype, acc)
+        step = S.accumulate(r.op, a, v, acc, vectorise=self.VECTORISE)
+        self.emit(f"{a} = {S.typed(step, acc)}", depth)
 
     def _arg_update(self, r, v, idx, depth):
         a = f"{self.p}r_{r.out.ident}"
@@ -437,8 +398,6 @@ class KernelSource:
 
     def _acc_final(self, r, depth):
         a = f"{self.p}r_{r.out.ident}"
-        if getattr(self, "lanes", 0) and r.op not in ("argmax", "argmin"):
-            self._lanes_to_scalar(r, depth)
         if r.op == "sum" and self.layout.red_total == 0:  # NumPy: a sum of nothing is +0.0
             self.emit(f"{a} = {S.literal(0, acc_dtype(r.op, r.out.dtype))}", depth)
         src = (
@@ -449,6 +408,14 @@ class KernelSource:
         self.emit(f"{self.p}t_{r.out.ident} = {S.typed(src, r.out.dtype)}", depth)
         self.local[r.out] = f"{self.p}t_{r.out.ident}"
         self.store(r.out, depth)
+
+
+def _block_dtype(r):
+    """The dtype a reduction accumulates in within a block (``_blocks``), or None."""
+    f32 = np.dtype(np.float32)
+    if r.op == "sum" and r.inputs[0].dtype == f32 and r.out.dtype == f32:
+        return f32
+    return None
 
 
 def _is_reduce(node) -> bool:

@@ -736,6 +736,8 @@ FORCE_ROW_MODE = None  # tests set one of ROW_MODES to run every row group that 
 class CudaKernelSource(KernelSource):
     """Source and launches of one fused group. ``text`` holds its kernel functions."""
 
+    VECTORISE = False
+
     def __init__(self, step: Step, math: str, profile: Profile, mode: str | None = None):
         super().__init__(step, math)
         self.profile = profile
@@ -1040,7 +1042,7 @@ class CudaKernelSource(KernelSource):
             if r.op in ("argmax", "argmin"):
                 self._arg_update(r, v, flat, depth)
             else:
-                self._combine(r, S.cast(v, x.dtype, acc_dtype(r.op, r.out.dtype)), depth)
+                self._combine(r, v, depth)
 
     def _row_nodes_at(self, phase, p, depth, guard=None, rv=None):
         g = self.group
@@ -1113,19 +1115,7 @@ class CudaKernelSource(KernelSource):
             self.emit(f"{ai} = {bi}", depth + 1)
             return
         acc = acc_dtype(r.op, r.out.dtype)
-        if r.op == "sum":
-            src = f"{a} | {b}" if acc.kind == "b" else f"{a} + {b}"
-        elif r.op == "prod":
-            src = f"{a} & {b}" if acc.kind == "b" else f"{a} * {b}"
-        elif r.op == "any":
-            src = f"{a} | {b}"
-        elif r.op == "all":
-            src = f"{a} & {b}"
-        elif r.op == "max":
-            src = f"_maximum({a}, {b})" if acc.kind == "f" else f"max({a}, {b})"
-        else:
-            src = f"_minimum({a}, {b})" if acc.kind == "f" else f"min({a}, {b})"
-        self.emit(f"{a} = {typed(src, acc)}", depth)
+        self.emit(f"{a} = {typed(S.accumulate(r.op, a, b, acc), acc)}", depth)
 
     def _block_reduce(self, reds, bs, depth):
         """Every thread's accumulators -> the block's, visible to all threads."""

@@ -182,7 +182,7 @@ TEMPLATES["square"] = _wrapping(TEMPLATES["square"], "_wmul", unary="square")
 HELPERS = """
 import math
 
-from tracekit.backends.scalar import _fma
+from tracekit.backends.scalar import _acc_add, _acc_max, _acc_min, _acc_mul, _fma
 
 @numba.njit(inline="always")
 def _maximum(a, b):
@@ -518,10 +518,62 @@ def _make_fma():
     return _fma
 
 
-def __getattr__(name):  # the intrinsic is built on first use (numba imports are slow)
+def _make_accumulators() -> dict:
+    """Float accumulator steps LLVM may vectorise: ``_acc_add``/``_acc_mul`` carry the
+    ``reassoc`` flag on this one instruction (nothing else in a kernel is reassociated), and
+    ``_acc_max``/``_acc_min`` are ``llvm.maximum``/``llvm.minimum`` (NaN-propagating, like
+    NumPy's max and min). A row is then summed in vector lanes, in an order of LLVM's choosing:
+    the same order on every call, another one than NumPy's pairwise sum."""
+    from llvmlite import ir
+    from numba.core import types
+    from numba.extending import intrinsic
+
+    def arith(kind):
+        def typer(typingctx, a, b):
+            if isinstance(a, types.Float) and a == b:
+
+                def codegen(context, builder, sig, args):
+                    return getattr(builder, kind)(args[0], args[1], flags=("reassoc",))
+
+                return a(a, b), codegen
+            return None
+
+        return intrinsic(typer)
+
+    def extremum(name):
+        def typer(typingctx, a, b):
+            if isinstance(a, types.Float) and a == b:
+
+                def codegen(context, builder, sig, args):
+                    lty = args[0].type
+                    fn = builder.module.declare_intrinsic(
+                        name, [lty], ir.FunctionType(lty, [lty, lty])
+                    )
+                    return builder.call(fn, args)
+
+                return a(a, b), codegen
+            return None
+
+        return intrinsic(typer)
+
+    return {
+        "_acc_add": arith("fadd"),
+        "_acc_mul": arith("fmul"),
+        "_acc_max": extremum("llvm.maximum"),
+        "_acc_min": extremum("llvm.minimum"),
+    }
+
+
+ACCUMULATORS = ("_acc_add", "_acc_mul", "_acc_max", "_acc_min")
+
+
+def __getattr__(name):  # the intrinsics are built on first use (numba imports are slow)
     if name == "_fma":
         globals()["_fma"] = fn = _make_fma()
         return fn
+    if name in ACCUMULATORS:
+        globals().update(_make_accumulators())
+        return globals()[name]
     raise AttributeError(name)
 
 
@@ -739,6 +791,49 @@ def _out_of_range_comparison(node: Node, loop_in) -> str | None:
                 pair = (inside, x) if k == 1 else (x, inside)
                 return "True" if cmp(*pair) else "False"
     return None
+
+
+def _sum_step(a, v, acc, vectorise):
+    if acc.kind == "b":
+        return f"{a} | ({v} != 0)"
+    if acc.kind == "f" and vectorise:
+        return f"_acc_add({a}, {v})"
+    return f"_wadd({a}, {v})" if acc == _I64 else f"{a} + {v}"
+
+
+def _prod_step(a, v, acc, vectorise):
+    if acc.kind == "b":
+        return f"{a} & ({v} != 0)"
+    if acc.kind == "f" and vectorise:
+        return f"_acc_mul({a}, {v})"
+    return f"_wmul({a}, {v})" if acc == _I64 else f"{a} * {v}"
+
+
+def _extremum_step(name):
+    def step(a, v, acc, vectorise):
+        if acc.kind != "f":
+            return f"{name}({a}, {v})"
+        return f"_acc_{name}({a}, {v})" if vectorise else f"_{name}imum({a}, {v})"
+
+    return step
+
+
+_STEPS = {
+    "sum": _sum_step,
+    "prod": _prod_step,
+    "any": lambda a, v, acc, vectorise: f"{a} | ({v} != 0)",
+    "all": lambda a, v, acc, vectorise: f"{a} & ({v} != 0)",
+    "max": _extremum_step("max"),
+    "min": _extremum_step("min"),
+}
+
+
+def accumulate(op: str, a: str, v: str, acc, vectorise: bool = False) -> str:
+    """One reduction step, ``a <op> v``, with ``v`` already in the accumulator dtype ``acc``.
+
+    int64 wraps as NumPy's; ``vectorise`` spells float steps with the accumulator intrinsics
+    (``_make_accumulators``) that let LLVM vectorise the loop (CPU), else plainly (CUDA)."""
+    return _STEPS[op](a, v, np.dtype(acc), vectorise)
 
 
 NATIVE = {np.dtype(t) for t in (np.float64, np.int64, np.bool_, np.complex128)}
