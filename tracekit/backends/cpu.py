@@ -20,7 +20,7 @@ from ..ops import OPS, build_index
 from ..pyop import check_results
 from . import cache
 from . import scalar as S
-from .emit_cpu import kernel_source
+from .emit_cpu import PARALLEL_MIN_WORK, PARALLEL_MIN_WORK_BESIDE_BLAS, kernel_source
 from .planner import Plan
 
 
@@ -63,15 +63,18 @@ class CpuProgram:
         self.kernel_sources = {}
         self.segments = []
         parts = [MODULE_HEADER, "", S.HELPERS]
+        blas = any(s.kind == "host" and s.nodes[0].op == "matmul" for s in plan.steps)
+        min_parallel = PARALLEL_MIN_WORK_BESIDE_BLAS if blas else PARALLEL_MIN_WORK
         for k, (first, steps) in enumerate(_segments(plan)):
             name = f"segment{k}"
-            srcs = [kernel_source(s, math) for s in steps]
+            srcs = [kernel_source(s, math, min_parallel) for s in steps]
             params = [p for ks in srcs for p in ks.params()]
             parallel = any("prange(" in ks.text for ks in srcs)
             lines = [
                 f"@numba.njit(parallel={parallel}, error_model='numpy', "
                 "cache=_TRACEKIT_DISK_CACHE)",
                 f"def {name}({', '.join(params)}):",
+                "    _wide_vectors()",
             ]
             for ks in srcs:
                 lines.append(ks.text)

@@ -16,6 +16,11 @@ from .layout import Layout
 from .planner import Step
 
 PARALLEL_MIN_WORK = 1 << 15  # elements; below this a kernel runs serially (no thread start-up)
+# Beside BLAS calls a parallel kernel costs more than it gains below this: NumPy's OpenBLAS and
+# numba's OpenMP threads each spin a while after their work, and on few cores they take turns
+# slowing each other down (measured: matmul 1024² + a parallel gelu epilogue 19 ms, with the
+# epilogue serial 13 ms, the matmul alone 12 ms)
+PARALLEL_MIN_WORK_BESIDE_BLAS = 1 << 22
 CHUNKS = 64  # partial results per whole-array reduction
 BLOCK = 512  # elements a float32 sum adds up in float32 (see KernelSource._blocks)
 
@@ -51,8 +56,9 @@ class KernelSource:
 
     VECTORISE = True  # float accumulators through the intrinsics LLVM vectorises
 
-    def __init__(self, step: Step, math: str = "fast"):
+    def __init__(self, step: Step, math: str = "fast", min_parallel: int = PARALLEL_MIN_WORK):
         self.step, self.group, self.math = step, step.group, math
+        self.min_parallel = min_parallel
         g = self.group
         self.p = f"{g.name}_"
         self.inputs = list(step.inputs)
@@ -137,13 +143,22 @@ class KernelSource:
 
     def _loops(self, dims, depth, parallel) -> int:
         for k, c in enumerate(dims):
-            rng = "prange" if (parallel and k == 0) else "range"
-            self.emit(f"for {self.layout.names[c]} in {rng}({self.layout.sizes[c]}):", depth)
+            name, size = self.layout.names[c], self.layout.sizes[c]
+            if parallel and k == 0:
+                self._prange(name, size, depth)
+            else:
+                self.emit(f"for {name} in range({size}):", depth)
             depth += 1
         return depth
 
+    def _prange(self, name, n, depth):
+        """A parallel loop: numba compiles its body as a function of its own (see
+        ``scalar._make_kernel_intrinsics`` for ``_wide_vectors``)."""
+        self.emit(f"for {name} in prange({n}):", depth)
+        self.emit("_wide_vectors()", depth + 1)
+
     def _parallel(self) -> bool:
-        return self.layout.total >= PARALLEL_MIN_WORK
+        return self.layout.total >= self.min_parallel
 
     def _elementwise(self):
         depth = self._loops(self.layout.kept, 1, self._parallel())
@@ -188,13 +203,13 @@ class KernelSource:
         scratch = self._scratch(phase)
         outer, rest = L.kept[0], L.kept[1:]
         n_outer = L.sizes[outer]
-        parallel = L.total >= PARALLEL_MIN_WORK and n_outer > 1
+        parallel = L.total >= self.min_parallel and n_outer > 1
         nch = min(n_outer, CHUNKS) if parallel else 1
         chunk = -(-n_outer // nch)
         i0, ch = L.names[outer], f"{self.p}ch"
         depth = 1
         if parallel:
-            self.emit(f"for {ch} in prange({nch}):", depth)
+            self._prange(ch, nch, depth)
             depth += 1
         for v in scratch:
             if v not in self.alias:
@@ -256,7 +271,7 @@ class KernelSource:
             [phase[n.out] for n in full] + [phase.get(r.inputs[0], 0) for r in self.reduces]
         )
         total = L.red_total
-        nch = max(1, min(CHUNKS, total // (PARALLEL_MIN_WORK // 4)))
+        nch = max(1, min(CHUNKS, total // (self.min_parallel // 4)))
         chunk = -(-total // nch)
         nch = -(-total // chunk)
         scratch = self._scratch(phase)
@@ -277,7 +292,10 @@ class KernelSource:
                 self.emit(f"{a}_p = np.empty({nch}, {S.ctor(pdt)})", 1)
                 if r.op in ("argmax", "argmin"):
                     self.emit(f"{a}_q = np.empty({nch}, np.int64)", 1)
-            self.emit(f"for {ch} in {'prange' if nch > 1 else 'range'}({nch}):", 1)
+            if nch > 1:
+                self._prange(ch, nch, 1)
+            else:
+                self.emit(f"for {ch} in range({nch}):", 1)
             lo, hi = f"{ch} * {chunk}", f"min({total}, ({ch} + 1) * {chunk})"
             for r in reds:
                 self._acc_init(r, 2)
@@ -424,7 +442,7 @@ def _is_reduce(node) -> bool:
     return node.op in REDUCTIONS
 
 
-def kernel_source(step: Step, math: str = "fast") -> KernelSource:
-    ks = KernelSource(step, math)
+def kernel_source(step: Step, math: str = "fast", min_parallel=PARALLEL_MIN_WORK) -> KernelSource:
+    ks = KernelSource(step, math, min_parallel)
     ks.text = ks.source()
     return ks

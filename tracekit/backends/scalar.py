@@ -182,7 +182,7 @@ TEMPLATES["square"] = _wrapping(TEMPLATES["square"], "_wmul", unary="square")
 HELPERS = """
 import math
 
-from tracekit.backends.scalar import _acc_add, _acc_max, _acc_min, _acc_mul, _fma
+from tracekit.backends.scalar import _acc_add, _acc_max, _acc_min, _acc_mul, _fma, _wide_vectors
 
 @numba.njit(inline="always")
 def _maximum(a, b):
@@ -518,12 +518,17 @@ def _make_fma():
     return _fma
 
 
-def _make_accumulators() -> dict:
+def _make_kernel_intrinsics() -> dict:
     """Float accumulator steps LLVM may vectorise: ``_acc_add``/``_acc_mul`` carry the
     ``reassoc`` flag on this one instruction (nothing else in a kernel is reassociated), and
     ``_acc_max``/``_acc_min`` are ``llvm.maximum``/``llvm.minimum`` (NaN-propagating, like
     NumPy's max and min). A row is then summed in vector lanes, in an order of LLVM's choosing:
-    the same order on every call, another one than NumPy's pairwise sum."""
+    the same order on every call, another one than NumPy's pairwise sum.
+
+    ``_wide_vectors()`` marks the function it is called in with ``prefer-vector-width=512``:
+    LLVM otherwise keeps to 256-bit vectors on AVX-512 CPUs (a tuning for other code than
+    these kernels); elsewhere it changes nothing. A kernel calls it first thing, and so does
+    every ``prange`` body (numba compiles those as functions of their own)."""
     from llvmlite import ir
     from numba.core import types
     from numba.extending import intrinsic
@@ -556,7 +561,17 @@ def _make_accumulators() -> dict:
 
         return intrinsic(typer)
 
+    @intrinsic
+    def wide_vectors(typingctx):
+        def codegen(context, builder, sig, args):
+            # llvmlite checks attribute names against a list without key="value" ones
+            set.add(builder.function.attributes, '"prefer-vector-width"="512"')
+            return context.get_dummy_value()
+
+        return types.none(), codegen
+
     return {
+        "_wide_vectors": wide_vectors,
         "_acc_add": arith("fadd"),
         "_acc_mul": arith("fmul"),
         "_acc_max": extremum("llvm.maximum"),
@@ -564,15 +579,15 @@ def _make_accumulators() -> dict:
     }
 
 
-ACCUMULATORS = ("_acc_add", "_acc_mul", "_acc_max", "_acc_min")
+KERNEL_INTRINSICS = ("_wide_vectors", "_acc_add", "_acc_mul", "_acc_max", "_acc_min")
 
 
 def __getattr__(name):  # the intrinsics are built on first use (numba imports are slow)
     if name == "_fma":
         globals()["_fma"] = fn = _make_fma()
         return fn
-    if name in ACCUMULATORS:
-        globals().update(_make_accumulators())
+    if name in KERNEL_INTRINSICS:
+        globals().update(_make_kernel_intrinsics())
         return globals()[name]
     raise AttributeError(name)
 
@@ -832,7 +847,7 @@ def accumulate(op: str, a: str, v: str, acc, vectorise: bool = False) -> str:
     """One reduction step, ``a <op> v``, with ``v`` already in the accumulator dtype ``acc``.
 
     int64 wraps as NumPy's; ``vectorise`` spells float steps with the accumulator intrinsics
-    (``_make_accumulators``) that let LLVM vectorise the loop (CPU), else plainly (CUDA)."""
+    (``_make_kernel_intrinsics``) that let LLVM vectorise the loop (CPU), else plainly (CUDA)."""
     return _STEPS[op](a, v, np.dtype(acc), vectorise)
 
 
