@@ -5,6 +5,7 @@ backend tests."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ import sys
 import textwrap
 import threading
 import warnings
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -311,6 +313,67 @@ def test_jit_sees_captured_arrays_updated_in_place_and_rebound():
     a.w = np.full(5, 1.0)  # another shape: recompiled, not a stale or failing call
     with pytest.raises(ValueError):
         a.forward(x)  # tanh(x[4]) * w[5] does not broadcast, as in NumPy
+
+
+def test_jit_methods_compile_per_instance_and_let_instances_go():
+    class Scaled:
+        def __init__(self, k):
+            self.k = np.full(3, float(k))
+
+        @tk.jit
+        def apply(self, x):
+            return x * self.k
+
+    class Slotted:
+        __slots__ = ("k", "__weakref__")
+
+        def __init__(self, k):
+            self.k = np.full(3, float(k))
+
+        @tk.jit
+        def apply(self, x):
+            return x + self.k
+
+    x = np.arange(3.0)
+    for cls, op in ((Scaled, np.multiply), (Slotted, np.add)):
+        a, b = cls(2), cls(5)
+        np.testing.assert_array_equal(a.apply(x), op(x, 2.0))
+        np.testing.assert_array_equal(b.apply(x), op(x, 5.0))
+        np.testing.assert_array_equal(a.apply(x), op(x, 2.0))
+        assert "cache hit" in a.apply.explain()
+        if cls is Scaled:  # the instance holds its compiled method, which does not hold it
+            ref = weakref.ref(a)
+            del a
+            gc.collect()
+            assert ref() is None
+
+
+def test_single_output_out_variants():
+    """The quick ``out=`` path takes a fresh contiguous buffer of the result's dtype; the rest
+    (another dtype, strided, read-only, aliasing an input) gets the general path's checks."""
+    x = np.linspace(-1, 1, 40)
+    c, t = compiled(lambda x: np.exp(x) - x, x)
+    want = t(x)
+    o = np.empty(40)
+    assert c(x, out=o) is o
+    _close(o, want)
+    o32 = np.empty(40, np.float32)
+    assert c(x, out=o32) is o32
+    np.testing.assert_allclose(o32, want.astype(np.float32), rtol=1e-6)
+    strided = np.zeros(80)[::2]
+    c(x, out=strided)
+    _close(strided, want)
+    y = x.copy()
+    assert c(y, out=y) is y
+    _close(y, want)
+    with pytest.raises(TypeError):
+        c(x, out=np.empty(40, np.int64))  # float64 does not cast to int64 safely
+    ro = np.empty(40)
+    ro.flags.writeable = False
+    with pytest.raises(TypeError, match="writeable"):
+        c(x, out=ro)
+    with pytest.raises(ValueError):
+        c(x, out=np.empty(41))
 
 
 # ---------------------------------------------------------------------- errors

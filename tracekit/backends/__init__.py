@@ -119,14 +119,16 @@ class Compiled:
         if self.target == "cuda":  # device arrays in/out, streams: the cuda runner's own path
             return self.runner.call(self, args, out)
         fast = self.runner.fast
-        if out is not None and _overlaps(out, args):
-            fast = None  # out= shares memory with an argument: see below
+        outs = None
+        if fast is not None and out is not None:
+            outs = self._plain_out(out, args)
+            if outs is None:
+                fast = None  # out= that needs the general path's checks (or shares memory)
         if fast is not None:
             try:
                 pool = self._pools.pool
             except AttributeError:
                 pool = self._pool()
-            outs = None if out is None else _normalise_out(out, 1, self.graph.outputs)
             result = fast(args, outs, pool)
             if result is not None:
                 if out is not None:
@@ -154,6 +156,20 @@ class Compiled:
         if self._fast is not None and not g.writebacks and len(results) == 1 and not self._detach:
             return results[0]
         return self.traced.finish_call(values, results)
+
+    def _plain_out(self, out, args):
+        """``[out]`` when ``out`` is a writeable array of the one result's own shape and dtype
+        and the arguments are arrays it does not overlap; else None."""
+        v = self.graph.outputs[0]
+        if type(out) is not np.ndarray or out.shape != v.shape or out.dtype != v.dtype:
+            return None
+        flags = out.flags
+        if not (flags.writeable and flags.c_contiguous):
+            return None
+        for a in args:
+            if type(a) is not np.ndarray or np.may_share_memory(out, a):
+                return None
+        return [out]
 
     def __repr__(self):
         return f"Compiled({self.graph.name}, target={self.target!r}, {len(self.kernels)} kernels)"

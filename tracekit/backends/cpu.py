@@ -268,7 +268,8 @@ class Runner:
         return "\n".join(lines) + "\n"
 
     def _alloc(self, v: Var, result_pos) -> str:
-        shape, dt = v.shape, f"np.{v.dtype.name}"
+        shape, dt = v.shape, f"_dt_{v.ident}"
+        self.ns[dt] = v.dtype  # a dtype, not a type: comparing dtypes is fast
         if v in result_pos:
             i = result_pos[v]
             return f"_out({i}, outs, pool, {shape!r}, {dt})"

@@ -82,7 +82,10 @@ class JitFunction:
         self._cache: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
         self._last_sig = None
-        self._log: list[str] = []
+        self._last_reason: str | None = None
+        # plain calls (arrays only, no captures) by (shape, dtype) of each argument: a signature
+        # without pytree flattening
+        self._plain: dict = {}
         functools.update_wrapper(self, fn, updated=())
 
     def _compile(self, args, kw=None):
@@ -116,6 +119,24 @@ class JitFunction:
         return tuple(ba.args), dict(ba.kwargs)
 
     def __call__(self, *args, **kwargs):
+        if not kwargs:
+            key = []
+            for a in args:
+                if type(a) is not np.ndarray:
+                    entry = None
+                    break
+                key.append((a.shape, a.dtype))
+            else:
+                entry = self._plain.get(tuple(key))
+            if entry is not None:
+                try:
+                    result = entry(*args)
+                except GuardError:
+                    pass  # the general path below retraces and says so
+                else:
+                    self._last_sig = entry.signature
+                    self._last_reason = "cache hit: no retrace, no recompile"
+                    return result
         kw = None
         if kwargs:
             args, kw = self._bind(args, kwargs)
@@ -142,37 +163,49 @@ class JitFunction:
             entry = self._store(sig, args, kw)
             reason = f"retraced: a value baked into the trace changed ({e})"
             result = entry(*args)
-        self._log.append(reason)
+        self._last_reason = reason
         return result
 
     def _store(self, sig, args, kw=None):
         c = self._compile(args, kw)
         c.capture_sig = self._capture_sig(c)
+        c.signature = sig
         with self._lock:
             self._cache[sig] = c
             while len(self._cache) > MAX_SIGNATURES:
                 self._cache.popitem(last=False)
+            plain = not kw and all(type(a) is np.ndarray for a in args) and not c.capture_sig
+            self._plain = {  # a new dict: a concurrent reader sees the old or the new one
+                k: e for k, e in self._plain.items() if e.signature in self._cache
+            }
+            if plain:
+                self._plain[tuple([(a.shape, a.dtype) for a in args])] = c
         return c
 
     def explain(self) -> Explanation:
         """Why the last call traced/compiled again, or that it hit the cache."""
-        if not self._log:
+        if self._last_reason is None:
             return Explanation("not called yet")
-        return Explanation(self._log[-1])
+        return Explanation(self._last_reason)
 
     @property
     def compiled(self):
         """The Compiled of the most recent signature."""
         return self._cache[self._last_sig] if self._last_sig in self._cache else None
 
+    def __set_name__(self, owner, name):
+        self._attr = name
+
     def __get__(self, obj, objtype=None):  # @tk.jit on a method
         if obj is None:
             return self
-        bound = self.__dict__.setdefault("_bound", {})
-        key = id(obj)
-        if key not in bound:
-            bound[key] = JitFunction(self.fn.__get__(obj, objtype), self.target, **self.options)
-        return bound[key]
+        bound = JitFunction(self.fn.__get__(obj, objtype), self.target, **self.options)
+        try:  # the instance keeps its compiled method (found before this descriptor next time)
+            vars(obj)[getattr(self, "_attr", self.fn.__name__)] = bound
+            return bound
+        except TypeError:  # no __dict__ (__slots__): kept here, and the object with it
+            pass
+        return self.__dict__.setdefault("_bound", {}).setdefault(id(obj), bound)
 
 
 def jit(fn=None, *, target="cpu", **options):
