@@ -565,7 +565,9 @@ def _make_kernel_intrinsics() -> dict:
     def wide_vectors(typingctx):
         def codegen(context, builder, sig, args):
             # llvmlite checks attribute names against a list without key="value" ones
-            set.add(builder.function.attributes, '"prefer-vector-width"="512"')
+            attrs = builder.function.attributes
+            if isinstance(attrs, set):  # a speed hint: without it the kernel is still right
+                set.add(attrs, '"prefer-vector-width"="512"')
             return context.get_dummy_value()
 
         return types.none(), codegen
