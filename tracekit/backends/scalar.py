@@ -810,20 +810,15 @@ def _out_of_range_comparison(node: Node, loop_in) -> str | None:
     return None
 
 
-def _sum_step(a, v, acc, vectorise):
-    if acc.kind == "b":
-        return f"{a} | ({v} != 0)"
-    if acc.kind == "f" and vectorise:
-        return f"_acc_add({a}, {v})"
-    return f"_wadd({a}, {v})" if acc == _I64 else f"{a} + {v}"
+def _arith_step(bool_op, op, intrinsic, wrapping):
+    def step(a, v, acc, vectorise):
+        if acc.kind == "b":
+            return f"{a} {bool_op} ({v} != 0)"
+        if acc.kind == "f" and vectorise:
+            return f"{intrinsic}({a}, {v})"
+        return f"{wrapping}({a}, {v})" if acc == _I64 else f"{a} {op} {v}"
 
-
-def _prod_step(a, v, acc, vectorise):
-    if acc.kind == "b":
-        return f"{a} & ({v} != 0)"
-    if acc.kind == "f" and vectorise:
-        return f"_acc_mul({a}, {v})"
-    return f"_wmul({a}, {v})" if acc == _I64 else f"{a} * {v}"
+    return step
 
 
 def _extremum_step(name):
@@ -836,8 +831,8 @@ def _extremum_step(name):
 
 
 _STEPS = {
-    "sum": _sum_step,
-    "prod": _prod_step,
+    "sum": _arith_step("|", "+", "_acc_add", "_wadd"),
+    "prod": _arith_step("&", "*", "_acc_mul", "_wmul"),
     "any": lambda a, v, acc, vectorise: f"{a} | ({v} != 0)",
     "all": lambda a, v, acc, vectorise: f"{a} & ({v} != 0)",
     "max": _extremum_step("max"),
