@@ -24,11 +24,59 @@ from ..traced import trace
 MAX_SIGNATURES = 64
 
 
+def is_device_leaf(x) -> bool:
+    """A device array (``__cuda_array_interface__``: numba, CuPy, torch; or a simulator array):
+    a leaf whose signature comes from its array interface, never from a host copy. The same test
+    as ``cuda.is_device_array``, without importing the cuda target (and numba)."""
+    if isinstance(x, np.ndarray | np.generic):
+        return False
+    return hasattr(x, "__cuda_array_interface__") or bool(getattr(x, "__cuda_ndarray__", False))
+
+
 def _leaf_sig(x):
     if isinstance(x, float | complex):
         return ("weak", type(x).__name__)
+    if type(x) is not np.ndarray and is_device_leaf(x):
+        cai = getattr(x, "__cuda_array_interface__", None)
+        if cai is not None:
+            return (tuple(cai["shape"]), np.dtype(cai["typestr"]).str)
+        return (tuple(x.shape), np.dtype(x.dtype).str)  # the simulator's arrays have no interface
     a = np.asarray(x)
     return (a.shape, a.dtype.str)
+
+
+def _device_types(args) -> tuple:
+    """The types of the device arrays anywhere in ``args`` (pytree leaves for this call)."""
+    found, todo = set(), list(args)
+    while todo:
+        x = todo.pop()
+        if isinstance(x, tuple | list):
+            todo.extend(x)
+        elif isinstance(x, dict):
+            todo.extend(x.values())
+        elif is_device_leaf(x):
+            found.add(type(x))
+    return tuple(found)
+
+
+def _to_host(x):
+    """A host copy of a device array, for tracing only (the call itself gets the device array)."""
+    if not is_device_leaf(x):
+        return x
+    if hasattr(x, "copy_to_host"):  # numba device arrays, the simulator's included
+        return np.asarray(x.copy_to_host())
+    from numba import cuda
+
+    return cuda.as_cuda_array(x).copy_to_host()
+
+
+def host_args(args):
+    """``args`` with every device array replaced by a host copy; ``args`` itself when none."""
+    extra = _device_types(args)
+    if not extra:
+        return args
+    leaves, tree = pytree.flatten(list(args), extra_types=extra)
+    return tuple(pytree.unflatten(tree, [_to_host(x) for x in leaves]))
 
 
 def _static_key(tree):
@@ -40,7 +88,7 @@ def _static_key(tree):
 
 
 def signature(args):
-    leaves, tree = pytree.flatten(list(args))
+    leaves, tree = pytree.flatten(list(args), extra_types=_device_types(args))
     return _static_key(tree), tuple(_leaf_sig(x) for x in leaves)
 
 
@@ -91,7 +139,15 @@ class JitFunction:
     def _compile(self, args, kw=None):
         from . import compile as compile_graph
 
-        t = trace(functools.partial(self.fn, **kw) if kw else self.fn, *args)
+        # tracing runs the function on host values: device arrays are copied to the host here,
+        # once per signature; calls pass them to the compiled function as they are
+        traced_args = host_args(args)
+        if traced_args is not args and self.target != "cuda":
+            raise TypeError(
+                f"tk.jit(target={self.target!r}) takes host (NumPy) arrays, got a device array; "
+                "use target='cuda' for device arrays"
+            )
+        t = trace(functools.partial(self.fn, **kw) if kw else self.fn, *traced_args)
         return compile_graph(t, target=self.target, **self.options)
 
     @staticmethod
@@ -111,7 +167,7 @@ class JitFunction:
         except ValueError:  # no signature (a builtin): let the call itself complain
             return args, kwargs
         for k, v in ba.kwargs.items():
-            if isinstance(v, np.ndarray | np.generic | list | tuple | dict):
+            if isinstance(v, np.ndarray | np.generic | list | tuple | dict) or is_device_leaf(v):
                 raise TypeError(
                     f"tk.jit: keyword-only argument {k!r} holds arrays; tk.jit traces positional "
                     "arguments only (keyword-only ones are static)"
