@@ -419,9 +419,30 @@ def test_refused_fusions_carry_reasons():
     assert_matches(got, want, None)
 
 
-def test_softmax_rows_around_the_lane_blocks():
-    for n in (3, 32, 47):  # row reductions run in blocks of 16 lanes, then a tail
+def test_softmax_rows_of_every_length():
+    for n in (3, 32, 47):  # vectorised accumulators: whole vectors, then a tail
         x = np.random.default_rng(n).standard_normal((3, n))
         c, t = compiled(_softmax, x)
         got, want, _, _ = both(c, t, x)
         np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-15)
+
+
+def test_float32_sums_in_blocks_are_as_accurate_as_numpys():
+    """float32 sums add up in float32 within blocks of emit_cpu.BLOCK elements, then in float64:
+    rows and whole arrays around the block edges, checked against a float64 sum, with NaN and
+    infinities still propagated by max and sum."""
+    rng = np.random.default_rng(7)
+    for n in (3, 511, 512, 513, 1537, 40_000):
+        x = (rng.standard_normal((3, n)) * 100 + 1).astype(np.float32)
+        x[1, n // 2] = np.nan
+        x[2, 0] = np.inf
+        c, t = compiled(lambda x: (x.sum(axis=1), x.max(axis=1), x[0].sum(), x[0].mean()), x)
+        rows, maxes, whole, mean = c(x)
+        exact = x.astype(np.float64).sum(axis=1)
+        scale = np.abs(x[0]).astype(np.float64).sum()
+        assert abs(rows[0] - exact[0]) <= 1e-6 * scale, n
+        assert abs(whole - exact[0]) <= 1e-6 * scale, n
+        assert abs(mean - exact[0] / n) <= 1e-6 * scale / n, n
+        assert np.isnan(rows[1]) and np.isnan(maxes[1]), n
+        assert rows[2] == np.inf and maxes[2] == np.inf, n
+        np.testing.assert_array_equal(maxes[0], x[0].max())

@@ -98,7 +98,7 @@ def test_whole_array_argmax_finds_the_first_nan_across_chunks():
     assert tk.compile(t, progress=False)(x) == t(x) == 500
 
 
-def test_whole_array_reductions_in_lanes_match_the_interpreter():
+def test_whole_array_reductions_in_chunks_match_the_interpreter():
     rng = np.random.default_rng(1)
     for n in (7, 33, 100_001):
         x = rng.standard_normal(n)
