@@ -287,7 +287,18 @@ def many_reductions(z):
 
 
 def ptx_program(x, w, i):
-    return softmax(x), x.argmax(axis=1), i.sum(axis=1), x.sum(), np.cumsum(x, axis=1), x.T @ w
+    y = x.T @ w
+    return (
+        softmax(x),
+        x.argmax(axis=1),
+        i.sum(axis=1),
+        x.sum(),
+        np.cumsum(x, axis=1),
+        y,
+        np.maximum(y * 2 + w[0], 0),  # matmuls with fused epilogues
+        np.tanh(w.T @ x) + 1,
+        (i[:8].T @ i[:8, :4]) // 3,
+    )
 
 
 PROGRAMS = {
@@ -457,6 +468,104 @@ def test_matmul_mixed_dtypes():
         lambda a, b: a @ b,
         [r.standard_normal((4, 5)).astype(np.float32), r.standard_normal((5, 3))],
     )
+
+
+def check_epilogue(fn, args, fused, monkeypatch, **kw):
+    """``check`` with and without fused matmul epilogues: the same values, and ``fused``
+    fewer kernels with them. Returns the fused Compiled."""
+    c = check(fn, args, **kw)
+    with monkeypatch.context() as m:
+        m.setattr(CudaProgram, "_epilogues", lambda self, plan, math: {})
+        apart = check(fn, args, **kw)
+    assert len(apart.kernels) - len(c.kernels) == fused, (c.kernels, apart.kernels)
+    assert sum("epilogue fused" in n for n in c.program.notes) == fused, c.program.notes
+    return c
+
+
+def test_matmul_epilogue_relu_bias(monkeypatch):
+    r = rng_for("epi-relu")
+    a, b, bias = r.standard_normal((5, 7)), r.standard_normal((7, 6)), r.standard_normal(6)
+    c = check_epilogue(lambda a, b, bias: np.maximum(a @ b + bias, 0), [a, b, bias], 1, monkeypatch)
+    (k,) = c.kernels
+    assert k.kind == "matmul" and [n.op for n in k.nodes] == ["matmul", "add", "maximum"]
+    assert "c[z, row, col]" not in k.source  # the matmul result never goes to memory
+    assert any("is never stored" in n for n in c.program.notes)
+    # two matmuls into one kernel: one of them takes it as its epilogue
+    a2, b2 = r.standard_normal((5, 2)), r.standard_normal((2, 6))
+    check_epilogue(
+        lambda a, b, a2, b2: np.maximum(a @ b + a2 @ b2, 0), [a, b, a2, b2], 1, monkeypatch
+    )
+
+
+def test_matmul_epilogue_batched(monkeypatch):
+    r = rng_for("epi-batched")
+    a, w = r.standard_normal((2, 5, 7)), r.standard_normal((7, 4))
+    a32, w32 = a.astype(np.float32), w.astype(np.float32)
+    check_epilogue(lambda a, w: np.tanh(a @ w) * 2, [a, w], 1, monkeypatch)
+    check_epilogue(lambda a, w: np.tanh(a @ w) * 2, [a32, w32], 1, monkeypatch)
+    # operands broadcast over part of the batch, a 0-d array (hoisted) and a Python float
+    bias, s = r.standard_normal((2, 1, 4)), np.asarray(0.5)
+    check_epilogue(
+        lambda a, w, bias, s: np.maximum(a @ w * s + bias, -0.25) + 1.5,
+        [a, w, bias, s],
+        1,
+        monkeypatch,
+    )
+    # both operands batched, the epilogue with two outputs
+    b = r.standard_normal((2, 7, 3))
+    check_epilogue(lambda a, b: (np.exp(a @ b), (a @ b) * 2), [a, b], 1, monkeypatch)
+
+
+def test_matmul_epilogue_result_also_returned(monkeypatch):
+    def fn(a, b, bias):
+        y = a @ b
+        return y, np.tanh(y + bias)
+
+    r = rng_for("epi-kept")
+    args = [r.standard_normal((6, 5)), r.standard_normal((5, 3)), r.standard_normal(3)]
+    c = check_epilogue(fn, args, 1, monkeypatch)
+    assert any("is stored too" in n for n in c.program.notes)
+    assert "c[z, row, col] = mmc" in c.kernels[0].source
+
+
+def test_matmul_epilogue_integers(monkeypatch):
+    r = rng_for("epi-int")
+    a = r.integers(-9, 9, (4, 6)).astype(np.int32)
+    b = r.integers(-9, 9, (6, 5)).astype(np.int32)
+    bias = r.integers(-50, 50, 5).astype(np.int32)
+    check_epilogue(
+        lambda a, b, bias: (np.maximum(a @ b - bias, 0) // 3, (a @ b) % 7 == 0),
+        [a, b, bias],
+        1,
+        monkeypatch,
+    )
+    i8 = r.integers(-9, 9, (3, 4, 6)).astype(np.int8)  # int8 @ int32: int32, wraps like NumPy
+    check_epilogue(lambda x, b: (x @ b) * 3 + 1, [i8, b], 1, monkeypatch)
+
+
+def test_matmul_epilogues_left_apart(monkeypatch):
+    """Kernels that do not fit stay separate kernels, with the reason in the notes."""
+    r = rng_for("epi-apart")
+    a, b = r.standard_normal((5, 7)), r.standard_normal((7, 3))
+    c = check_epilogue(softmax_of_matmul, [a, b], 0, monkeypatch)  # a row kernel
+    assert any("not elementwise" in n for n in c.program.notes)
+    big = r.standard_normal((2, 5, 3))  # the epilogue's shape is larger than the matmul's
+    c = check_epilogue(lambda a, b, x: np.maximum(a @ b, x), [a, b, big], 0, monkeypatch)
+    assert any("runs over [2, 5, 3]" in n for n in c.program.notes)
+    # (tanh(a @ b) + x: the tanh has a kernel over the matmul's shape, and that one fuses)
+    check_epilogue(lambda a, b, x: np.tanh(a @ b) + x, [a, b, big], 1, monkeypatch)
+
+    def read_before(a, b, w):  # a step reads the matmul result before its epilogue runs
+        y = a @ b
+        h = y.T @ w
+        return h, np.tanh(y) + 1
+
+    c = check_epilogue(read_before, [a, b, r.standard_normal((5, 2))], 0, monkeypatch)
+    assert any("before" in n for n in c.program.notes), c.program.notes
+
+
+def softmax_of_matmul(a, b):
+    return softmax(a @ b)
 
 
 def test_movement_and_creation_ops():

@@ -1,10 +1,12 @@
 """The numba CUDA target: a plan's kernels as ``numba.cuda.jit`` code, and a runner.
 
 The plan is the CPU target's (``planner.plan``); ``emit_cuda`` writes one kernel (or a short
-sequence) per fused group, a tiled kernel per matmul, gathers for views that are not free and
-scatters for in-place writes. What has no device code (Python ops, advanced indexing,
-concatenate, float16, a few complex functions) runs through NumPy on the host, between kernels,
-with its operands copied across; ``CudaProgram.notes`` says which.
+sequence) per fused group, a tiled kernel per matmul (with the elementwise kernel that reads
+its result fused in as an epilogue where that fits, unless cuBLAS runs the matmul), gathers for
+views that are not free and scatters for in-place writes. What has no device code (Python ops,
+advanced indexing, concatenate, float16, a few complex functions) runs through NumPy on the
+host, between kernels, with its operands copied across; ``CudaProgram.notes`` says which, and
+which matmuls got an epilogue.
 
 Data: NumPy inputs are copied into pooled device buffers and the results copied back; arrays
 with ``__cuda_array_interface__`` (numba device arrays, CuPy, torch) are used in place, and the
@@ -37,11 +39,13 @@ from . import cache
 from .emit_cuda import (
     HELPERS,
     Arg,
+    CudaKernelSource,
     DeviceUnsupported,
     Launch,
     MatmulSource,
     Profile,
     _PseudoGroup,
+    epilogue_fits,
     gather_source,
     is_c_contiguous,
     kernel_source,
@@ -49,7 +53,7 @@ from .emit_cuda import (
     scatter_source,
     view_geometry,
 )
-from .planner import Plan
+from .planner import Plan, Step
 
 
 class CudaUnavailableError(RuntimeError):
@@ -197,10 +201,17 @@ class CudaProgram:
         self.kernel_sources = {}
         self.items: list[Item] = []
         self.notes: list[str] = []
+        self._blas = None
         modes = modes or {}
         parts = [_header(self.profile), HELPERS]
-        for step in plan.steps:
-            if step.kind == "kernel":
+        fused = self._epilogues(plan, math)
+        deferred = {mi for mi, _, _ in fused.values()}
+        for i, step in enumerate(plan.steps):
+            if i in deferred:  # runs where its epilogue kernel would have run, with it
+                continue
+            if i in fused:
+                self._fused_matmul(step, *fused[i], parts, math)
+            elif step.kind == "kernel":
                 try:
                     ks = kernel_source(step, math, self.profile, modes.get(step.group.name))
                 except DeviceUnsupported as e:
@@ -217,6 +228,85 @@ class CudaProgram:
                 self._host_step(step, parts)
         self.source = "\n\n\n".join(parts) + "\n"
         self.module = None
+
+    # -- matmuls with their elementwise epilogue
+    def blas(self):
+        """cuBLAS (through CuPy or torch) when importable, never on the simulator; made once
+        and shared with the runners."""
+        if self._blas is None:
+            self._blas = False if self.profile.simulator else _Blas()
+        return self._blas or None
+
+    def _epilogues(self, plan: Plan, math: str) -> dict:
+        """``{kernel step index: (matmul step index, MatmulPlan, keep_c)}``: the elementwise
+        kernels that run inside the matmul kernel producing one of their inputs (see
+        ``emit_cuda.epilogue_fits``). The fused kernel runs at the epilogue's place in the plan
+        (the matmul's operands are still there: nothing on the device writes into a value
+        in place). The matmul result is stored only when it is a result (or a guard) or a later
+        step reads it; one read by a step in between keeps the two kernels apart, and so does a
+        matmul that cuBLAS runs. Every decision goes to ``notes``."""
+        steps, g = plan.steps, plan.graph
+        keep_always = set(g.outputs) | {gd.var for gd in g.guards}
+        made, readers = {}, {}
+        for i, st in enumerate(steps):
+            for v in st.inputs:
+                readers.setdefault(v, []).append(i)
+            if st.kind == "host":
+                mp = matmul_plan(st.nodes[0])
+                if mp is not None:
+                    made[st.nodes[0].out] = (i, mp)
+        fused, taken = {}, set()
+        for gi, st in enumerate(steps):
+            if st.kind != "kernel":
+                continue
+            for v in st.inputs:
+                if v not in made or made[v][0] in taken:
+                    continue
+                mi, mp = made[v]
+                others = [r for r in readers.get(v, []) if r != gi]
+                why = epilogue_fits(mp, st)
+                if why is None and any(r < gi for r in others):
+                    first = min(r for r in others if r < gi)
+                    why = f"{steps[first].name} reads %{v.name} before {st.name} runs"
+                if why is None and self._blas_runs(mp):
+                    why = f"cuBLAS through {self.blas().lib} runs the matmul"
+                if why is None:
+                    try:
+                        CudaKernelSource(st, math, self.profile).check()
+                    except DeviceUnsupported as e:
+                        why = str(e)
+                if why is not None:
+                    self.notes.append(f"matmul -> %{v.name}: epilogue not fused ({why})")
+                    continue
+                fused[gi] = (mi, mp, v in keep_always or bool(others))
+                taken.add(mi)
+                break
+        return fused
+
+    def _blas_runs(self, mp) -> bool:
+        a, b = mp.node.inputs
+        out = mp.node.out
+        if not (a.dtype == b.dtype == out.dtype and out.dtype.kind == "f"):
+            return False
+        blas = self.blas()
+        return blas is not None and blas.lib is not None
+
+    def _fused_matmul(self, step, mi, mp, keep, parts, math):
+        mm = self.plan.steps[mi]
+        v = mp.node.out
+        name = self._name("mm")
+        ms = MatmulSource(mp, name, self.profile, epilogue=step, math=math, keep_c=keep)
+        parts.append(ms.text)
+        self.kernel_sources[name] = ms
+        ins = list(mm.inputs) + [x for x in step.inputs if x is not v and x not in mm.inputs]
+        outs = ([v] if keep else []) + list(step.outputs)
+        fstep = Step("kernel", list(ms.group.nodes), ms.group, ins, outs)
+        self.items.append(Item("kernel", fstep, launches=ms.launches, src=ms))
+        self.notes.append(
+            f"matmul -> %{v.name}: epilogue fused ({name} computes kernel {step.name}'s "
+            f"{len(step.nodes)} node(s) at its store"
+            + (f"; %{v.name} is stored too)" if keep else f"; %{v.name} is never stored)")
+        )
 
     # -- non-kernel steps
     def _name(self, prefix) -> str:
@@ -525,7 +615,7 @@ class CudaRunner:
         self._const = {}
         self._lock = threading.Lock()
         has_mm = any(isinstance(getattr(it, "src", None), MatmulSource) for it in program.items)
-        self.blas = _Blas() if has_mm and not self.profile.simulator else None
+        self.blas = program.blas() if has_mm else None
         if self.blas is not None and self.blas.lib:
             program.notes.append(f"matmul: cuBLAS through {self.blas.lib} (same dtypes, float)")
 
@@ -691,7 +781,11 @@ class CudaRunner:
     def _do_kernel(self, ctx, env, item):
         for v in item.step.outputs:
             env[v] = ctx.alloc(v)
-        if self.blas is not None and isinstance(item.src, MatmulSource):
+        if (
+            self.blas is not None
+            and isinstance(item.src, MatmulSource)
+            and item.src.epilogue is None  # a fused epilogue: the kernel's own work
+        ):
             la = item.launches[0]
             a, b, c = (self._operand(ctx, env, x, item) for x in la.args)
             if self.blas.matmul(a, b, c, self.stream):

@@ -17,7 +17,9 @@ One fused group becomes one kernel, or a short sequence of kernels:
     reduces them and computes the per-row values later passes read;
 
 - **scan**: one block per row, a Hillis-Steele scan of each tile in shared memory plus a carry;
-- **matmul** (a host step in the plan): a tiled shared-memory kernel (no fused epilogue);
+- **matmul** (a host step in the plan): a tiled shared-memory kernel; the elementwise kernel
+  that consumes its result (bias, activation: ``np.maximum(a @ b + bias, 0)``) runs in it as an
+  epilogue at the store when it covers the matmul's output shape (``CudaProgram`` decides);
 - **views** that are not free (transpose, strided slices, broadcasts): a gather kernel;
   **index_update** with a basic index: a copy and a scatter kernel.
 
@@ -846,14 +848,19 @@ class CudaKernelSource(KernelSource):
         self.emit(f"{L.names[dims[0]]} = {r}", depth)
 
     # -- the group
-    def source(self) -> str:
+    def check(self):
+        """Raise DeviceUnsupported unless every op of the group has device code."""
         g = self.group
-        for n in g.nodes:  # every op must have device code, else the group runs on the host
+        for n in g.nodes:
             if n.op not in ("reshape",) and not _is_reduce(n) and g.kind != "scan":
                 dts = [x.dtype if isinstance(x, Var) else self.value(x)[1] for x in n.inputs]
                 device_expr(n, [f"_a{k}" for k in range(len(dts))], dts, self.math)
             if n.op in ("argmax", "argmin") and n.inputs[0].dtype.kind == "c":
                 raise DeviceUnsupported("argmax/argmin of complex values")
+
+    def source(self) -> str:
+        g = self.group
+        self.check()  # every op must have device code, else the group runs on the host
         if g.kind == "elementwise":
             self._elementwise()
         elif g.kind == "scan":
@@ -1457,27 +1464,73 @@ def matmul_plan(node: Node) -> MatmulPlan | None:
     return MatmulPlan(node, batch, m, k, n, (ba, m, k), (bbn, k, n), (batch, m, n))
 
 
-class MatmulSource:
-    """A tiled shared-memory matmul kernel for one matmul step (epilogues are not fused)."""
+def epilogue_fits(mp: MatmulPlan, step: Step) -> str | None:
+    """Why the elementwise kernel ``step`` cannot run as the epilogue of matmul ``mp`` (None
+    when it can): it must be a plain elementwise group over the matmul's output shape, reading
+    the matmul result element for element (its other inputs broadcast to that shape)."""
+    v = mp.node.out
+    g = step.group
+    if g is None or g.kind != "elementwise":
+        return f"kernel {step.name} is not elementwise"
+    if v.weak or v not in step.inputs:
+        return f"kernel {step.name} does not read %{v.name}"
+    if tuple(g.shape) != tuple(v.shape):
+        return f"kernel {step.name} runs over {list(g.shape)}, the matmul gives {list(v.shape)}"
+    return None
 
-    def __init__(self, mp: MatmulPlan, name: str, profile: Profile):
+
+class MatmulSource:
+    """A tiled shared-memory matmul kernel for one matmul step, optionally with the elementwise
+    kernel that reads its result fused in as an epilogue (``epilogue``, a plan step accepted by
+    :func:`epilogue_fits`): each thread computes the group's expression from its accumulator
+    and stores the group's outputs; the matmul result itself is stored only when ``keep_c``
+    (it is a result, or read by a later step)."""
+
+    def __init__(
+        self,
+        mp: MatmulPlan,
+        name: str,
+        profile: Profile,
+        epilogue: Step | None = None,
+        math: str = "fast",
+        keep_c: bool = True,
+    ):
         self.mp, self.name, self.profile = mp, name, profile
+        self.epilogue, self.keep_c = epilogue, keep_c or epilogue is None
         node = mp.node
-        self.group = _PseudoGroup(name, "matmul", [node])
+        ep = None
+        if epilogue is not None:
+            ep = CudaKernelSource(epilogue, math, profile)
+            ep.check()  # DeviceUnsupported: the caller keeps the two kernels apart
+        nodes = [node] + (list(epilogue.nodes) if epilogue is not None else [])
+        self.group = _PseudoGroup(name, "matmul", nodes)
         out = node.out
         acc = out.dtype if out.dtype.kind == "f" else np.dtype(np.int64)
         a, b = node.inputs
         t = profile.mm_tile
         kt = -(-mp.k // t)
         zero = S.literal(0, acc)
+        params = ["a", "b"] + (["c"] if self.keep_c else [])
+        if ep is not None:  # in the order of ep.operand_args(), as the launch passes them
+            params += [ep.arg(x) for x in ep.inputs + ep.outputs if x is not out]
+        head = (
+            [
+                "    # (on a GPU with CuPy or torch importable, float matmuls of one dtype run in",
+                "    # cuBLAS instead, on the same stream; this kernel is the fallback)",
+            ]
+            if ep is None
+            else [
+                f"    # epilogue: kernel {epilogue.name} fused, computed from the accumulator"
+                + ("" if self.keep_c else f" (%{out.name} is never stored)")
+            ]
+        )
         lines = [
             "@cuda.jit(cache=_TRACEKIT_DISK_CACHE)",
-            f"def {name}(a, b, c):",
+            f"def {name}({', '.join(params)}):",
             f"    # matmul {list(a.shape)} @ {list(b.shape)} -> {list(out.shape)}: "
             f"{t}x{t} tiles in shared memory, accumulating in {acc.name}",
-            "    # (on a GPU with CuPy or torch importable, float matmuls of one dtype run in",
-            "    # cuBLAS instead, on the same stream; this kernel is the fallback)",
-            f"    # {format_node(node)}",
+            *head,
+            *[f"    # {format_node(n)}" for n in nodes],
             f"    sa = cuda.shared.array(({t}, {t}), {nb_type(acc)})",
             f"    sb = cuda.shared.array(({t}, {t}), {nb_type(acc)})",
             "    tx = cuda.threadIdx.x",
@@ -1505,9 +1558,16 @@ class MatmulSource:
             f"                acc = {typed('acc + sa[ty, kk] * sb[kk, tx]', acc)}",
             "            cuda.syncthreads()",
             f"        if row < {mp.m} and col < {mp.n}:",
-            f"            c[z, row, col] = {typed(S.cast('acc', acc, out.dtype), out.dtype)}",
-            "        z += cuda.gridDim.z",
         ]
+        result = typed(S.cast("acc", acc, out.dtype), out.dtype)
+        if ep is None:
+            lines.append(f"            c[z, row, col] = {result}")
+        else:
+            hoisted = self._hoisted(ep)
+            lines += self._epilogue(ep, result)
+            at = lines.index("    tx = cuda.threadIdx.x")  # scalar operands: read once, first
+            lines[at:at] = hoisted
+        lines.append("        z += cuda.gridDim.z")
         self.text = "\n".join(lines)
         grid = (-(-mp.n // t), -(-mp.m // t), min(mp.batch, profile.max_grid_yz))
         self.launches = [
@@ -1518,10 +1578,41 @@ class MatmulSource:
                 [
                     Arg("operand", a, mp.a_shape, a.dtype),
                     Arg("operand", b, mp.b_shape, b.dtype),
-                    Arg("operand", out, mp.c_shape, out.dtype),
+                    *([Arg("operand", out, mp.c_shape, out.dtype)] if self.keep_c else []),
+                    *([x for x in ep.operand_args() if x.var is not out] if ep is not None else []),
                 ],
             )
         ]
+
+    def _hoisted(self, ep: CudaKernelSource) -> list[str]:
+        out = self.mp.node.out
+        ep.lines, ep.hoisted = [], {}
+        for v in ep.inputs:
+            if v is not out and ep.layout.is_scalar(v) and not v.weak:
+                name = f"{ep.p}s_{v.ident}"
+                ep.emit(f"{name} = {ep.arg(v)}[0]", 1)
+                ep.hoisted[v] = name
+        return ep.lines
+
+    def _epilogue(self, ep: CudaKernelSource, result: str) -> list[str]:
+        """The store: the matmul element (``c[z, row, col]``, kept only when needed) and the
+        epilogue group's expression at that element, indexed like its own kernel (the flat
+        index of the element, unravelled over the group's collapsed loop dims)."""
+        mp, out, L = self.mp, self.mp.node.out, ep.layout
+        ep.lines, ep.local = [], {}
+        d = 3
+        ep.emit(f"mmc = {result}", d)
+        if self.keep_c:
+            ep.emit("c[z, row, col] = mmc", d)
+        ep.local[out] = "mmc"
+        if L.kept:
+            ep.emit(f"{ep.p}flat = (z * {mp.m} + row) * {mp.n} + col", d)
+            ep._unravel(f"{ep.p}flat", L.kept, d)
+        for n in ep.group.nodes:
+            ep.compute(n, d)
+            for o in n.outputs:
+                ep.store(o, d)
+        return ep.lines
 
 
 @dataclass
