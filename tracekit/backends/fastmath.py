@@ -581,15 +581,22 @@ def _int_to_f64(i):
 
 
 @_jit_inline
-def _exp_core32(x):
-    """exp(x) for x in [-104, 89] (or nan)."""
+def _exp_parts32(x):
+    """(m, k) with exp(x) = m * 2**k, m in [0.7, 1.42], for x in [-104, 89] (or nan)."""
     kf = _fma(x, _L2E32, _SH32)
     ki = _as_int(kf) - _SH32_BITS
     kf = kf - _SH32
     r = _fma(kf, -_LN2HI32, x)  # exact
     r = _fma(kf, -_LN2LO32, r)
     t = _fma(_p_exp32(r), r * r, r)
-    return _ldexp32(_ONE32 + t, ki)
+    return _ONE32 + t, ki
+
+
+@_jit_inline
+def _exp_core32(x):
+    """exp(x) for x in [-104, 89] (or nan)."""
+    m, k = _exp_parts32(x)
+    return _ldexp32(m, k)
 
 
 @_jit_inline
@@ -1163,7 +1170,8 @@ def tanh_f32(x):
     z = a * a
     ps = _fma(a * z, _p_tanh32(z), a)
     ac = _f32(10.0) if a > _f32(10.0) else a
-    e = _exp_core32(ac + ac)
+    m, k = _exp_parts32(ac + ac)
+    e = m * _as_f32((k + 127) << 23)  # exp(2|x|) <= e**20: one exact scaling (k <= 29)
     pl = _ONE32 - _div(_TWO32, e + _ONE32)
     res = ps if a < _f32(0.625) else pl
     return _copysign32(res, x)
