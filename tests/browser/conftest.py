@@ -1,4 +1,4 @@
-"""Fixtures for the real-browser tests: a headless JupyterLab and Debian's Chromium.
+"""Fixtures for the real-browser tests: a headless JupyterLab (or Notebook 7) and Debian's Chromium.
 
 The browser is never downloaded: Playwright drives ``/usr/bin/chromium`` (``apt-get install
 chromium``), with a fresh profile. JupyterLab listens on 127.0.0.1 on a free port with a token,
@@ -43,7 +43,7 @@ def _free_port() -> int:
 
 
 class Lab:
-    """A running JupyterLab: ``url``, ``token``, ``root`` (its directory) and its log."""
+    """A running Jupyter server: ``url``, ``token``, ``root`` (its directory) and its log."""
 
     def __init__(self, proc, url, token, root, log_path):
         self.proc, self.url, self.token, self.root, self.log_path = (
@@ -98,6 +98,26 @@ def _settings(dirpath: pathlib.Path):
 def lab(tmp_path):
     """A JupyterLab server for this test, stopped (with its kernels) when the test ends."""
     pytest.importorskip("jupyterlab", reason="jupyterlab is not installed")
+    yield from _server(
+        tmp_path,
+        "jupyterlab",
+        [
+            "--LabApp.expose_app_in_browser=True",
+            "--LabApp.news_url=",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            "--LabApp.extension_manager=readonly",
+        ],
+    )
+
+
+@pytest.fixture
+def notebook7(tmp_path):
+    """A Jupyter Notebook 7 server (JupyterLab's components, another application)."""
+    pytest.importorskip("notebook", reason="notebook (Jupyter Notebook 7) is not installed")
+    yield from _server(tmp_path, "notebook", ["--JupyterNotebookApp.expose_app_in_browser=True"])
+
+
+def _server(tmp_path, module: str, app_args: list[str]):
     root = tmp_path / "lab"
     root.mkdir()
     for d in ("config", "data", "runtime", "settings", "workspaces"):
@@ -114,21 +134,18 @@ def lab(tmp_path):
         PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
         JUPYTER_PLATFORM_DIRS="1",
     )
-    log_path = tmp_path / "jupyterlab.log"
+    log_path = tmp_path / f"{module}.log"
     cmd = [
         sys.executable,
         "-m",
-        "jupyterlab",
+        module,
         "--no-browser",
         "--ServerApp.ip=127.0.0.1",
         f"--ServerApp.port={port}",
         "--ServerApp.port_retries=0",
         f"--IdentityProvider.token={token}",
         f"--ServerApp.root_dir={root}",
-        "--LabApp.expose_app_in_browser=True",
-        "--LabApp.news_url=",
-        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-        "--LabApp.extension_manager=readonly",
+        *app_args,
     ]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")  # containers and CI often run as root
@@ -142,7 +159,7 @@ def lab(tmp_path):
         deadline = time.monotonic() + 60
         while True:
             if proc.poll() is not None:
-                pytest.fail(f"JupyterLab exited with {proc.returncode}:\n{server.log_tail()}")
+                pytest.fail(f"{module} exited with {proc.returncode}:\n{server.log_tail()}")
             try:
                 with urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2) as r:
                     if r.status == 200:
@@ -150,7 +167,7 @@ def lab(tmp_path):
             except (urllib.error.URLError, OSError):
                 pass
             if time.monotonic() > deadline:
-                pytest.fail(f"JupyterLab did not start in 60 s:\n{server.log_tail()}")
+                pytest.fail(f"{module} did not start in 60 s:\n{server.log_tail()}")
             time.sleep(0.25)
         yield server
     finally:

@@ -304,3 +304,42 @@ def test_explorer_in_jupyterlab(page, lab, tmp_path):  # page first: skips befor
 
     uncaught = [e for e in page.errors if "tk-" in e or "explorer" in e.lower()]
     assert not uncaught, uncaught
+
+
+def test_explorer_in_notebook7(page, notebook7):
+    """The same widget in Jupyter Notebook 7: it appears, fits its cell without clipping, a
+    click selects a node that Python then sees, and a selection from Python is highlighted."""
+    t = _local_trace()
+    clicked = t.graph.nodes[-1]
+    notebook7.write_notebook("explorer.ipynb", [MODEL, SHOW, CHECK, 'w.select("sum")'])
+    page.set_default_timeout(45_000)
+    page.goto(f"{notebook7.url}/notebooks/explorer.ipynb?token={notebook7.token}")
+    try:
+        page.wait_for_function(JS_APP_READY, timeout=45_000)
+        page.evaluate(JS_RUN_CELL, 0)
+        page.evaluate(JS_RUN_CELL, 1)
+        page.wait_for_selector(".tk-explorer .tk-svg g.node", timeout=45_000)
+    except Exception as e:
+        errors = "\n".join(page.errors[-20:])
+        pytest.fail(
+            f"the explorer did not appear in Notebook 7: {e}\n{errors}\n{notebook7.log_tail()}"
+        )
+    ex = page.locator(".tk-explorer").first
+    ex.scroll_into_view_if_needed()
+    page.wait_for_function(JS_INSIDE)  # fitted: the whole drawing inside its pane
+
+    node_id = f"node-{clicked.outputs[0].name}"
+    ex.locator(f'[id="{node_id}"]').click()
+    page.wait_for_selector(".tk-explorer .tk-details .tk-stats")
+    assert ex.locator(".tk-d-op").first.inner_text().strip() == clicked.op
+
+    page.evaluate(JS_RUN_CELL, 2)
+    out = page.locator(".jp-OutputArea-output", has_text="STATE").first
+    out.wait_for()
+    assert f"STATE '{node_id}'" in out.inner_text()
+
+    page.evaluate(JS_RUN_CELL, 3)
+    sum_id = f"node-{next(n for n in t.graph.nodes if n.op == 'sum').outputs[0].name}"
+    expect_selected(page, sum_id)
+    uncaught = [e for e in page.errors if "tk-" in e or "explorer" in e.lower()]
+    assert not uncaught, uncaught
