@@ -449,3 +449,23 @@ def test_every_op_has_a_backend_case():
     """A new op in OPS fails here until a backend test program compiles it."""
     wanted = {name for name, op in OPS.items() if op.kind != "opaque"}
     assert sorted(wanted - _recorded_ops()) == []
+
+
+# ---------------------------------------------------------------------- shared numba helpers
+def test_generated_modules_share_the_helpers():
+    """The numba helpers (``cpu_helpers.py``) are defined once per process, not in each module:
+    numba's dispatchers are never freed, so a copy per compiled graph would stay for good."""
+    from tracekit.backends import cpu_helpers
+
+    x = np.array([1.0, np.nan, -2.0, 3.0])
+    with quiet():
+        c1 = tk.compile(tk.trace(lambda a: np.maximum(a, 0.5) * 3.0, x), progress=False)
+        c2 = tk.compile(tk.trace(lambda a: np.maximum(a - 1.0, a * 0.25), x), progress=False)
+    m1, m2 = c1.program.module, c2.program.module
+    assert m1 is not m2
+    assert m1._maximum is m2._maximum is cpu_helpers._maximum
+    # only the helpers a module calls are imported; the source says where they come from
+    assert "from tracekit.backends.cpu_helpers import _maximum  #" in c1.source
+    assert not hasattr(m1, "_cdiv") and "def _maximum" not in c1.source
+    np.testing.assert_array_equal(c1(x), np.maximum(x, 0.5) * 3.0)
+    np.testing.assert_array_equal(c2(x), np.maximum(x - 1.0, x * 0.25))
