@@ -9,6 +9,7 @@ corrupt, truncated or unwritable falls back to compiling in memory, with one war
 
 from __future__ import annotations
 
+import functools
 import glob
 import hashlib
 import importlib.util
@@ -33,6 +34,21 @@ def cache_dir() -> str:
     )
 
 
+# Code the generated kernels call into (inlined into numba's cached machine code), so an edit to
+# it must not reuse machine code cached before the edit, even without a version bump
+_CALLED_CODE = ("fastmath.py", "cpu_helpers.py", "scalar.py", "emit_cuda.py")
+
+
+@functools.lru_cache(maxsize=1)
+def _called_code_digest() -> str:
+    h = hashlib.sha256()
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in _CALLED_CODE:
+        with open(os.path.join(here, name), "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()[:16]
+
+
 def environment_key() -> str:
     import llvmlite.binding as llvm
     import numba
@@ -41,7 +57,10 @@ def environment_key() -> str:
     from .. import __version__
 
     cpu = llvm.get_host_cpu_name()
-    return f"tracekit {__version__} numba {numba.__version__} numpy {numpy.__version__} cpu {cpu}"
+    return (
+        f"tracekit {__version__} ({_called_code_digest()}) numba {numba.__version__} "
+        f"numpy {numpy.__version__} cpu {cpu}"
+    )
 
 
 def module_key(source: str) -> str:
