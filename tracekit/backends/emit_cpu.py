@@ -228,12 +228,14 @@ class KernelSource:
             reds = [r for r in self.reduces if phase.get(r.inputs[0], 0) == p]
             for r in reds:
                 self._acc_init(r, depth)
-            inner = self._loops(L.red[:-1], depth, False)
-            last = L.red[-1]
-            j, n = L.names[last], L.sizes[last]
-            inner = self._blocks(reds, j, "0", str(n), inner)
-            self._pass_body(p, phase, scratch, reds, inner)
-            self._fold_blocks(reds, inner - 1)
+            if L.red:
+                inner = self._loops(L.red[:-1], depth, False)
+                last = L.red[-1]
+                inner = self._blocks(reds, L.names[last], "0", str(L.sizes[last]), inner)
+                self._pass_body(p, phase, scratch, reds, inner)
+                self._fold_blocks(reds, inner - 1)
+            else:  # reduced dims of size 1, collapsed away: one element per row
+                self._pass_body(p, phase, scratch, reds, depth)
             for r in reds:
                 self._acc_final(r, depth)
             self._row_nodes(phase, p + 1, depth)
