@@ -446,3 +446,24 @@ def test_float32_sums_in_blocks_are_as_accurate_as_numpys():
         assert np.isnan(rows[1]) and np.isnan(maxes[1]), n
         assert rows[2] == np.inf and maxes[2] == np.inf, n
         np.testing.assert_array_equal(maxes[0], x[0].max())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int16", "bool"])
+def test_reductions_over_axes_of_size_one(dtype):
+    """Reduced axes of size 1 collapse away: a row group with nothing left to loop over."""
+    x = np.random.default_rng(3).standard_normal((1, 6, 1)) > 0 if dtype == "bool" else None
+    if x is None:
+        x = (np.random.default_rng(3).standard_normal((1, 6, 1)) * 10).astype(dtype)
+
+    def fn(x):
+        return (
+            x.sum(axis=0),
+            x.max(axis=(0, 2), keepdims=True),
+            np.var(x, axis=-1),
+            x.argmin(axis=0),
+            x.mean(axis=2) * 2,
+        )
+
+    c, t = compiled(fn, x)
+    got, want, _, _ = both(c, t, x)
+    assert_matches(got, want, None)
