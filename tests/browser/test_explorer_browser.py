@@ -111,28 +111,34 @@ def expect_selected(page, sid):
     )
 
 
+def _open_explorer(page, server, path, timeout=45_000):
+    """Open the notebook at ``path``, run its first two cells (the trace, the widget) and
+    return the widget's locator; on failure, say what the browser and the server said."""
+    page.set_default_timeout(timeout)
+    page.goto(f"{server.url}/{path}?token={server.token}")
+    try:
+        page.wait_for_function(JS_APP_READY, timeout=timeout)
+        page.evaluate(JS_RUN_CELL, 0)
+        page.evaluate(JS_RUN_CELL, 1)
+        page.wait_for_selector(".tk-explorer .tk-svg g.node", timeout=timeout)
+    except Exception as e:
+        errors = "\n".join(page.errors[-20:])
+        pytest.fail(
+            f"the explorer did not appear: {e}\n--- browser errors:\n{errors}\n"
+            f"--- server log:\n{server.log_tail()}"
+        )
+    ex = page.locator(".tk-explorer").first
+    ex.scroll_into_view_if_needed()
+    return ex
+
+
 def test_explorer_in_jupyterlab(page, lab, tmp_path):  # page first: skips before starting a server
     t = _local_trace()
     clicked = t.graph.nodes[-1]  # the softmax's divide
     hovered = t.graph.nodes[0]  # the first matmul
     lab.write_notebook("explorer.ipynb", [MODEL, SHOW, CHECK, 'w.select("sum")'])
-
-    def fail(msg):
-        errors = "\n".join(page.errors[-20:])
-        pytest.fail(f"{msg}\n--- browser errors:\n{errors}\n--- jupyterlab log:\n{lab.log_tail()}")
-
-    page.set_default_timeout(45_000)
     # /doc: JupyterLab's single-document mode (no side panels: the widget gets the width)
-    page.goto(f"{lab.url}/doc/tree/explorer.ipynb?token={lab.token}")
-    try:
-        page.wait_for_function(JS_APP_READY, timeout=45_000)
-        page.evaluate(JS_RUN_CELL, 0)
-        page.evaluate(JS_RUN_CELL, 1)
-        page.wait_for_selector(".tk-explorer .tk-svg g.node", timeout=45_000)
-    except Exception as e:  # say what the server and the browser said
-        fail(f"the explorer did not appear: {e}")
-    ex = page.locator(".tk-explorer").first
-    ex.scroll_into_view_if_needed()
+    ex = _open_explorer(page, lab, "doc/tree/explorer.ipynb")
 
     # ---- click a node: the details panel names it, and Python computed its value
     node_id = f"node-{clicked.outputs[0].name}"
@@ -313,20 +319,7 @@ def test_explorer_in_notebook7(page, notebook7):
     t = _local_trace()
     clicked = t.graph.nodes[-1]
     notebook7.write_notebook("explorer.ipynb", [MODEL, SHOW, CHECK, 'w.select("sum")'])
-    page.set_default_timeout(45_000)
-    page.goto(f"{notebook7.url}/notebooks/explorer.ipynb?token={notebook7.token}")
-    try:
-        page.wait_for_function(JS_APP_READY, timeout=45_000)
-        page.evaluate(JS_RUN_CELL, 0)
-        page.evaluate(JS_RUN_CELL, 1)
-        page.wait_for_selector(".tk-explorer .tk-svg g.node", timeout=45_000)
-    except Exception as e:
-        errors = "\n".join(page.errors[-20:])
-        pytest.fail(
-            f"the explorer did not appear in Notebook 7: {e}\n{errors}\n{notebook7.log_tail()}"
-        )
-    ex = page.locator(".tk-explorer").first
-    ex.scroll_into_view_if_needed()
+    ex = _open_explorer(page, notebook7, "notebooks/explorer.ipynb")
     page.wait_for_function(JS_INSIDE)  # fitted: the whole drawing inside its pane
 
     node_id = f"node-{clicked.outputs[0].name}"
@@ -379,14 +372,7 @@ def test_explorer_with_2000_nodes_stays_usable(page, notebook7):
     clicked node and shows its details, and Python sees the selection (each step within the
     usual timeouts; the times are printed, not asserted)."""
     notebook7.write_notebook("big.ipynb", [BIG, SHOW, CHECK, "w.view"])
-    page.set_default_timeout(90_000)
-    page.goto(f"{notebook7.url}/notebooks/big.ipynb?token={notebook7.token}")
-    page.wait_for_function(JS_APP_READY, timeout=60_000)
-    page.evaluate(JS_RUN_CELL, 0)
-    page.evaluate(JS_RUN_CELL, 1)
-    page.wait_for_selector(".tk-explorer .tk-svg g.node", timeout=120_000)
-    ex = page.locator(".tk-explorer").first
-    ex.scroll_into_view_if_needed()
+    ex = _open_explorer(page, notebook7, "notebooks/big.ipynb", timeout=120_000)
     assert ex.locator(".tk-svg g.node").count() >= 2000
     stage = ex.locator(".tk-stage").first
     box = stage.bounding_box()
