@@ -13,6 +13,7 @@ import pytest
 from core_helpers import assert_same, check_trace, random_values
 
 import tracekit as tk
+from tracekit import tracer
 
 rng = np.random.default_rng(0)
 HERE = os.path.basename(__file__)
@@ -976,3 +977,41 @@ def test_method_scopes_and_decorated_methods():
     net.blocks[1].w = randn(3, 3)
     x = randn(2, 3)
     assert_same(t(x), net(x))
+
+
+def test_reshape_views_and_copies_follow_the_traced_layout():
+    """NumPy's reshape is a view of a contiguous array and a copy of a strided one: a write
+    through another view of the input reaches the first and not the second. The trace makes
+    the choice NumPy makes for the layout it was traced with."""
+
+    def fn(x):
+        flat = x.reshape(-1)  # a view or a copy, by layout
+        x.T[...] = np.fmin(x.T, -1.5)  # write into the input through a view
+        return flat * 1
+
+    def run(layout):
+        base = np.arange(35.0).reshape(5, 7) - 10
+        strided = lambda: base.copy()[:, 1::2]  # noqa: E731  (rows 56 bytes apart: no flat view)
+        make = (lambda: base[:, 1::2].copy()) if layout == "c" else strided
+        t = tk.trace(fn, make())
+        want = fn(make())
+        got = t(make())
+        return got, want
+
+    for layout in ("c", "nc"):
+        got, want = run(layout)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_same_layout_copy(monkeypatch):
+    from tracekit.tracer import same_layout_copy
+
+    x = np.arange(60.0).reshape(6, 10)
+    for view in (x[:, ::3], x[::-2, 1:], x.T, x[2]):
+        c = same_layout_copy(view)
+        assert c.strides == view.strides and not np.shares_memory(c, view)
+        np.testing.assert_array_equal(c, view)
+    column = np.zeros((40, 100))[:, 0]  # spans 100x its own size
+    monkeypatch.setattr(tracer, "LAYOUT_COPY_LIMIT", 0)
+    c = same_layout_copy(column)
+    assert c.flags.c_contiguous and not np.shares_memory(c, column)

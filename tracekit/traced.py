@@ -52,7 +52,7 @@ def trace(fn, *example_args, strict: bool = False, keep_values: bool = False, na
                     "float and complex arrays"
                 )
             _check_plain(leaf, f"argument {nm!r}")
-            value = np.array(leaf, copy=True)
+            value = T.same_layout_copy(leaf)
         else:
             value = leaf
         args.append(ctx.add_input(value, "arg", nm, name=nm, weak=weak))

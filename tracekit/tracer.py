@@ -282,7 +282,7 @@ class TraceContext:
             kind = "capture"
         else:
             label, getter, kind = "const", None, "const"
-        t = self.add_input(np.array(arr, copy=True), kind, label, getter)
+        t = self.add_input(same_layout_copy(arr), kind, label, getter)
         self.by_id[id(arr)] = t
         self.keepalive.append(arr)
         return t
@@ -347,6 +347,28 @@ def _dtype_of(v) -> np.dtype:
     if isinstance(v, complex):
         return np.dtype(np.complex128)
     return np.asarray(v).dtype
+
+
+LAYOUT_COPY_LIMIT = 1 << 26  # bytes a strided input's copy may span (see same_layout_copy)
+
+
+def same_layout_copy(arr: np.ndarray) -> np.ndarray:
+    """A copy of ``arr`` with its strides, so that NumPy makes the same view-or-copy choices on
+    it while tracing (``x[:, ::2].reshape(-1)`` copies, the same values made contiguous would
+    give a view, and a later write through an alias would then reach it). A strided array
+    whose copy would span more than ``LAYOUT_COPY_LIMIT`` bytes (and 16x its own size) is
+    copied compactly instead: its reshapes are traced as for a contiguous array."""
+    copy = np.array(arr, copy=True)
+    if arr.ndim == 0 or arr.size == 0 or arr.flags.c_contiguous:
+        return copy
+    lo = sum((n - 1) * s for n, s in zip(arr.shape, arr.strides) if s < 0)
+    hi = sum((n - 1) * s for n, s in zip(arr.shape, arr.strides) if s > 0) + arr.itemsize
+    if hi - lo > max(16 * arr.nbytes, LAYOUT_COPY_LIMIT):
+        return copy
+    base = np.empty(hi - lo, np.uint8)
+    out = np.ndarray(arr.shape, arr.dtype, buffer=base, offset=-lo, strides=arr.strides)
+    out[...] = copy
+    return out
 
 
 def _shares(a, b) -> bool:
