@@ -361,6 +361,8 @@ def same_layout_copy(arr: np.ndarray) -> np.ndarray:
     copy = np.array(arr, copy=True)
     if arr.ndim == 0 or arr.size == 0 or arr.flags.c_contiguous:
         return copy
+    if any(s == 0 and n > 1 for n, s in zip(arr.shape, arr.strides)):
+        return copy  # a broadcast: its elements share memory, which the copy must not
     lo = sum((n - 1) * s for n, s in zip(arr.shape, arr.strides) if s < 0)
     hi = sum((n - 1) * s for n, s in zip(arr.shape, arr.strides) if s > 0) + arr.itemsize
     if hi - lo > max(16 * arr.nbytes, LAYOUT_COPY_LIMIT):
