@@ -334,6 +334,11 @@ def copy_inputs(xs):
     ]
 
 
+def _beyond_f64(r) -> bool:
+    a = np.asarray(r)
+    return a.size > 0 and bool(np.any(np.abs(a.astype(np.float64)) >= 2.0**53))
+
+
 def _layout_of(x):
     if x.ndim == 0 or x.flags.c_contiguous:
         return "c"
@@ -576,6 +581,10 @@ class _Gen:
             return None
         nd = np.ndim(regs[a])
         axis = self._axes(nd)
+        if fn in ("mean", "var", "std") and _kind(regs[a]) in "iu" and _beyond_f64(regs[a]):
+            # integers past 2**53 in a float sum cancel by the order of summation (the tolerance
+            # follows the result, not the inputs): NumPy's pairwise order is not the only right one
+            fn = "max"
         st = {
             "k": "reduce",
             "fn": fn,
