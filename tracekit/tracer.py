@@ -25,6 +25,7 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.lib.array_utils import byte_bounds
 
 from . import ops as _ops
 from .errors import TraceError, TracerWarning, UnsupportedOperation
@@ -358,18 +359,17 @@ def same_layout_copy(arr: np.ndarray) -> np.ndarray:
     give a view, and a later write through an alias would then reach it). A strided array
     whose copy would span more than ``LAYOUT_COPY_LIMIT`` bytes (and 16x its own size) is
     copied compactly instead: its reshapes are traced as for a contiguous array."""
-    copy = np.array(arr, copy=True)
     if arr.ndim == 0 or arr.size == 0 or arr.flags.c_contiguous:
-        return copy
+        return np.array(arr, copy=True)
     if any(s == 0 and n > 1 for n, s in zip(arr.shape, arr.strides)):
-        return copy  # a broadcast: its elements share memory, which the copy must not
-    lo = sum((n - 1) * s for n, s in zip(arr.shape, arr.strides) if s < 0)
-    hi = sum((n - 1) * s for n, s in zip(arr.shape, arr.strides) if s > 0) + arr.itemsize
+        return np.array(arr, copy=True)  # a broadcast: its elements share memory; a copy not
+    lo, hi = byte_bounds(arr)
     if hi - lo > max(16 * arr.nbytes, LAYOUT_COPY_LIMIT):
-        return copy
+        return np.array(arr, copy=True)
     base = np.empty(hi - lo, np.uint8)
-    out = np.ndarray(arr.shape, arr.dtype, buffer=base, offset=-lo, strides=arr.strides)
-    out[...] = copy
+    offset = arr.ctypes.data - lo
+    out = np.ndarray(arr.shape, arr.dtype, buffer=base, offset=offset, strides=arr.strides)
+    out[...] = arr
     return out
 
 
