@@ -467,3 +467,14 @@ def test_reductions_over_axes_of_size_one(dtype):
     c, t = compiled(fn, x)
     got, want, _, _ = both(c, t, x)
     assert_matches(got, want, None)
+
+
+def test_int64_scans_wrap_as_numpy():
+    """Scans accumulate as their reductions do: int64 overflow wraps (no undefined signed
+    overflow in the kernel)."""
+    x = np.array([[2**62, 2**62, 2**62, 5], [-(2**63), -1, 3, 2**40]], np.int64)
+    c, t = compiled(lambda x: (np.cumsum(x, axis=1), np.cumprod(x, axis=1), x.cumsum()), x)
+    got, want, _, _ = both(c, t, x)
+    assert_matches(got, want, None)
+    with quiet():
+        np.testing.assert_array_equal(got[0], np.cumsum(x, axis=1))

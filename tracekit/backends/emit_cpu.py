@@ -176,10 +176,8 @@ class KernelSource:
         self.emit(f"{acc} = {_init(node.op, out.dtype)}", depth)
         inner = self._loops(self.layout.red, depth, False)
         v = S.cast(self.read(x), x.dtype, out.dtype)
-        op = "+" if node.op == "cumsum" else "*"
-        if out.dtype.kind == "b":
-            op = "|" if node.op == "cumsum" else "&"
-        self.emit(f"{acc} = {S.typed(f'{acc} {op} {v}', out.dtype)}", inner)
+        step = S.accumulate(S.SCAN_STEPS[node.op], acc, v, out.dtype)
+        self.emit(f"{acc} = {S.typed(step, out.dtype)}", inner)
         self.local[out] = acc
         self.store(out, inner)
 

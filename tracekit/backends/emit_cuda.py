@@ -914,16 +914,13 @@ class CudaKernelSource(KernelSource):
         (node,) = self.group.nodes
         L, P, p = self.layout, self.profile, self.p
         x, out = node.inputs[0], node.out
-        rows = int(np.prod([L.sizes[c] for c in L.kept], dtype=np.int64)) if L.kept else 1
+        rows = self._rows_count()
         n = L.red_total
         bs = P.row_threads(n)
-        op = "+" if node.op == "cumsum" else "*"
-        if out.dtype.kind == "b":
-            op = "|" if node.op == "cumsum" else "&"
         init = _init(node.op, out.dtype)
 
         def comb(a, b):
-            return typed(f"{a} {op} {b}", out.dtype)
+            return typed(S.accumulate(S.SCAN_STEPS[node.op], a, b, out.dtype), out.dtype)
 
         self.begin(self.group.name, f"one block of {bs} per row, tiled Hillis-Steele scan")
         self.emit(f"{p}sh = cuda.shared.array({bs}, {nb_type(out.dtype)})", 1)
@@ -985,9 +982,6 @@ class CudaKernelSource(KernelSource):
         L, P, p = self.layout, self.profile, self.p
         x, out = node.inputs[0], node.out
         rows = self._rows_count()
-        op = "+" if node.op == "cumsum" else "*"
-        if out.dtype.kind == "b":
-            op = "|" if node.op == "cumsum" else "&"
         self.begin(self.group.name, "one thread per row, in order")
         self.emit(f"{p}row = cuda.grid(1)", 1)
         self.emit(f"{p}step = cuda.gridsize(1)", 1)
@@ -997,7 +991,8 @@ class CudaKernelSource(KernelSource):
         self.emit(f"for {p}j in range({L.red_total}):", 2)
         self._unravel(f"{p}j", L.red, 3)
         v = typed(S.cast(self.read(x), x.dtype, out.dtype), out.dtype)
-        self.emit(f"{p}acc = {v} if {p}j == 0 else {typed(f'{p}acc {op} {v}', out.dtype)}", 3)
+        step = typed(S.accumulate(S.SCAN_STEPS[node.op], f"{p}acc", v, out.dtype), out.dtype)
+        self.emit(f"{p}acc = {v} if {p}j == 0 else {step}", 3)
         self.local[out] = f"{p}acc"
         self.store(out, 3)
         self.emit(f"{p}row += {p}step", 2)

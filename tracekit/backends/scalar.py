@@ -542,6 +542,9 @@ _STEPS = {
 }
 
 
+SCAN_STEPS = {"cumsum": "sum", "cumprod": "prod"}  # a scan accumulates as its reduction
+
+
 def accumulate(op: str, a: str, v: str, acc, vectorise: bool = False) -> str:
     """One reduction step, ``a <op> v``, with ``v`` already in the accumulator dtype ``acc``.
 
