@@ -231,7 +231,7 @@ class KernelSource:
                 last = L.red[-1]
                 inner = self._blocks(reds, L.names[last], "0", str(L.sizes[last]), inner)
                 self._pass_body(p, phase, scratch, reds, inner)
-                self._fold_blocks(reds, inner - 1)
+                self._fold_blocks(inner - 1)
             else:  # reduced dims of size 1, collapsed away: one element per row
                 self._pass_body(p, phase, scratch, reds, depth)
             for r in reds:
@@ -254,7 +254,7 @@ class KernelSource:
         self.emit(f"for {j} in range({jb}, min({jb} + {BLOCK}, {hi})):", depth + 1)
         return depth + 2
 
-    def _fold_blocks(self, reds, depth):
+    def _fold_blocks(self, depth):
         for r in self.blocked:
             a = f"{self.p}r_{r.out.ident}"
             acc = acc_dtype(r.op, r.out.dtype)
@@ -303,7 +303,7 @@ class KernelSource:
             for stmt in L.unravel_red(f):
                 self.emit(stmt, inner)
             self._pass_body(p, phase, scratch, reds, inner, flat=f)
-            self._fold_blocks(reds, inner - 1)
+            self._fold_blocks(inner - 1)
             for r in reds:
                 a = f"{self.p}r_{r.out.ident}"
                 self.emit(f"{a}_p[{ch}] = {a}", 2)

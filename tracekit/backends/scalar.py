@@ -235,33 +235,26 @@ def _make_kernel_intrinsics() -> dict:
     from numba.core import types
     from numba.extending import intrinsic
 
-    def arith(kind):
+    def float_pair(emit):
+        """An intrinsic of two floats of one type: ``emit(builder, args)`` gives the value."""
+
         def typer(typingctx, a, b):
             if isinstance(a, types.Float) and a == b:
-
-                def codegen(context, builder, sig, args):
-                    return getattr(builder, kind)(args[0], args[1], flags=("reassoc",))
-
-                return a(a, b), codegen
+                return a(a, b), lambda context, builder, sig, args: emit(builder, args)
             return None
 
         return intrinsic(typer)
+
+    def arith(kind):
+        return float_pair(lambda b, args: getattr(b, kind)(*args, flags=("reassoc",)))
 
     def extremum(name):
-        def typer(typingctx, a, b):
-            if isinstance(a, types.Float) and a == b:
+        def emit(builder, args):
+            lty = args[0].type
+            fn = builder.module.declare_intrinsic(name, [lty], ir.FunctionType(lty, [lty, lty]))
+            return builder.call(fn, args)
 
-                def codegen(context, builder, sig, args):
-                    lty = args[0].type
-                    fn = builder.module.declare_intrinsic(
-                        name, [lty], ir.FunctionType(lty, [lty, lty])
-                    )
-                    return builder.call(fn, args)
-
-                return a(a, b), codegen
-            return None
-
-        return intrinsic(typer)
+        return float_pair(emit)
 
     @intrinsic
     def wide_vectors(typingctx):
