@@ -9,7 +9,6 @@ NumPy for matmuls, and calls the segments.
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import re
 import sys
@@ -148,27 +147,23 @@ _INTRINSICS = frozenset(S.KERNEL_INTRINSICS) | {"_fma"}
 
 
 @functools.cache
-def _helpers() -> tuple:
-    """The names ``cpu_helpers.py`` defines, and a digest of its text. The file is read, not
-    imported (importing it imports numba)."""
+def _helpers() -> frozenset:
+    """The names ``cpu_helpers.py`` defines. The file is read, not imported (importing it
+    imports numba)."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_helpers.py")
     with open(path, encoding="utf-8") as f:
-        text = f.read()
-    names = frozenset(re.findall(r"^def (_\w+)\(", text, re.MULTILINE))
-    return names, hashlib.sha256(text.encode()).hexdigest()[:16]
+        return frozenset(re.findall(r"^def (_\w+)\(", f.read(), re.MULTILINE))
 
 
 def _helper_imports(source: str) -> str:
     """Imports of the helpers and intrinsics ``source`` calls. The helpers are defined once per
-    process (numba's dispatchers are never freed, so a copy per module would stay for good); the
-    digest of their file in the import line makes the module's cache key (and so numba's
-    machine code cached for it, which has them inlined) follow changes to them."""
+    process (numba's dispatchers are never freed, so a copy per module would stay for good).
+    An edit to them changes every module's cache key (``cache.environment_key``)."""
     called = set(re.findall(r"\b(_\w+)\(", source))
-    helpers, digest = _helpers()
     lines = []
-    if called & helpers:
-        names = ", ".join(sorted(called & helpers))
-        lines.append(f"from tracekit.backends.cpu_helpers import {names}  # version {digest}")
+    if called & _helpers():
+        names = ", ".join(sorted(called & _helpers()))
+        lines.append(f"from tracekit.backends.cpu_helpers import {names}")
     if called & _INTRINSICS:
         names = ", ".join(sorted(called & _INTRINSICS))
         lines.append(f"from tracekit.backends.scalar import {names}")
