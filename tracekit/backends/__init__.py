@@ -24,6 +24,28 @@ TARGETS = ("cpu", "cuda")
 MATH = ("fast", "libm")
 
 
+def is_device_array(x) -> bool:
+    """An array in GPU memory (``__cuda_array_interface__``: numba, CuPy, torch; or a CUDA
+    simulator array), which the cuda target uses in place."""
+    if isinstance(x, np.ndarray | np.generic):
+        return False
+    return hasattr(x, "__cuda_array_interface__") or bool(getattr(x, "__cuda_ndarray__", False))
+
+
+def device_array_types(args) -> tuple:
+    """The types of the device arrays anywhere in ``args`` (extra pytree leaf types)."""
+    found, todo = set(), list(args)
+    while todo:
+        x = todo.pop()
+        if isinstance(x, tuple | list):
+            todo.extend(x)
+        elif isinstance(x, dict):
+            todo.extend(x.values())
+        elif is_device_array(x):
+            found.add(type(x))
+    return tuple(found)
+
+
 @dataclass
 class Kernel:
     """One fused kernel: its name, kind, the graph nodes it covers, and its source."""

@@ -35,7 +35,7 @@ from ..ir import Var
 from ..ops import OPS
 from ..pyop import check_results
 from ..traced import check_guards, check_value
-from . import cache
+from . import cache, device_array_types, is_device_array
 from .emit_cuda import (
     HELPERS,
     Arg,
@@ -470,12 +470,6 @@ def _dshape(v: Var) -> tuple:
     return tuple(v.shape) if v.shape else (1,)
 
 
-def is_device_array(x) -> bool:
-    """An object the CUDA target uses in place: ``__cuda_array_interface__`` or a simulator
-    device array."""
-    return hasattr(x, "__cuda_array_interface__") or bool(getattr(x, "__cuda_ndarray__", False))
-
-
 def _kind(x) -> str:
     mod = type(x).__module__.split(".")[0]
     return mod if mod in ("cupy", "torch") else "numba"
@@ -686,7 +680,7 @@ class CudaRunner:
     def _flatten(self, traced, args):
         """Like ``Traced.flatten_args``, with device arrays as leaves (converted to numba)."""
         kinds = []
-        extra = tuple({type(x) for x in _walk_objects(args) if is_device_array(x)})
+        extra = device_array_types(args)
         leaves, tree = pytree.flatten(list(args), extra_types=extra)
         diff = pytree.describe_difference(traced.in_tree, tree)
         if diff:
@@ -1081,17 +1075,6 @@ def _unpad(d, var: Var):
         return d.reshape(())
     except Exception:
         return d
-
-
-def _walk_objects(x):
-    if isinstance(x, tuple | list):
-        for e in x:
-            yield from _walk_objects(e)
-    elif isinstance(x, dict):
-        for e in x.values():
-            yield from _walk_objects(e)
-    else:
-        yield x
 
 
 def _normalise_out(out, n, results=None):

@@ -20,23 +20,15 @@ import numpy as np
 from .. import pytree
 from ..errors import GuardError, TracerWarning
 from ..traced import trace
+from . import device_array_types, is_device_array
 
 MAX_SIGNATURES = 64
-
-
-def is_device_leaf(x) -> bool:
-    """A device array (``__cuda_array_interface__``: numba, CuPy, torch; or a simulator array):
-    a leaf whose signature comes from its array interface, never from a host copy. The same test
-    as ``cuda.is_device_array``, without importing the cuda target (and numba)."""
-    if isinstance(x, np.ndarray | np.generic):
-        return False
-    return hasattr(x, "__cuda_array_interface__") or bool(getattr(x, "__cuda_ndarray__", False))
 
 
 def _leaf_sig(x):
     if isinstance(x, float | complex):
         return ("weak", type(x).__name__)
-    if type(x) is not np.ndarray and is_device_leaf(x):
+    if type(x) is not np.ndarray and is_device_array(x):
         cai = getattr(x, "__cuda_array_interface__", None)
         if cai is not None:
             return (tuple(cai["shape"]), np.dtype(cai["typestr"]).str)
@@ -45,23 +37,9 @@ def _leaf_sig(x):
     return (a.shape, a.dtype.str)
 
 
-def _device_types(args) -> tuple:
-    """The types of the device arrays anywhere in ``args`` (pytree leaves for this call)."""
-    found, todo = set(), list(args)
-    while todo:
-        x = todo.pop()
-        if isinstance(x, tuple | list):
-            todo.extend(x)
-        elif isinstance(x, dict):
-            todo.extend(x.values())
-        elif is_device_leaf(x):
-            found.add(type(x))
-    return tuple(found)
-
-
 def _to_host(x):
     """A host copy of a device array, for tracing only (the call itself gets the device array)."""
-    if not is_device_leaf(x):
+    if not is_device_array(x):
         return x
     if hasattr(x, "copy_to_host"):  # numba device arrays, the simulator's included
         return np.asarray(x.copy_to_host())
@@ -72,11 +50,22 @@ def _to_host(x):
 
 def host_args(args):
     """``args`` with every device array replaced by a host copy; ``args`` itself when none."""
-    extra = _device_types(args)
+    extra = device_array_types(args)
     if not extra:
         return args
     leaves, tree = pytree.flatten(list(args), extra_types=extra)
     return tuple(pytree.unflatten(tree, [_to_host(x) for x in leaves]))
+
+
+def _plain_key(args):
+    """The quick signature of a call whose arguments are all NumPy arrays: (shape, dtype) of
+    each, no pytree flattening; None for any other call."""
+    key = []
+    for a in args:
+        if type(a) is not np.ndarray:
+            return None
+        key.append((a.shape, a.dtype))
+    return tuple(key)
 
 
 def _static_key(tree):
@@ -88,7 +77,7 @@ def _static_key(tree):
 
 
 def signature(args):
-    leaves, tree = pytree.flatten(list(args), extra_types=_device_types(args))
+    leaves, tree = pytree.flatten(list(args), extra_types=device_array_types(args))
     return _static_key(tree), tuple(_leaf_sig(x) for x in leaves)
 
 
@@ -167,7 +156,7 @@ class JitFunction:
         except ValueError:  # no signature (a builtin): let the call itself complain
             return args, kwargs
         for k, v in ba.kwargs.items():
-            if isinstance(v, np.ndarray | np.generic | list | tuple | dict) or is_device_leaf(v):
+            if isinstance(v, np.ndarray | np.generic | list | tuple | dict) or is_device_array(v):
                 raise TypeError(
                     f"tk.jit: keyword-only argument {k!r} holds arrays; tk.jit traces positional "
                     "arguments only (keyword-only ones are static)"
@@ -175,15 +164,9 @@ class JitFunction:
         return tuple(ba.args), dict(ba.kwargs)
 
     def __call__(self, *args, **kwargs):
-        if not kwargs:
-            key = []
-            for a in args:
-                if type(a) is not np.ndarray:
-                    entry = None
-                    break
-                key.append((a.shape, a.dtype))
-            else:
-                entry = self._plain.get(tuple(key))
+        key = None if kwargs else _plain_key(args)
+        if key is not None:
+            entry = self._plain.get(key)
             if entry is not None:
                 try:
                     result = entry(*args)
@@ -230,12 +213,12 @@ class JitFunction:
             self._cache[sig] = c
             while len(self._cache) > MAX_SIGNATURES:
                 self._cache.popitem(last=False)
-            plain = not kw and all(type(a) is np.ndarray for a in args) and not c.capture_sig
             self._plain = {  # a new dict: a concurrent reader sees the old or the new one
                 k: e for k, e in self._plain.items() if e.signature in self._cache
             }
-            if plain:
-                self._plain[tuple([(a.shape, a.dtype) for a in args])] = c
+            key = None if kw else _plain_key(args)
+            if key is not None and not c.capture_sig:
+                self._plain[key] = c
         return c
 
     def explain(self) -> Explanation:
