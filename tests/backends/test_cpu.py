@@ -15,12 +15,11 @@ case`` fails when an op is added to ``OPS`` without a case here.
 from __future__ import annotations
 
 import re
-import warnings
 import zlib
 
 import numpy as np
 import pytest
-from core_helpers import DTYPES, random_values, with_layout
+from core_helpers import DTYPES, quiet, random_values, with_layout
 
 import tracekit as tk
 from tracekit.backends import emit_cpu
@@ -111,19 +110,6 @@ def assert_matches(got, want, op=None, math="fast", where="result"):
         raise AssertionError(
             f"{where}: {int(np.sum(bad))} of {w.size} differ (index, got, expected): {pairs}"
         )
-
-
-class quiet:
-    def __enter__(self):
-        self.err = np.errstate(all="ignore")
-        self.err.__enter__()
-        self.w = warnings.catch_warnings()
-        self.w.__enter__()
-        warnings.simplefilter("ignore")
-
-    def __exit__(self, *exc):
-        self.w.__exit__(*exc)
-        self.err.__exit__(*exc)
 
 
 def compiled(fn, *args, math="fast"):

@@ -27,11 +27,13 @@ import os
 import sys
 import time
 import traceback
-import warnings
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))  # tests/: the helpers the test suite shares
+from core_helpers import bits_equal, quiet  # noqa: E402
+
 REGRESSIONS = os.path.join(HERE, "regressions")
 
 DTYPES = (
@@ -358,7 +360,7 @@ class _Gen:
     # -- registers
     def regs(self):
         xs = make_inputs(self.prog)
-        with _quiet():
+        with quiet():
             for st in self.prog["steps"]:
                 run_step(xs, st)
         return xs
@@ -407,7 +409,7 @@ class _Gen:
         n = len(regs)
         before = [_snapshot(r) for r in regs]
         try:
-            with _quiet():
+            with quiet():
                 run_step(regs, st)
         except Exception:
             return False
@@ -801,7 +803,7 @@ class _Gen:
         a = self.choice(writable)
         idx = self._random_index(regs[a])
         try:
-            with _quiet():
+            with quiet():
                 target = regs[a][_index(regs, idx)]
         except Exception:
             return None
@@ -968,39 +970,11 @@ def _snapshot(r):
 
 def _same_snapshot(r, snap):
     if isinstance(r, np.ndarray):
-        return isinstance(snap[0], np.ndarray) and _bits_equal(r, snap[0])
-    return r is snap[0] or _bits_equal(np.asarray(r), np.asarray(snap[0]))
-
-
-class _quiet:
-    def __enter__(self):
-        self.err = np.errstate(all="ignore")
-        self.err.__enter__()
-        self.w = warnings.catch_warnings()
-        self.w.__enter__()
-        warnings.simplefilter("ignore")
-
-    def __exit__(self, *exc):
-        self.w.__exit__(*exc)
-        self.err.__exit__(*exc)
+        return isinstance(snap[0], np.ndarray) and bits_equal(r, snap[0])
+    return r is snap[0] or bits_equal(np.asarray(r), np.asarray(snap[0]))
 
 
 # ---------------------------------------------------------------------- comparing results
-def _bits_equal(a, b) -> bool:
-    a, b = np.asarray(a), np.asarray(b)
-    if a.dtype != b.dtype or a.shape != b.shape:
-        return False
-    if a.dtype.kind == "c":
-        return _bits_equal(a.real, b.real) and _bits_equal(a.imag, b.imag)
-    if a.dtype.kind == "f":
-        nan = np.isnan(a)
-        if not np.array_equal(nan, np.isnan(b)):
-            return False
-        ia, ib = a.view(f"u{a.dtype.itemsize}"), b.view(f"u{b.dtype.itemsize}")
-        return bool(np.all((ia == ib) | nan))
-    return bool(np.array_equal(a, b))
-
-
 def _close(a, b, rtol) -> bool:
     """Equal NaN/inf positions, finite values within ``rtol`` of the array's scale."""
     if a.dtype.kind == "c":
@@ -1034,7 +1008,7 @@ def same_value(got, want, approx, any_zero=False, loose=False) -> str | None:
         return f"dtype {g.dtype}, expected {w.dtype}"
     if g.shape != w.shape:
         return f"shape {g.shape}, expected {w.shape}"
-    if _bits_equal(g, w):
+    if bits_equal(g, w):
         return None
     if approx and w.dtype.kind in "fc":
         rtol = 2e-3 if loose or w.dtype in (np.float32, np.complex64) else 1e-7
@@ -1102,7 +1076,7 @@ def check(prog, checks=CHECKS, compiled_cache=None):
         xs = make_inputs(prog, which)
         ys = copy_inputs(xs)
         try:
-            with _quiet():
+            with quiet():
                 want = execute(prog, *ys)
         except Exception as e:
             if which == 0:
@@ -1111,47 +1085,44 @@ def check(prog, checks=CHECKS, compiled_cache=None):
         draws.append((xs, list(want), ys))
     example = make_inputs(prog, 0)
     try:
-        with _quiet():
+        with quiet():
             t = tk.trace(fn, *copy_inputs(example))
     except Exception as e:
         raise Failure("trace", f"tk.trace raised {type(e).__name__}: {e}") from e
     stats["ops"] |= {n.op for n in t.graph.nodes}
     stats["nodes"] = len(t.graph.nodes)
     if "interp" in checks:
-        for xs, want, ys in draws:
-            zs = copy_inputs(xs)
-            try:
-                with _quiet():
-                    got = t(*zs)
-            except Exception as e:
-                raise Failure("interp", f"Traced call raised {type(e).__name__}: {e}") from e
-            # NumPy's own float results depend on memory layout (SIMD loops, BLAS or not,
-            # pairwise sums), and the trace's intermediates are laid out differently
-            _compare_all("interp", _as_tuple(got), want, approx, zs, ys, tol)
-            _check_fresh("interp", _as_tuple(got), zs)
+        # NumPy's own float results depend on memory layout (SIMD loops, BLAS or not,
+        # pairwise sums), and the trace's intermediates are laid out differently: ``approx``
+        _check_calls("interp", t, "Traced call", draws, approx, tol)
         stats["checks"].append("interp")
     for target in ("cpu", "cuda"):
         if target not in checks:
             continue
         try:
-            with _quiet():
+            with quiet():
                 c = tk.compile(t, target=target, progress=False)
         except Exception as e:
             raise Failure(target, f"tk.compile raised {type(e).__name__}: {e}") from e
-        for xs, want, ys in draws:
-            zs = copy_inputs(xs)
-            try:
-                with _quiet():
-                    got = c(*zs)
-            except Exception as e:
-                raise Failure(target, f"call raised {type(e).__name__}: {e}") from e
-            _compare_all(target, _as_tuple(got), want, approx, zs, ys, tol)
-            _check_fresh(target, _as_tuple(got), zs)
+        _check_calls(target, c, "call", draws, approx, tol)
         stats["checks"].append(target)
     if "grad" in checks and prog.get("profile") == "grad":
         check_grad(prog, t)
         stats["checks"].append("grad")
     return stats
+
+
+def _check_calls(check, fn, what, draws, approx, tol):
+    """Call ``fn`` on a copy of each draw's inputs and compare with NumPy's results."""
+    for xs, want, ys in draws:
+        zs = copy_inputs(xs)
+        try:
+            with quiet():
+                got = fn(*zs)
+        except Exception as e:
+            raise Failure(check, f"{what} raised {type(e).__name__}: {e}") from e
+        _compare_all(check, _as_tuple(got), want, approx, zs, ys, tol)
+        _check_fresh(check, _as_tuple(got), zs)
 
 
 def _check_fresh(what, results, inputs):
@@ -1174,17 +1145,17 @@ def check_grad(prog, t):
 
     xs = make_inputs(prog, 0)
     rng = np.random.default_rng([prog["seed"], 99])
-    with _quiet():
+    with quiet():
         outs = execute(prog, *copy_inputs(xs))
     ws = [rng.standard_normal(np.shape(o)) for o in outs]
 
     def loss(*ins):
-        with _quiet():
+        with quiet():
             res = execute(prog, *copy_inputs(ins))
         return sum(float(np.sum(np.asarray(o) * w)) for o, w in zip(res, ws))
 
     try:
-        with _quiet():
+        with quiet():
             b = tk.vjp(t)
             grads = b(
                 *copy_inputs(xs), *[np.asarray(w) if np.ndim(w) else np.float64(w) for w in ws]
@@ -1341,7 +1312,7 @@ def shrink(prog, fails, budget_s=300):
 
 def _valid(prog):
     try:
-        with _quiet():
+        with quiet():
             execute(prog, *make_inputs(prog, 0))
         return True
     except Exception:
