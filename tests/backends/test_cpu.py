@@ -373,6 +373,87 @@ def test_broadcast_row_and_column_in_a_large_kernel():
         assert_matches(got, want, None, "fast", layout)
 
 
+# ---------------------------------------------------------------------- interleaved streams
+@pytest.fixture
+def every_kernel_interleaved(monkeypatch):
+    """Every elementwise kernel in interleaved streams, however small and cheap: 3 streams of 2
+    elements, so a row of 9 is one block of 6 and a tail of 3."""
+    for name, value in (
+        ("STREAMS", 3),
+        ("LANES", 2),
+        ("STREAM_MIN_WORK", 0),
+        ("STREAM_MIN_FAST_MATH", 0),
+        ("STREAM_BUDGET", 10**6),
+    ):
+        monkeypatch.setattr(emit_cpu, name, value)
+
+
+@pytest.mark.parametrize("dt,start", _chunks())
+def test_elementwise_ops_in_interleaved_streams(dt, start, every_kernel_interleaved):
+    cases = elementwise_cases(dt)[start : start + CHUNK]
+    names = [n for n, _ in cases]
+    args = elementwise_inputs(dt)
+    c, t = compiled(program(cases), *args)
+    assert re.search(r"_i\d+_2 = ", c.source), "no kernel was interleaved"
+    for layout in LAYOUTS:
+        x, y = (with_layout(a, layout) for a in args[:2])
+        got, want, _, _ = both(c, t, x, y, args[2])
+        _mask_undefined_casts(got, want, names, x)
+        assert_matches(got, want, names, "fast", f"{dt} {layout}")
+
+
+def _tanh_chain(x, y, b):
+    """Chained transcendental functions (interleaved by default) with a broadcast operand."""
+    h = np.tanh(x * 0.9 + y) * y
+    return np.exp(-np.abs(np.tanh(h + b))) - np.log1p(h * h)
+
+
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+@pytest.mark.parametrize("shape", [(BIG,), (3, BIG // 3 + 1), (5 * 64,) * 2], ids=str)
+def test_chained_transcendentals_interleave_at_default_settings(dt, shape):
+    """Large kernels of chained fast-math calls interleave streams: the same results as the
+    interpreter, and bit for bit those of the kernel without streams, with a tail of elements
+    after the last whole block (or none), for every layout of the inputs."""
+    rng = np.random.default_rng(seed_of("streams", dt, shape))
+    x, y = values(rng, shape, dt), values(rng, shape[-1:], dt)
+    c, t = compiled(_tanh_chain, x, y, 0.25)
+    assert re.search(r"_i\d+_3 = ", c.source), c.source
+    saved = emit_cpu.STREAMS
+    try:
+        emit_cpu.STREAMS = 1
+        plain, _ = compiled(_tanh_chain, x, y, 0.25)
+    finally:
+        emit_cpu.STREAMS = saved
+    assert "_i0_1 = " not in plain.source
+    for layout in LAYOUTS:
+        got, want, _, _ = both(c, t, with_layout(x, layout), with_layout(y, layout), 0.25)
+        tol = 1e-5 if dt == "float32" else 1e-13  # a few ulp per function, five in a row
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=layout)
+        np.testing.assert_array_equal(got, plain(with_layout(x, layout), y, 0.25))
+
+
+def test_interleaved_kernel_writing_into_its_own_input():
+    """``x`` updated in place and an ``out=`` buffer that is the input: each element is read
+    before it is written, stream by stream."""
+
+    def update(x):
+        x += np.tanh(np.tanh(x) * 2.0)
+        return x
+
+    x = np.random.default_rng(3).standard_normal(BIG).astype(np.float32)
+    c, t = compiled(update, x.copy())
+    assert "_i0_3 = " in c.source
+    got, want, a1, a2 = both(c, t, x)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(a1[0], got)
+    inplace = x.copy()
+    c2, _ = compiled(lambda x: np.tanh(np.tanh(x) * 2.0), x)
+    with quiet():
+        fresh = c2(x)
+        c2(inplace, out=inplace)
+    np.testing.assert_array_equal(inplace, fresh)
+
+
 # ---------------------------------------------------------------------- promotion
 @pytest.mark.parametrize("half", [0, 1])
 def test_mixed_dtype_promotion(half):

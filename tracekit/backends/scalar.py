@@ -407,6 +407,11 @@ def _fast_name(op: str, dtype, math: str) -> str | None:
     return name if name and name in fastmath.namespace() else None
 
 
+def is_fast_math(node: Node, math: str = "fast") -> bool:
+    """Whether ``expr`` computes ``node`` with one of tracekit's fast-math functions."""
+    return node.op in FAST_MATH_OPS and _fast_name(node.op, loop_dtypes(node)[1], math) is not None
+
+
 def expr(node: Node, args: list, dtypes: list, math: str = "fast", templates=None) -> str:
     """Source of one output element of elementwise ``node``; ``args``/``dtypes`` per input."""
     templates = CPU_TEMPLATES if templates is None else templates
