@@ -28,12 +28,14 @@ BLOCK = 512  # elements a float32 sum adds up in float32 (see KernelSource._bloc
 # Interleaved element streams (see KernelSource._streams): at most STREAMS, each LANES
 # consecutive elements (the widest vector: 16 float32 in 512 bits), for kernels of at least
 # STREAM_MIN_WORK elements calling at least STREAM_MIN_FAST_MATH fast-math functions per
-# element, and at most STREAM_BUDGET calls per loop iteration (compile time grows with it).
+# element, as many as fit STREAM_BUDGET statements per loop iteration: numba takes about 15 ms
+# to compile each statement, so a 20-op chain gets 3 streams (+0.6 s); Black-Scholes (61 ops,
+# 1.5x faster in 4 streams, but +1.5 s to compile) and a 200-op chain get none.
 STREAMS = 4
 LANES = 16
 STREAM_MIN_WORK = PARALLEL_MIN_WORK
 STREAM_MIN_FAST_MATH = 2
-STREAM_BUDGET = 24
+STREAM_BUDGET = 64
 
 
 def acc_dtype(op, out):
@@ -129,7 +131,7 @@ class KernelSource:
         else:
             vals = [self.value(x) for x in node.inputs]
             src = S.expr(node, [v[0] for v in vals], [v[1] for v in vals], self.math)
-            self.emit(f"{name} = {S.typed(src, out.dtype)}", depth)
+            self.emit(f"{name} = {S.typed_expr(node, src, self.math)}", depth)
         self.local[out] = name
 
     def store(self, v: Var, depth: int):
@@ -221,7 +223,7 @@ class KernelSource:
         A chain of transcendental functions is one long dependency chain per element; the
         CPU's out-of-order window holds about one vector iteration of it, so most execution
         units wait. The statements of independent vector iterations, interleaved line by line,
-        keep them busy (5 chained float32 tanh: 1.7x, Black-Scholes 1.5x). Stream indices are
+        keep them busy (5 chained float32 tanh: 1.7x faster in 3 streams). Stream indices are
         unsigned, so numba adds no negative-index wraparound and LLVM sees plain strided
         accesses. Elements are independent here, as in a ``prange``."""
         L, g = self.layout, self.group
@@ -230,7 +232,7 @@ class KernelSource:
         if any(n.op == "python_op" for n in g.nodes):
             return 1
         heavy = sum(S.is_fast_math(n, self.math) for n in g.nodes)
-        streams = min(STREAMS, STREAM_BUDGET // max(heavy, 1))
+        streams = min(STREAMS, STREAM_BUDGET // len(g.nodes))
         if heavy < STREAM_MIN_FAST_MATH or streams < 2 or L.sizes[L.kept[-1]] < streams * LANES:
             return 1
         return streams

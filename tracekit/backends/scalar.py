@@ -554,6 +554,23 @@ def accumulate(op: str, a: str, v: str, acc, vectorise: bool = False) -> str:
 NATIVE = {np.dtype(t) for t in (np.float64, np.int64, np.bool_, np.complex128)}
 
 
+# float32 arithmetic numba does in float32 (it widens small ints, so those keep their wrapper)
+_FLOAT32_CLOSED = {"add", "subtract", "multiply", "divide", "negative"}
+
+
+def typed_expr(node: Node, src: str, math: str = "fast") -> str:
+    """``typed(src, node.out.dtype)``, without the wrapper where numba's own result already has
+    that dtype: float32 arithmetic on float32 operands and fast-math calls. Every wrapper is a
+    call numba types and lowers once per statement: fewer of them compile faster."""
+    out = node.out.dtype
+    if out == np.float32 and (node.op in _FLOAT32_CLOSED or node.op in FAST_MATH_OPS):
+        loop_in, loop_out = loop_dtypes(node)
+        if loop_out == out and all(d == out for d in loop_in):
+            if node.op in _FLOAT32_CLOSED or is_fast_math(node, math):
+                return src
+    return typed(src, out)
+
+
 def typed(src: str, dtype) -> str:
     """``src`` forced to ``dtype`` (numba widens small ints and mixes; NumPy does not)."""
     return src if np.dtype(dtype) in NATIVE else f"{ctor(dtype)}({src})"
