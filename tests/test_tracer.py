@@ -1003,6 +1003,65 @@ def test_reshape_views_and_copies_follow_the_traced_layout():
         np.testing.assert_array_equal(got, want)
 
 
+def _reshape_then_write(x):
+    flat = x.reshape(-1)  # a view of a C-contiguous x, a copy of a strided one
+    flat[0] = 100.0
+    return x * 1.0
+
+
+def _contiguous():
+    return np.arange(12.0).reshape(3, 4)
+
+
+def _strided():
+    return np.arange(24.0).reshape(3, 8)[:, :4]  # rows 64 bytes apart: reshape copies
+
+
+@pytest.mark.parametrize("traced_on", ["contiguous", "strided"])
+@pytest.mark.parametrize("target", [None, "cpu"])
+def test_a_call_with_another_layout_than_traced_fails_its_layout_guard(traced_on, target):
+    """When a reshape's view-or-copy choice decides what a later write reaches, a call with an
+    array for which NumPy chooses the other way raises GuardError naming the reshape's line,
+    before anything runs (the traced choice would give a wrong answer)."""
+    make, other = (_contiguous, _strided) if traced_on == "contiguous" else (_strided, _contiguous)
+    t = tk.trace(_reshape_then_write, make())
+    (guard,) = t.graph.guards
+    assert guard.how == "layout" and guard.value[0] == (traced_on == "contiguous")
+    f = t if target is None else tk.compile(t, target=target, progress=False)
+    x, fresh = make(), make()
+    np.testing.assert_array_equal(f(x), _reshape_then_write(fresh))
+    np.testing.assert_array_equal(x, fresh)  # written as NumPy writes
+    y = other()
+    with pytest.raises(tk.GuardError, match=r"reshape at .*test_tracer.py:\d+ `flat = x.reshape"):
+        f(y)
+    np.testing.assert_array_equal(y, other())  # nothing ran, nothing was written back
+    g = type(t.graph).from_json(t.graph.to_json())
+    assert g.guards[0].value == guard.value
+
+
+def test_jit_retraces_when_the_layout_guard_fails():
+    f = tk.jit(_reshape_then_write)
+    for k, make in enumerate((_contiguous, _strided, _contiguous)):
+        x, fresh = make(), make()
+        expected = _reshape_then_write(fresh)  # and writes into fresh as NumPy does
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            got = f(x)
+        np.testing.assert_array_equal(got, expected)
+        np.testing.assert_array_equal(x, fresh)
+        retraced = any("retracing: reshape" in str(w.message) for w in seen)
+        assert retraced == (k > 0), [str(w.message) for w in seen]
+
+
+def test_reshapes_without_a_later_write_have_no_layout_guard():
+    def fn(x):
+        flat = x.reshape(-1)
+        return flat * 2, x.reshape(2, -1)
+
+    assert not tk.trace(fn, _strided()).graph.guards
+    assert not tk.trace(fn, _contiguous()).graph.guards
+
+
 def test_same_layout_copy(monkeypatch):
     from tracekit.tracer import same_layout_copy
 

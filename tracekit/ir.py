@@ -184,15 +184,24 @@ class InputSpec:
 
 @dataclass(frozen=True)
 class Guard:
-    """A value that tracing read and baked into the graph (control flow, float(), .item())."""
+    """A value that tracing read and baked into the graph (control flow, float(), .item()), or
+    the view-or-copy choice NumPy made for a reshape of an input that a write then depended on
+    (``how="layout"``, checked on the arguments: ``traced.check_layout_guards``)."""
 
     var: Var
     value: object
-    how: str  # "bool", "int", "float", "item", "tolist", "index", ...
+    how: str  # "bool", "int", "float", "item", "tolist", "index", ..., "layout"
     source: Source | None = None
 
     def __str__(self):
         where = f"  # {self.source}" if self.source else ""
+        if self.how == "layout":  # value: (the reshape was a view, [(view op, attrs), ...])
+            steps = ".".join(
+                f"{op}({', '.join(f'{k}={v!r}' for k, v in attrs.items())})"
+                for op, attrs in self.value[1]
+            )
+            made = "a view" if self.value[0] else "a copy"
+            return f"guard layout(%{self.var.name}): {steps} is {made}{where}"
         return f"guard {self.how}(%{self.var.name}) == {self.value!r}{where}"
 
 

@@ -17,6 +17,7 @@ from . import tracer as T
 from .errors import GuardError, TraceError
 from .interpret import run
 from .ir import Graph, InputSpec, Var
+from .ops import OPS
 
 
 def trace(fn, *example_args, strict: bool = False, keep_values: bool = False, name=None):
@@ -137,7 +138,7 @@ def _finish(ctx, result, n_args, name):
         outputs=outputs,
         specs=[ctx.specs[i] for i in order],
         constants=dict(ctx.constants),
-        guards=list(ctx.guards),
+        guards=list(ctx.guards) + ctx.layout_guards(),
         writebacks=[(o, perm[i]) for o, i in writebacks],
         name=name,
     )
@@ -395,6 +396,8 @@ class Traced:
 
     def __call__(self, *args):
         values = self.flatten_args(args)
+        if self.graph.guards:
+            check_layout_guards(self.graph, values)
         env = {}
         outs = run(self.graph, values, env_out=env)
         check_guards(self.graph, env)
@@ -503,6 +506,8 @@ def check_guards(graph: Graph, env: dict):
         if g.var not in env:
             continue
         value = env[g.var]
+        if g.how == "layout":  # checked on the arguments, before the run
+            continue
         try:
             seen = _as_guard_value(value, g.how)
         except (TypeError, ValueError):
@@ -514,6 +519,36 @@ def check_guards(graph: Graph, env: dict):
                 "the graph took the traced path and would compute a wrong result. Trace again "
                 "with these inputs, or use tk.jit, which retraces when a guard fails."
             )
+
+
+def check_layout_guards(graph: Graph, values: list):
+    """Raise GuardError if NumPy would make another view-or-copy choice for a reshape of one of
+    this call's arrays (``values``, in ``graph.inputs`` order) than it made when traced; only
+    reshapes followed by a write have such a guard (``TraceContext.layout_guards``)."""
+    for g in graph.guards:
+        if g.how == "layout":
+            _check_layout(g, values[graph.inputs.index(g.var)])
+
+
+def _check_layout(g, value):
+    """Replay the views and the reshape on this call's array (views: nothing is copied unless
+    the reshape itself copies) and compare NumPy's choice with the traced one."""
+    traced_view, steps = g.value
+    if not isinstance(value, np.ndarray):
+        return  # device arrays: not checked
+    v = value
+    for op, attrs in steps:
+        v = OPS[op].impl(v, **attrs)
+    now_view = bool(np.may_share_memory(v, value))
+    if now_view != traced_view:
+        where = f" at {g.source} `{g.source.text}`" if g.source else ""
+        said = {True: "a view", False: "a copy"}
+        raise GuardError(
+            f"reshape{where} made {said[traced_view]} of {g.var.name!r} when traced but makes "
+            f"{said[now_view]} of this call's array (other strides), and the function writes "
+            "into one of them afterwards: the graph would compute a wrong result. Trace again "
+            "with an array of this layout, or use tk.jit, which retraces when a guard fails."
+        )
 
 
 def _as_guard_value(value, how):

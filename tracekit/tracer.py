@@ -134,6 +134,7 @@ class TraceContext:
         self.capture_getters: list = []
         self.constants: dict = {}
         self.guards: list[Guard] = []
+        self.layout_choices: list = []  # see note_layout_choice
         self.by_id: dict = {}  # id(plain ndarray) -> TracedArray
         self.keepalive: list = []
         self.capture_index: dict = {}  # id(array) -> (label, getter)
@@ -230,7 +231,9 @@ class TraceContext:
             base = tins[0]
             if _shares(out, base._value):
                 step = ViewStep(op, attrs, out, self.where())
-                return TracedArray(self, base._buf, base._chain + (step,), out)
+                res = TracedArray(self, base._buf, base._chain + (step,), out)
+                self.note_layout_choice(op, attrs, base, res)
+                return res
         outs = [out] if n_out == 1 else list(out)
         vars_ = [self.new_var(np.shape(v), _dtype_of(v), weak) for v in outs]
         ins = [x.ir_var if isinstance(x, TracedArray) else x for x in tins]
@@ -239,7 +242,30 @@ class TraceContext:
             TracedArray(self, Buffer(v), (), (np.asarray(o).item() if weak else o))
             for v, o in zip(vars_, outs)
         ]
+        if view:
+            self.note_layout_choice(op, attrs, tins[0], res[0])
         return res[0] if n_out == 1 else res
+
+    def note_layout_choice(self, op, attrs, base, res):
+        """Remember a reshape of (a view of) an input that NumPy made a view or a copy of by
+        the input's strides; ``layout_guards`` keeps those that a later write makes matter."""
+        buf = base._buf
+        if op != "reshape" or buf.origin is None or self.specs[buf.origin].kind == "const":
+            return
+        steps = tuple((st.op, st.attrs) for st in base._chain if st.op is not None)
+        choice = (buf, buf.version, res._buf, res._buf is buf, steps + ((op, attrs),))
+        self.layout_choices.append(choice + (user_source(3),))
+
+    def layout_guards(self) -> list:
+        """Guards on the reshapes whose view-or-copy choice decides what a write reaches: the
+        input was written after the reshape, or the reshaped array was (a copy, when traced).
+        An array of other strides in a later call could make NumPy choose the other way."""
+        guards = []
+        for buf, version, res_buf, is_view, steps, src in self.layout_choices:
+            written = buf.version > version or (not is_view and res_buf.version > 0)
+            if written:
+                guards.append(Guard(self.inputs[buf.origin], (is_view, steps), "layout", src))
+        return guards
 
     def emit_var(self, op, inputs, attrs, like, where=None) -> Var:
         """Record a node whose output has the shape and dtype of the NumPy value ``like``."""

@@ -1277,3 +1277,26 @@ def test_benchmark_script_without_a_gpu_and_on_the_simulator():
     assert p.returncode == 0, p.stdout + p.stderr
     assert "mean nothing" in p.stdout and "WRONG" not in p.stdout
     assert p.stdout.count("tracekit ") == 2, p.stdout
+
+
+def test_layout_guard_of_a_reshape_then_write():
+    """The cuda target checks the view-or-copy choice of a reshape followed by a write as the
+    interpreter does (tests/test_tracer.py), on host arrays, before any kernel runs."""
+
+    def fn(x):
+        flat = x.reshape(-1)
+        flat[0] = 100.0
+        return x * 1.0
+
+    def contiguous():
+        return np.arange(12.0).reshape(3, 4)
+
+    t = tk.trace(fn, contiguous())
+    c = tk.compile(t, target="cuda", progress=False)
+    x, fresh = contiguous(), contiguous()
+    np.testing.assert_array_equal(c(x), fn(fresh))
+    np.testing.assert_array_equal(x, fresh)
+    strided = np.arange(24.0).reshape(3, 8)[:, :4]
+    with pytest.raises(tk.GuardError, match="made a view of 'x' when traced but makes a copy"):
+        c(strided)
+    np.testing.assert_array_equal(strided, np.arange(24.0).reshape(3, 8)[:, :4])

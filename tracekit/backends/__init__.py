@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import pytree
 from ..passes import optimize
-from ..traced import Traced, check_guards
+from ..traced import Traced, check_guards, check_layout_guards
 from .lowering import lower
 from .planner import plan as make_plan
 
@@ -160,6 +160,8 @@ class Compiled:
                 return result[()] if result.ndim == 0 else result
         values = self._arguments(args)
         g = self.graph
+        if g.guards:
+            check_layout_guards(g, values)
         inputs = values + self._consts if self._consts else values
         outs = _normalise_out(out, g.n_results, g.outputs) if out is not None else None
         # kernels writing into an out= buffer that is also an input would read what they have

@@ -34,7 +34,7 @@ from ..interpret import as_input_value
 from ..ir import Var
 from ..ops import OPS
 from ..pyop import check_results
-from ..traced import check_guards, check_value
+from ..traced import check_guards, check_layout_guards, check_value
 from . import cache, device_array_types, is_device_array
 from .emit_cuda import (
     HELPERS,
@@ -638,6 +638,8 @@ class CudaRunner:
     def _call(self, compiled, args, out):
         traced, g = compiled.traced, self.graph
         values, kinds = self._flatten(traced, args)
+        if g.guards:
+            check_layout_guards(g, values)
         inputs = values + [g.constants[v] for v, s in zip(g.inputs, g.specs) if s.kind == "const"]
         outs = _normalise_out(out, g.n_results, g.outputs)
         device_mode = bool(kinds) or any(o is not None and is_device_array(o) for o in outs or [])
