@@ -1349,6 +1349,16 @@ def checks_for(profile):
 
 
 # ---------------------------------------------------------------------- the command line
+def force_streams():
+    """Interleave 3 streams of 2 elements in every CPU elementwise kernel whose inner loop has
+    6 or more (the fuzzer's arrays are small: the default needs 32k elements and two
+    transcendental calls)."""
+    from tracekit.backends import emit_cpu
+
+    emit_cpu.STREAMS, emit_cpu.LANES, emit_cpu.STREAM_BUDGET = 3, 2, 10**6
+    emit_cpu.STREAM_MIN_WORK = emit_cpu.STREAM_MIN_FAST_MATH = 0
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seconds", type=float, default=60.0)
@@ -1356,7 +1366,15 @@ def main(argv=None):
     p.add_argument("--profiles", default="full,full,full,grad,cuda")
     p.add_argument("--no-save", action="store_true")
     p.add_argument("--one", type=int, default=None, help="run just this seed and print it")
+    p.add_argument(
+        "--force-streams",
+        action="store_true",
+        help="every CPU elementwise kernel in interleaved streams, however small (with --no-save:"
+        " a saved regression replays with the default settings)",
+    )
     args = p.parse_args(argv)
+    if args.force_streams:
+        force_streams()
     profiles = args.profiles.split(",")
     if args.one is not None:
         prof = profiles[args.one % len(profiles)]

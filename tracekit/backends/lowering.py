@@ -41,10 +41,18 @@ def _count(x: Var, axis) -> int:
     return int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
 
 
+def _divide_by_count(b: Builder, s: Var, n: int) -> Var:
+    """``s / n`` as NumPy's mean and var divide: by an ``intp`` count, so a float32 or complex64
+    sum is divided in float64 or complex128 and rounded back once (complex64 division in its
+    own precision can differ by an ulp)."""
+    q = b("divide", s, np.intp(n))
+    return q if q.dtype == s.dtype else b("astype", q, dtype=s.dtype)
+
+
 def _mean(b: Builder, x, axis, keepdims, dtype):
     out_dtype = b.origin.out.dtype
     s = b("sum", x, axis=axis, keepdims=keepdims, dtype=out_dtype)
-    return b("divide", s, _count(x, axis))
+    return _divide_by_count(b, s, _count(x, axis))
 
 
 def _var(b: Builder, x, axis, keepdims, dtype, ddof):
@@ -53,7 +61,7 @@ def _var(b: Builder, x, axis, keepdims, dtype, ddof):
         acc = np.dtype(np.float64) if x.dtype.kind in "biu" else x.dtype
     n = _count(x, axis)
     m = b("sum", x, axis=axis, keepdims=True, dtype=acc)
-    m = b("divide", m, n)
+    m = _divide_by_count(b, m, n)
     d = b("subtract", x, m)
     sq = (
         b("real", b("multiply", d, b("conjugate", d)))
@@ -61,7 +69,7 @@ def _var(b: Builder, x, axis, keepdims, dtype, ddof):
         else b("multiply", d, d)
     )
     s = b("sum", sq, axis=axis, keepdims=keepdims, dtype=sq.dtype)
-    return b("divide", s, max(n - ddof, 0))
+    return _divide_by_count(b, s, max(n - ddof, 0))
 
 
 def _lower(node: Node, b: Builder):
