@@ -475,6 +475,23 @@ def test_float32_chains_round_every_step_in_float32():
     assert not np.any(got[1])  # tanh(1 + 1e-9) is tanh(1) in float32
 
 
+@pytest.mark.parametrize("dt", ["int8", "int32", "int64", "uint16"])
+def test_integer_powers_feed_other_ops_as_their_own_type(dt):
+    """Integer powers are computed in uint64 (wrapping as NumPy's); a float conversion, a
+    comparison or a clip of the result sees the signed value, not its uint64 bits."""
+
+    def fn(x, e):
+        p = x**e
+        return np.clip(p, -0.5, 2.0), p < 0, p.astype(np.float64) / 2
+
+    rng = np.random.default_rng(seed_of("ipow", dt))
+    x = values(rng, (40,), dt)
+    c, t = compiled(fn, x, np.ones(40, dt) + (np.arange(40) % 3).astype(dt))
+    got, want, _, _ = both(c, t, x, np.ones(40, dt) + (np.arange(40) % 3).astype(dt))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
 # ---------------------------------------------------------------------- promotion
 @pytest.mark.parametrize("half", [0, 1])
 def test_mixed_dtype_promotion(half):

@@ -346,8 +346,10 @@ CPU_TEMPLATES = dict(
         other=lambda a, dt: f"({literal(1, dt)} / {a[0]})",
     ),
     power=_by_kind(
-        i=lambda a, dt: f"_ipow({a[0]}, {a[1]}, {literal(1, dt)})",
-        u=lambda a, dt: f"_ipow({a[0]}, {a[1]}, {literal(1, dt)})",
+        # _ipow works in uint64 (wrapping as NumPy's): back to the loop's type before any other
+        # op sees it (a float conversion of -3 as uint64 is 1.8e19)
+        i=lambda a, dt: f"{ctor(dt)}(_ipow({a[0]}, {a[1]}, {literal(1, dt)}))",
+        u=lambda a, dt: f"{ctor(dt)}(_ipow({a[0]}, {a[1]}, {literal(1, dt)}))",
         other=TEMPLATES["power"],
     ),
     absolute=_by_kind(c=lambda a, dt: f"_cabs({a[0]}, {_one(dt)})", other=TEMPLATES["absolute"]),
