@@ -503,11 +503,9 @@ def check_value(var: Var, value, what: str):
 def check_guards(graph: Graph, env: dict):
     """Raise GuardError if a value baked in at trace time differs in this run."""
     for g in graph.guards:
-        if g.var not in env:
+        if g.how == "layout" or g.var not in env:  # layout: checked on the arguments, before
             continue
         value = env[g.var]
-        if g.how == "layout":  # checked on the arguments, before the run
-            continue
         try:
             seen = _as_guard_value(value, g.how)
         except (TypeError, ValueError):

@@ -253,8 +253,10 @@ class TraceContext:
         if op != "reshape" or buf.origin is None or self.specs[buf.origin].kind == "const":
             return
         steps = tuple((st.op, st.attrs) for st in base._chain if st.op is not None)
-        choice = (buf, buf.version, res._buf, res._buf is buf, steps + ((op, attrs),))
-        self.layout_choices.append(choice + (user_source(3),))
+        steps += ((op, attrs),)
+        self.layout_choices.append(
+            (buf, buf.version, res._buf, res._buf is buf, steps, user_source(3))
+        )
 
     def layout_guards(self) -> list:
         """Guards on the reshapes whose view-or-copy choice decides what a write reaches: the

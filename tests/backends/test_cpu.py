@@ -413,7 +413,7 @@ def _tanh_chain(x, y, b):
 
 @pytest.mark.parametrize("dt", ["float32", "float64"])
 @pytest.mark.parametrize("shape", [(BIG,), (3, BIG // 3 + 1), (5 * 64,) * 2], ids=str)
-def test_chained_transcendentals_interleave_at_default_settings(dt, shape):
+def test_chained_transcendentals_interleave_at_default_settings(dt, shape, monkeypatch):
     """Large kernels of chained fast-math calls interleave streams: the same results as the
     interpreter, and bit for bit those of the kernel without streams, with a tail of elements
     after the last whole block (or none), for every layout of the inputs."""
@@ -421,12 +421,8 @@ def test_chained_transcendentals_interleave_at_default_settings(dt, shape):
     x, y = values(rng, shape, dt), values(rng, shape[-1:], dt)
     c, t = compiled(_tanh_chain, x, y, 0.25)
     assert re.search(r"_i\d+_3 = ", c.source), c.source
-    saved = emit_cpu.STREAMS
-    try:
-        emit_cpu.STREAMS = 1
-        plain, _ = compiled(_tanh_chain, x, y, 0.25)
-    finally:
-        emit_cpu.STREAMS = saved
+    monkeypatch.setattr(emit_cpu, "STREAMS", 1)
+    plain, _ = compiled(_tanh_chain, x, y, 0.25)
     assert "_i0_1 = " not in plain.source
     for layout in LAYOUTS:
         got, want, _, _ = both(c, t, with_layout(x, layout), with_layout(y, layout), 0.25)

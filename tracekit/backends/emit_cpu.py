@@ -224,9 +224,9 @@ class KernelSource:
         CPU cannot overlap enough of the next vector iteration with it (5 chained float32 tanh
         took 10.6x the time of one, 5 independent ones 5.2x). The statements of independent
         vector iterations, interleaved line by line, keep its units busy (the 5 chained tanh:
-        1.7x faster in 3 streams). Stream indices are
-        unsigned, so numba adds no negative-index wraparound and LLVM sees plain strided
-        accesses. Elements are independent here, as in a ``prange``."""
+        1.7x faster in 3 streams). Stream indices are unsigned, so numba adds no negative-index
+        wraparound and LLVM sees plain strided accesses. Elements are independent here, as in
+        a ``prange``."""
         L, g = self.layout, self.group
         if self.math != "fast" or not L.kept or L.total < STREAM_MIN_WORK:
             return 1

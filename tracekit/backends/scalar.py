@@ -565,11 +565,10 @@ def typed_expr(node: Node, src: str, math: str = "fast") -> str:
     that dtype: float32 arithmetic on float32 operands and fast-math calls. Every wrapper is a
     call numba types and lowers once per statement: fewer of them compile faster."""
     out = node.out.dtype
-    if out == np.float32 and (node.op in _FLOAT32_CLOSED or node.op in FAST_MATH_OPS):
+    if out == np.float32 and (node.op in _FLOAT32_CLOSED or is_fast_math(node, math)):
         loop_in, loop_out = loop_dtypes(node)
         if loop_out == out and all(d == out for d in loop_in):
-            if node.op in _FLOAT32_CLOSED or is_fast_math(node, math):
-                return src
+            return src
     return typed(src, out)
 
 
