@@ -13,6 +13,7 @@ from test_ops import args_factory
 
 import tracekit as tk
 from tracekit import pytree
+from tracekit.codegen_py import parameter_names
 
 rng = np.random.default_rng(7)
 
@@ -30,10 +31,10 @@ def run_code(t, *args):
     g = t.graph
     fn = load(t.code, g.name if g.name.isidentifier() else "traced")
     leaves, _ = pytree.flatten(list(args))
-    kw = {}
+    names, kw = parameter_names(g), {}
     for v, spec, get in zip(g.inputs, g.specs, t.capture_getters):
         if spec.kind == "capture":
-            kw[v.ident] = get()
+            kw[names[v]] = get()
     n_args = sum(s.kind == "arg" for s in g.specs)
     out = fn(*leaves[:n_args], **kw)
     return out

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import ast
+import builtins
+import keyword
+
 import numpy as np
 
 from .ir import Graph, Var, format_node
@@ -14,40 +18,92 @@ def graph_to_python(graph: Graph, name: str | None = None) -> str:
     Captured arrays and constants become keyword-only parameters (their labels in a comment);
     constants of up to ``MAX_INLINE`` elements default to their values, so the function runs
     as it is. Write-backs into inputs are ``np.copyto`` calls, as the traced function did.
+    Values are named by :func:`~tracekit.ir.ident`; parameters keep their own names where no
+    generated name, module, helper or builtin has them (see :func:`parameter_names`).
     """
-    name = name or (graph.name if graph.name.isidentifier() else "traced")
-    args = [v.ident for v, s in zip(graph.inputs, graph.specs) if s.kind == "arg"]
-    extra = [(v, s) for v, s in zip(graph.inputs, graph.specs) if s.kind != "arg"]
-    params = args + (["*"] + [_param(v, s, graph) for v, s in extra] if extra else [])
     helpers = []
     for n in graph.nodes:
         src = helper_source(OPS[n.op])
         if src and src not in helpers:
             helpers.append(src)
+    results = {o: f"{o.ident}_result" for o in graph.outputs[: graph.n_results]}
+    reserved = _RESERVED | set(_defined_names(helpers)) | set(results.values())
+    ids = parameter_names(graph, reserved)
+    name = name or graph.name
+    if not name.isidentifier() or name in reserved or name in ids.values():
+        name = "traced"
+    args = [ids[v] for v, s in zip(graph.inputs, graph.specs) if s.kind == "arg"]
+    extra = [(v, s) for v, s in zip(graph.inputs, graph.specs) if s.kind != "arg"]
+    params = args + (["*"] + [_param(v, s, graph, ids) for v, s in extra] if extra else [])
     lines = ["import numpy as np", ""]
     for h in helpers:
         lines += [h.rstrip(), "", ""]
     lines.append(f"def {name}({', '.join(params)}):")
     for v, s in extra:
-        lines.append(f"    # {v.ident}: {s.kind} {s.label} {v.type}")
+        lines.append(f"    # {ids[v]}: {s.kind} {s.label} {v.type}")
     for n in graph.nodes:
         lines.append(f"    # {format_node(n)}")
-        ins = [x.ident if isinstance(x, Var) else _literal(x) for x in n.inputs]
-        targets = ", ".join(o.ident for o in n.outputs)
+        ins = [ids[x] if isinstance(x, Var) else _literal(x) for x in n.inputs]
+        targets = ", ".join(ids[o] for o in n.outputs)
         lines.append(f"    {targets} = {OPS[n.op].code(ins, dict(n.attrs))}")
-    results = [o.ident for o in graph.outputs[: graph.n_results]]
+    returned = [ids[o] for o in graph.outputs[: graph.n_results]]
     written = {graph.inputs[ii] for _, ii in graph.writebacks}
     for i, o in enumerate(graph.outputs[: graph.n_results]):
         if _may_view(graph, o, written):  # copy before the write-back changes it
-            lines.append(f"    {o.ident}_result = {o.ident}.copy()")
-            results[i] = f"{o.ident}_result"
+            lines.append(f"    {results[o]} = {ids[o]}.copy()")
+            returned[i] = results[o]
     for oi, ii in graph.writebacks:
-        lines.append(f"    np.copyto({graph.inputs[ii].ident}, {graph.outputs[oi].ident})")
-    if len(results) == 1:
-        lines.append(f"    return {results[0]}")
+        lines.append(f"    np.copyto({ids[graph.inputs[ii]]}, {ids[graph.outputs[oi]]})")
+    if len(returned) == 1:
+        lines.append(f"    return {returned[0]}")
     else:
-        lines.append(f"    return ({', '.join(results)}{',' if len(results) == 1 else ''})")
+        lines.append(f"    return ({', '.join(returned)}{',' if len(returned) == 1 else ''})")
     return "\n".join(lines) + "\n"
+
+
+# Names generated code reads: a parameter named like one of them would shadow it.
+_RESERVED = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | frozenset(dir(builtins))
+_RESERVED |= {"np"}
+
+
+def parameter_names(graph: Graph, reserved=frozenset()) -> dict:
+    """Var -> identifier for ``graph``'s generated function, one to one.
+
+    An input whose name is an identifier keeps it (the function's signature is the traced
+    one's) unless it is a keyword, a builtin or in ``reserved``; every other value is named by
+    its ``ident``, or ``<ident>_<k>`` where a parameter already has that name.
+
+    >>> import numpy as np
+    >>> from tracekit.ir import Graph, Node, Var
+    >>> v1, one = Var("v1", (), np.float64), Var("1", (), np.float64)
+    >>> g = Graph([v1], [Node("negative", (v1,), {}, (one,))], [one])
+    >>> list(parameter_names(g).values())
+    ['v1', 'v1_1']
+    """
+    ids, kept = {}, set()
+    for v in graph.inputs:
+        if v.name.isidentifier() and v.name not in _RESERVED | reserved | kept:
+            ids[v] = v.name
+            kept.add(v.name)
+    generated = [v for v in graph.inputs if v not in ids]
+    generated += [o for n in graph.nodes for o in n.outputs]
+    taken = kept | {v.ident for v in generated} | _RESERVED | reserved
+    for v in generated:
+        name, k = v.ident, 1
+        if name in kept:  # a parameter has it: the first ``<ident>_<k>`` nothing else has
+            while f"{v.ident}_{k}" in taken:
+                k += 1
+            name = f"{v.ident}_{k}"
+        taken.add(name)
+        ids[v] = name
+    return ids
+
+
+def _defined_names(sources):
+    for src in sources:
+        for node in ast.parse(src).body:
+            if isinstance(node, ast.FunctionDef | ast.ClassDef):
+                yield node.name
 
 
 MAX_INLINE = 256
@@ -65,11 +121,11 @@ def _may_view(graph, var, written) -> bool:
     return True
 
 
-def _param(v, spec, graph) -> str:
+def _param(v, spec, graph, ids) -> str:
     value = graph.constants.get(v) if spec.kind == "const" else None
     if value is not None and np.size(value) <= MAX_INLINE:
-        return f"{v.ident}={_literal(value)}"
-    return v.ident
+        return f"{ids[v]}={_literal(value)}"
+    return ids[v]
 
 
 def _literal(x) -> str:

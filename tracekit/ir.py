@@ -54,6 +54,28 @@ def type_str(shape, dtype) -> str:
 
 
 _ids = itertools.count()
+_PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYabcdefghijklmnopqrstuvwxyz0123456789")
+_ESCAPES = {"Z": "ZZ", "_": "Zu", ".": "Zd"}
+
+
+def ident(name: str) -> str:
+    """The identifier generated code uses for the value named ``name``.
+
+    ``v`` and the name with every character other than an ASCII letter or digit escaped
+    (``Z`` -> ``ZZ``, ``_`` -> ``Zu``, ``.`` -> ``Zd``, any other -> ``Zx`` and six hex digits).
+    The escapes make it injective: distinct names never share an identifier, so a parameter
+    ``v1`` (``vv1``) and the value ``%1`` (``v1``) stay apart. It has no ``_``, so backends can
+    build their names as ``<role>_<ident>_<suffix>`` (``k0_r_v12_i``) and still tell every pair
+    of values apart; it starts with ``v``, so it is never a keyword, a module or a helper
+    (``vars``, the one builtin of that form, is escaped with ``Zk``).
+
+    >>> ident("1"), ident("v1"), ident("self_w"), ident("self.w")
+    ('v1', 'vv1', 'vselfZuw', 'vselfZdw')
+    """
+    if not name:
+        raise ValueError("a value needs a non-empty name")
+    body = "".join(c if c in _PLAIN else _ESCAPES.get(c) or f"Zx{ord(c):06x}" for c in name)
+    return "vZkars" if body == "ars" else "v" + body
 
 
 class Var:
@@ -88,10 +110,8 @@ class Var:
 
     @property
     def ident(self) -> str:
-        """A Python identifier for generated code."""
-        if self.name.isidentifier():
-            return self.name
-        return "v" + "".join(c if c.isalnum() or c == "_" else "_" for c in self.name)
+        """This value's identifier in generated code: :func:`ident` of its name."""
+        return ident(self.name)
 
     def __repr__(self):
         return f"%{self.name}: {self.type}"
@@ -277,6 +297,8 @@ class Graph:
         for v in self.inputs:
             if v in defined:
                 raise ValueError(f"input %{v.name} appears twice")
+            if v.name in names:
+                raise ValueError(f"two inputs are named %{v.name}")
             defined.add(v)
             names.add(v.name)
         if len(self.specs) != len(self.inputs):
@@ -321,7 +343,8 @@ class Graph:
 
         nodes = []
         for n in self.nodes:
-            nodes.append([n.op, [ref(x) for x in n.inputs], _canonical(dict(n.attrs))])
+            attrs = _canonical(dict(n.attrs), lambda v: {"var": num[v]})
+            nodes.append([n.op, [ref(x) for x in n.inputs], attrs])
             for o in n.outputs:
                 num[o] = len(num)
         ins = [[v.shape, v.dtype.str, v.weak, s.kind] for v, s in zip(self.inputs, self.specs)]
@@ -435,14 +458,15 @@ def format_graph(g: Graph) -> str:
 
 
 # ---------------------------------------------------------------------- canonical values / JSON
-def _canonical(x):
-    """A JSON-able, order-stable form of an attribute or constant value."""
+def _canonical(x, var=lambda v: {"var": v.name}):
+    """A JSON-able, order-stable form of an attribute or constant value; ``var`` gives a Var's
+    (by name in JSON, by position in ``Graph.key``)."""
     if isinstance(x, Var):
-        return {"var": x.name}
+        return var(x)
     if isinstance(x, bool | type(None) | str):
         return x
     if isinstance(x, np.generic):  # before float/complex: np.float64 subclasses float
-        return {"np": np.dtype(x.dtype).str, "v": _canonical(x.item())}
+        return {"np": np.dtype(x.dtype).str, "v": _canonical(x.item(), var)}
     if isinstance(x, int):
         return {"int": x}
     if isinstance(x, float):
@@ -460,15 +484,15 @@ def _canonical(x):
             "b64": base64.b64encode(np.ascontiguousarray(x).tobytes()).decode(),
         }
     if isinstance(x, slice):
-        return {"slice": [_canonical(x.start), _canonical(x.stop), _canonical(x.step)]}
+        return {"slice": [_canonical(e, var) for e in (x.start, x.stop, x.step)]}
     if x is Ellipsis:
         return {"ellipsis": True}
     if isinstance(x, tuple):
-        return {"tuple": [_canonical(e) for e in x]}
+        return {"tuple": [_canonical(e, var) for e in x]}
     if isinstance(x, list):
-        return {"list": [_canonical(e) for e in x]}
+        return {"list": [_canonical(e, var) for e in x]}
     if isinstance(x, dict):
-        return {"dict": [[k, _canonical(v)] for k, v in sorted(x.items())]}
+        return {"dict": [[k, _canonical(v, var)] for k, v in sorted(x.items())]}
     if hasattr(x, "__tracekit_json__"):
         return {"object": x.__tracekit_json__()}
     raise TypeError(f"cannot serialise attribute value {x!r} of type {type(x).__name__}")

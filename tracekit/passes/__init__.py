@@ -6,7 +6,7 @@ result's ``history``, which the explorer shows.
 >>> import numpy as np, tracekit as tk
 >>> t = tk.optimize(tk.trace(lambda x: (x * 1.0) ** 2, np.ones(3)))
 >>> [n.op for n in t.graph.nodes]
-['multiply']
+['square']
 >>> [h.name for h in t.history]
 ['cse', 'fold_constants', 'simplify', 'dce']
 """
