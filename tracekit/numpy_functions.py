@@ -127,8 +127,8 @@ def _count_nonzero(a, axis=None, keepdims=False):
 def _dot(a, b, out=None):
     ctx = T._ctx_of(a, b)
     a, b = _traced(a, b), _traced(b, a)
-    if a.ndim == 0 or b.ndim == 0:
-        return T._maybe_out(a * b, out)
+    # with a 0-d operand too: NumPy computes that product with BLAS's axpy, not as a * b (-0.0
+    # becomes 0.0, 0 * inf is 0, and a complex product rounds in the order of its CPU's kernel)
     return T._maybe_out(ctx.emit("dot", [a, b]), out)
 
 
@@ -141,8 +141,8 @@ def _vdot(a, b):
 @implements(np.inner)
 def _inner(a, b):
     a, b = _traced(a, b), _traced(b, a)
-    if a.ndim == 0 or b.ndim == 0:
-        return a * b
+    if a.ndim == 0 or b.ndim == 0:  # NumPy's inner is its dot here (BLAS, as in ``_dot``)
+        return _dot(a, b)
     return _tensordot(a, b, axes=((a.ndim - 1,), (b.ndim - 1,)))
 
 

@@ -843,6 +843,8 @@ def _tensordot_vjp(g, y, a, b, axes):
 
 @defvjp("dot")
 def _dot_vjp(g, y, a, b):
+    if a.ndim == 0 or b.ndim == 0:  # a product with a scalar
+        return OPS["multiply"].vjp(g, y, a, b)
     axes = ((a.ndim - 1,), (0,)) if b.ndim == 1 else ((a.ndim - 1,), (b.ndim - 2,))
     return _tensordot_vjp(g, y, a, b, axes=axes)
 

@@ -2,16 +2,21 @@
 
 Every (function, dtype) is evaluated the way generated kernels use it (inside an
 njit loop) on 2**20 random bit patterns of the dtype, dense sweeps of its
-interesting ranges and a list of special values, and compared with NumPy:
+interesting ranges and a list of special values, and checked for what the
+module promises, which holds on every CPU:
 
-* classes must agree exactly: nan <-> nan, +-inf <-> the same inf, finite <->
-  finite, and where both results are zero their signs must agree;
-* the distance in ulps (number of representable numbers between the two
-  results) must not exceed the bound written in the function's docstring
-  ("max error vs NumPy: N ulp"), which is parsed here;
-* so must the distance from the correctly rounded result (float32 evaluated in
-  float64, float64 in long double): "vs correctly rounded: M ulp";
+* the distance in ulps (number of representable numbers between two results)
+  from the correctly rounded result (float32 evaluated in float64, float64 in
+  long double or, where there is none, or for ``erf``, with mpmath on a sample)
+  must not exceed the docstring's "vs correctly rounded: M ulp", parsed here;
+* classes must agree with NumPy's exactly: nan <-> nan, +-inf <-> the same inf,
+  finite <-> finite, and where both results are zero their signs must agree;
 * the evaluating loop must have been vectorised.
+
+NumPy's own distance from the correctly rounded result depends on the CPU (its
+AVX-512 and AVX2 loops and libm are different code), so a NumPy-relative bound
+is never a constant: :func:`numpy_relative_bound` derives it on the running
+machine as M plus NumPy's measured error there.
 
 Run ``python tests/backends/test_fastmath.py [op ...]`` for a table of the
 measured maxima next to the documented ones.
@@ -93,11 +98,12 @@ def reference(op, dtype, *args):
 
 
 LONGDOUBLE_OK = np.finfo(np.longdouble).nmant >= 63  # x87 80-bit or quad precision
+MP_SAMPLE = 20000  # points per function evaluated with mpmath
 
 
 def reference_wide(op, dtype, *args):
     """The (nearly) correctly rounded answer: float32 evaluated in float64, float64 in
-    long double (None where no wider evaluation is available)."""
+    long double (None where that is not wider, or for erf: see :func:`reference_mp`)."""
     dtype = np.dtype(dtype)
     if dtype == F32:
         wide = F64
@@ -107,6 +113,36 @@ def reference_wide(op, dtype, *args):
         return None
     with np.errstate(all="ignore"):
         return reference(op, wide, *[a.astype(wide) for a in args]).astype(dtype)
+
+
+def _mp_functions():
+    import mpmath as mp
+
+    return mp, {
+        "exp": mp.exp, "expm1": mp.expm1, "exp2": lambda x: mp.power(2, x), "log": mp.log,
+        "log1p": mp.log1p, "log2": lambda x: mp.log(x, 2), "log10": mp.log10, "tanh": mp.tanh,
+        "sigmoid": lambda x: 1 / (1 + mp.exp(-x)), "erf": mp.erf, "sin": mp.sin, "cos": mp.cos,
+        "tan": mp.tan, "sinh": mp.sinh, "cosh": mp.cosh, "power": mp.power,
+    }  # fmt: skip
+
+
+def reference_mp(op, dtype, idx, *args):
+    """The correctly rounded answer at the positions ``idx``, with mpmath (nan where the real
+    function has no value or mpmath cannot say)."""
+    mp, fns = _mp_functions()
+    out = np.full(len(idx), np.nan, dtype)
+    with mp.workprec(160):
+        for k, i in enumerate(idx):
+            xs = [float(a[i]) for a in args]
+            if any(math.isnan(x) or math.isinf(x) for x in xs):
+                continue
+            try:
+                y = fns[op](*[mp.mpf(x) for x in xs])
+            except (ValueError, ZeroDivisionError, OverflowError):
+                continue
+            if isinstance(y, mp.mpf):
+                out[k] = dtype.type(float(y)) if abs(y) < 2 * mp.mpf(np.finfo(dtype).max) else 0
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -144,20 +180,12 @@ def class_mismatch(got, ref):
     return bad
 
 
-_BOUND_RE = re.compile(r"max error vs NumPy:\s*([0-9.]+)\s*ulp")
 _CR_BOUND_RE = re.compile(r"vs correctly rounded:\s*([0-9.]+)\s*ulp")
 
 
 def _doc(op, dtype):
     fn = fm.FAST_MATH[(op, np.dtype(dtype))]
     return fn.__doc__ or fn.py_func.__doc__ or ""
-
-
-def documented_bound(op, dtype):
-    """The 'max error vs NumPy: N ulp' figure of the function's docstring."""
-    m = _BOUND_RE.search(_doc(op, dtype))
-    assert m, f"{op}/{dtype}: docstring lacks 'max error vs NumPy: N ulp'"
-    return float(m.group(1))
 
 
 def documented_cr_bound(op, dtype):
@@ -383,24 +411,64 @@ def power_inputs(dtype, seed=0):
 
 
 class Measurement:
-    """Results of one (function, dtype) against NumPy and the wide reference."""
+    """Results of one (function, dtype) against NumPy and the correctly rounded reference."""
 
     def __init__(self, op, dtype):
+        dtype = np.dtype(dtype)
         self.args = power_inputs(dtype) if op == "power" else (inputs(op, dtype),)
         self.got = evaluate(op, dtype, *self.args)
         self.ref = reference(op, dtype, *self.args)
         self.bad = class_mismatch(self.got, self.ref)
         d = np.where(self.bad, 0.0, ulp_distance(self.got, self.ref))
         self.worst = int(np.argmax(d))
-        self.maxulp = float(d[self.worst])
-        self.wide = reference_wide(op, dtype, *self.args)
-        self.maxulp_wide = None
-        if self.wide is not None:
-            ok = ~class_mismatch(self.got, self.wide)
-            self.maxulp_wide = float(np.where(ok, ulp_distance(self.got, self.wide), 0.0).max())
+        self.maxulp = float(d[self.worst])  # vs NumPy: reported, not promised
+        self.idx, self.wide = correctly_rounded(op, dtype, self.args, far=np.argsort(d))
+        self.maxulp_wide = _max_distance(self.got[self.idx], self.wide)
+        self.numpy_wide = _max_distance(self.ref[self.idx], self.wide)
 
     def at(self, i):
         return tuple(repr(a[i]) for a in self.args), repr(self.got[i]), repr(self.ref[i])
+
+
+def correctly_rounded(op, dtype, args, far=None):
+    """(positions, correctly rounded results there): every position with a wider type,
+    else (mpmath) a random sample plus the positions last in ``far``."""
+    wide = reference_wide(op, dtype, *args)
+    if wide is not None:
+        return np.arange(len(args[0])), wide
+    rng = np.random.default_rng(3)
+    idx = rng.choice(len(args[0]), MP_SAMPLE)
+    if far is not None:
+        idx = np.concatenate([idx, far[-MP_SAMPLE // 10 :]])
+    idx = np.unique(idx)
+    return idx, reference_mp(op, dtype, idx, *args)
+
+
+_NUMPY_ERROR: dict = {}
+
+
+def numpy_error(op, dtype) -> float:
+    """NumPy's largest distance, on this machine, from the correctly rounded result over the
+    inputs above (its loops differ per CPU: AVX-512, AVX2, libm)."""
+    key = (op, np.dtype(dtype))
+    if key not in _NUMPY_ERROR:
+        args = power_inputs(key[1]) if op == "power" else (inputs(op, key[1]),)
+        ref = reference(op, key[1], *args)
+        idx, wide = correctly_rounded(op, key[1], args)
+        _NUMPY_ERROR[key] = _max_distance(ref[idx], wide)
+    return _NUMPY_ERROR[key]
+
+
+def numpy_relative_bound(op, dtype) -> float:
+    """How far tracekit's fast ``op`` may be from NumPy's on this machine: its own bound from
+    the correctly rounded result plus NumPy's measured distance from it."""
+    return documented_cr_bound(op, dtype) + numpy_error(op, dtype)
+
+
+def _max_distance(got, wide) -> float:
+    """Largest ulp distance where the reference has a value of the same class."""
+    ok = ~class_mismatch(got, wide) & ~np.isnan(wide)
+    return float(np.where(ok, ulp_distance(got, wide), 0.0).max(initial=0.0))
 
 
 _MEASURED: dict = {}
@@ -427,10 +495,9 @@ def test_function(op, dtype):
     (also under pytest-xdist):
 
     1. classes (nan / inf / signed zero) agree with NumPy everywhere;
-    2. max ulp distance from NumPy <= the docstring's 'max error vs NumPy';
-    3. max ulp distance from the correctly rounded result (float32 evaluated in float64,
-       float64 in long double) <= the docstring's 'vs correctly rounded';
-    4. the evaluator loop was vectorised by LLVM: every function uses fma, so a vectorised
+    2. max ulp distance from the correctly rounded result (float32 evaluated in float64,
+       float64 in long double or mpmath) <= the docstring's 'vs correctly rounded';
+    3. the evaluator loop was vectorised by LLVM: every function uses fma, so a vectorised
        loop contains a vector fma (``llvm.fma.v8f32`` ...); a libm call, or anything else
        LLVM cannot vectorise, in a function makes this fail.
     """
@@ -439,17 +506,12 @@ def test_function(op, dtype):
         detail = [m.at(j) for j in np.flatnonzero(m.bad)[:10]]
         pytest.fail(f"{op}/{dtype}: {int(m.bad.sum())} class mismatches, e.g. {detail}")
 
-    bound = documented_bound(op, dtype)
-    assert m.maxulp <= bound, (
-        f"{op}/{dtype}: {m.maxulp} ulp > documented {bound} at {m.at(m.worst)}"
-    )
-
     cr_bound = documented_cr_bound(op, dtype)
-    if m.maxulp_wide is not None:
-        assert cr_bound is not None, f"{op}/{dtype}: docstring lacks 'vs correctly rounded: N ulp'"
-        assert m.maxulp_wide <= cr_bound, (
-            f"{op}/{dtype}: {m.maxulp_wide} ulp > documented {cr_bound}"
-        )
+    assert cr_bound is not None, f"{op}/{dtype}: docstring lacks 'vs correctly rounded: N ulp'"
+    assert m.maxulp_wide <= cr_bound, (
+        f"{op}/{dtype}: {m.maxulp_wide} ulp from the correctly rounded result > documented "
+        f"{cr_bound}"
+    )
 
     fn = fm.FAST_MATH[(op, np.dtype(dtype))]
     ev = _evaluator(fn, 2 if op == "power" else 1)
@@ -485,7 +547,7 @@ def test_registry():
             assert name == f"fm_{op}_{sfx}"
             assert ns[name] is fm.FAST_MATH[(op, dt)]
             assert fm.name_for(op, dt.type) == name
-            documented_bound(op, dt)  # every function states its bound
+            assert documented_cr_bound(op, dt) is not None  # every function states its bound
     assert fm.name_for("exp", np.int32) is None
     assert fm.name_for("arctan", np.float64) is None
     assert len(ns) == 2 * len(fm.OPS)
@@ -629,18 +691,15 @@ def test_gelu_kernel_with_three_functions_vectorises():
 
 def _report(ops):
     print(
-        f"{'op':8s} {'dtype':8s} {'doc':>4s} {'vs numpy':>9s} {'doc':>4s} {'vs CR':>6s} "
+        f"{'op':8s} {'dtype':8s} {'doc':>4s} {'vs CR':>6s} {'numpy vs CR':>11s} {'vs numpy':>9s} "
         f"{'class':>6s}  worst input vs numpy"
     )
     for op in ops:
         for dt in DTYPES:
             m = measure(op, dt)
-            cr = "" if m.maxulp_wide is None else f"{m.maxulp_wide:6.0f}"
-            dcr = documented_cr_bound(op, dt)
             print(
-                f"{op:8s} {dt.name:8s} {documented_bound(op, dt):4.0f} {m.maxulp:9.0f} "
-                f"{'' if dcr is None else f'{dcr:4.0f}':>4s} {cr:>6s} {int(m.bad.sum()):6d}  "
-                f"{m.at(m.worst)}",
+                f"{op:8s} {dt.name:8s} {documented_cr_bound(op, dt):4.0f} {m.maxulp_wide:6.0f} "
+                f"{m.numpy_wide:11.0f} {m.maxulp:9.0f} {int(m.bad.sum()):6d}  {m.at(m.worst)}",
                 flush=True,
             )
             for j in np.flatnonzero(m.bad)[:5]:

@@ -55,12 +55,22 @@ def environment_key() -> str:
     import numpy
 
     from .. import __version__
+    from .scalar import NUMPY_FMA
 
+    # numba's target (NUMBA_CPU_NAME / NUMBA_CPU_FEATURES change it), and whether NumPy's loops
+    # fuse multiply-adds (the helpers round as they do: NPY_DISABLE_CPU_FEATURES changes it)
     cpu = llvm.get_host_cpu_name()
+    target = "/".join(cpu_target().target_context.codegen().magic_tuple())
     return (
         f"tracekit {__version__} ({_called_code_digest()}) numba {numba.__version__} "
-        f"numpy {numpy.__version__} cpu {cpu}"
+        f"numpy {numpy.__version__} cpu {cpu} target {target} numpy-fma {NUMPY_FMA}"
     )
+
+
+def cpu_target():
+    from numba.core.registry import cpu_target as target
+
+    return target
 
 
 def module_key(source: str) -> str:

@@ -247,8 +247,9 @@ ULP_BOUNDS_F64 = {
 
 
 def cpu_fast_bounds() -> dict:
-    """The CPU target's float32 fast-math bounds, ``op -> ulp``, read from the docstrings of
-    ``fastmath.py`` ("max error vs NumPy: N ulp"); empty when that module is unavailable."""
+    """The CPU target's float32 fast-math bounds, ``op -> ulp`` from the correctly rounded
+    result (as libdevice's are stated), read from the docstrings of ``fastmath.py`` ("max error
+    vs correctly rounded: N ulp"); empty when that module is unavailable."""
     global _CPU_BOUNDS
     if _CPU_BOUNDS is None:
         out = {}
@@ -257,7 +258,7 @@ def cpu_fast_bounds() -> dict:
 
             for (op, dt), fn in fastmath.FAST_MATH.items():
                 doc = fn.__doc__ or getattr(getattr(fn, "py_func", None), "__doc__", "") or ""
-                m = re.search(r"max error vs NumPy: (\d+) ulp", doc)
+                m = re.search(r"max error vs correctly rounded: (\d+) ulp", doc)
                 if np.dtype(dt) == F32 and m:
                     out[op] = int(m.group(1))
         except Exception:  # no fast math on the CPU: every op uses the default bound
