@@ -149,9 +149,10 @@ def _finish(ctx, result, n_args, name):
 
 
 def _drop_unused_inputs(graph, getters):
-    """Remove captured arrays and constants that no live node reads (arguments stay)."""
+    """Remove captured arrays and constants that no live node reads and no write goes back
+    into (arguments stay)."""
     used = {v for n in graph.nodes for v in n.var_inputs} | set(graph.outputs)
-    used |= {g.var for g in graph.guards}
+    used |= {g.var for g in graph.guards} | {graph.inputs[i] for _, i in graph.writebacks}
     keep = [
         i for i, (v, s) in enumerate(zip(graph.inputs, graph.specs)) if s.kind == "arg" or v in used
     ]
