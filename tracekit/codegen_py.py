@@ -107,7 +107,6 @@ def _defined_names(sources):
 
 
 MAX_INLINE = 256
-_VIEW_OPS = ("index", "reshape", "transpose", "broadcast_to", "real", "imag")
 
 
 def _may_view(graph, var, written) -> bool:
@@ -115,7 +114,7 @@ def _may_view(graph, var, written) -> bool:
     producers = graph.producers()
     while var not in written:
         node = producers.get(var)
-        if node is None or node.op not in _VIEW_OPS or not isinstance(node.inputs[0], Var):
+        if node is None or not OPS[node.op].may_view or not isinstance(node.inputs[0], Var):
             return False
         var = node.inputs[0]
     return True

@@ -26,6 +26,53 @@ from .ir import Var, fmt_slice
 KINDS = ("elementwise", "reduce", "scan", "matmul", "movement", "index", "create", "opaque")
 
 
+@dataclass(frozen=True)
+class Reduction:
+    """How a reduction (or a scan) combines elements: what every backend asks instead of the
+    op's name.
+
+    ``combine`` is the step, one of ``COMBINES``; ``index``: the result is the position of the
+    first extreme (argmax, argmin), not its value; ``wide``: floats and complex values
+    accumulate in float64 / complex128 (NumPy's sum and prod of float32 round once per pairwise
+    block, and tracekit's in a wider type); ``complex``: compiled loops may compute it for
+    complex values (NumPy orders complex numbers lexicographically for extrema, and starts a
+    complex product from its first element: those stay NumPy calls).
+
+    >>> OPS["argmin"].reduction.identity(np.dtype(np.float32))
+    inf
+    """
+
+    combine: str
+    index: bool = False
+    wide: bool = False
+    complex: bool = True
+
+    def __post_init__(self):
+        if self.combine not in COMBINES:
+            raise ValueError(f"unknown combine {self.combine!r}")
+
+    def identity(self, dtype):
+        """The value an accumulator of ``dtype`` starts from (a Python scalar). A float sum
+        starts from -0.0: -0.0 + x is x for every x, as NumPy's sum starts from x[0]."""
+        dtype = np.dtype(dtype)
+        if self.combine == "add":
+            return {"f": -0.0, "c": complex(-0.0, -0.0)}.get(dtype.kind, 0)
+        if self.combine == "multiply":
+            return 1
+        if self.combine in ("or", "and"):
+            return self.combine == "and"
+        big = self.combine == "min"  # a min starts from the largest value
+        if dtype.kind == "f":
+            return math.inf if big else -math.inf
+        if dtype.kind == "b":
+            return big
+        info = np.iinfo(dtype)
+        return int(info.max if big else info.min)
+
+
+COMBINES = ("add", "multiply", "or", "and", "max", "min")
+
+
 @dataclass
 class Op:
     """One op. ``impl(*inputs, **attrs)`` is the NumPy reference; ``code(args, attrs)`` its source.
@@ -34,6 +81,11 @@ class Op:
     ``vjp(g, out, *inputs, **attrs)`` returns one cotangent (or None) per input; it is written in
     NumPy and traced, so backward graphs are ordinary graphs. ``helper`` names a function in this
     module that ``.code`` must define before use.
+
+    Capabilities, asked by every stage instead of the op's name: ``reduction`` / ``scan`` (a
+    :class:`Reduction`: how it accumulates), ``view`` (NumPy computes it as a view of its one
+    input, without copying: a backend can leave it to NumPy), ``may_view`` (its NumPy result
+    may share memory with its first input: a write into that input can reach it).
     """
 
     name: str
@@ -45,6 +97,10 @@ class Op:
     helper: Callable | None = None
     doc: str = ""
     extra: dict = field(default_factory=dict)
+    reduction: Reduction | None = None
+    scan: Reduction | None = None
+    view: bool = False
+    may_view: bool = False
 
     @property
     def differentiable(self) -> bool:
@@ -169,8 +225,8 @@ register(
         lambda a, at: f"np.asarray({a[0]}).astype({py_literal(at['dtype'])})",
     )
 )
-register(Op("real", "elementwise", _real, call_code("np.real")))
-register(Op("imag", "elementwise", _imag, call_code("np.imag")))
+register(Op("real", "elementwise", _real, call_code("np.real"), may_view=True))
+register(Op("imag", "elementwise", _imag, call_code("np.imag"), may_view=True))
 register(Op("angle", "elementwise", _angle, call_code("np.angle")))
 
 
@@ -194,10 +250,23 @@ def _reduce_code(name):
     return code
 
 
-for _name in ("sum", "prod", "mean", "var", "std", "max", "min", "any", "all"):
-    register(Op(_name, "reduce", _reduce_impl(_np_fn(_name)), _reduce_code(_name)))
-for _name in ("argmax", "argmin"):
-    register(Op(_name, "reduce", _np_fn(_name), _reduce_code(_name)))
+# mean, var and std have no Reduction: backends compute them from sums (backends/lowering.py)
+_REDUCTIONS = {
+    "sum": Reduction("add", wide=True),
+    "prod": Reduction("multiply", wide=True, complex=False),
+    "mean": None,
+    "var": None,
+    "std": None,
+    "max": Reduction("max", complex=False),
+    "min": Reduction("min", complex=False),
+    "any": Reduction("or"),
+    "all": Reduction("and"),
+}
+for _name, _red in _REDUCTIONS.items():
+    register(Op(_name, "reduce", _reduce_impl(_np_fn(_name)), _reduce_code(_name), reduction=_red))
+for _name, _combine in (("argmax", "max"), ("argmin", "min")):
+    _red = Reduction(_combine, index=True, complex=False)
+    register(Op(_name, "reduce", _np_fn(_name), _reduce_code(_name), reduction=_red))
 
 
 def _scan_impl(fn):
@@ -207,8 +276,9 @@ def _scan_impl(fn):
     return impl
 
 
-for _name in ("cumsum", "cumprod"):
-    register(Op(_name, "scan", _scan_impl(_np_fn(_name)), _reduce_code(_name)))
+_SCANS = {"cumsum": Reduction("add"), "cumprod": Reduction("multiply", complex=False)}
+for _name, _red in _SCANS.items():
+    register(Op(_name, "scan", _scan_impl(_np_fn(_name)), _reduce_code(_name), scan=_red))
 
 
 # ---------------------------------------------------------------------- linear algebra
@@ -220,6 +290,7 @@ register(
         "matmul",
         lambda *xs, subscripts: np.einsum(subscripts, *xs),
         lambda a, at: f"np.einsum({at['subscripts']!r}, {', '.join(a)})",
+        may_view=True,  # one operand: 'ij->ji' is a view
     )
 )
 register(Op("tensordot", "matmul", np.tensordot, call_code("np.tensordot")))
@@ -234,9 +305,10 @@ def _pad(x, pad_width, constant_value):
     return np.pad(x, pad_width, mode="constant", constant_values=constant_value)
 
 
-register(Op("reshape", "movement", np.reshape, call_code("np.reshape")))
-register(Op("transpose", "movement", np.transpose, call_code("np.transpose")))
-register(Op("broadcast_to", "movement", np.broadcast_to, call_code("np.broadcast_to")))
+_VIEW = {"view": True, "may_view": True}
+register(Op("reshape", "movement", np.reshape, call_code("np.reshape"), **_VIEW))
+register(Op("transpose", "movement", np.transpose, call_code("np.transpose"), **_VIEW))
+register(Op("broadcast_to", "movement", np.broadcast_to, call_code("np.broadcast_to"), **_VIEW))
 register(
     Op(
         "concatenate",
@@ -322,7 +394,7 @@ def _idx_literal(idx):
     return py_literal(tuple(idx))
 
 
-register(Op("index", "index", index, _index_code))
+register(Op("index", "index", index, _index_code, view=True, may_view=True))
 register(Op("index_update", "index", index_update, _index_update_code, helper=index_update))
 register(Op("update_real", "index", update_real, call_code("update_real"), helper=update_real))
 register(Op("update_imag", "index", update_imag, call_code("update_imag"), helper=update_imag))

@@ -352,10 +352,6 @@ class Runner:
         return call
 
 
-# host ops whose NumPy implementation may return a view of their first input
-_MAY_VIEW = frozenset(("index", "reshape", "transpose", "broadcast_to", "real", "imag", "einsum"))
-
-
 def _in_place_updates(plan: Plan) -> set:
     """Indices of ``index_update`` host steps that may write into their base's buffer: the base
     is a fresh buffer of this run (a kernel's or a copying host op's result, not an input, a
@@ -367,7 +363,7 @@ def _in_place_updates(plan: Plan) -> set:
             last[root.get(v, v)] = i  # a read of a view is a read of the buffer it views
         for o in st.outputs:
             producer[o] = st
-        if st.kind == "view" or (st.kind == "host" and st.nodes[0].op in _MAY_VIEW):
+        if st.kind == "view" or (st.kind == "host" and OPS[st.nodes[0].op].may_view):
             base = st.nodes[0].inputs[0]
             if isinstance(base, Var):
                 for o in st.outputs:

@@ -12,10 +12,10 @@ import re
 
 import numpy as np
 
-from ..ir import Var, format_node
+from ..ir import Node, Var, format_node
 from . import scalar as S
 from .layout import Layout
-from .planner import Step
+from .planner import Step, accumulation, is_reduction
 
 PARALLEL_MIN_WORK = 1 << 15  # elements; below this a kernel runs serially (no thread start-up)
 # Beside BLAS calls a parallel kernel costs more than it gains below this: NumPy's OpenBLAS and
@@ -38,30 +38,19 @@ STREAM_MIN_FAST_MATH = 2
 STREAM_BUDGET = 64
 
 
-def acc_dtype(op, out):
+def acc_dtype(node_or_red, out):
+    """The dtype a reduction of results ``out`` accumulates in."""
+    red = accumulation(node_or_red) if isinstance(node_or_red, Node) else node_or_red
     out = np.dtype(out)
-    if op in ("sum", "prod"):
+    if red.wide:
         return {"f": np.dtype(np.float64), "c": np.dtype(np.complex128)}.get(out.kind, out)
     return out
 
 
-def _init(op, dtype) -> str:
-    dtype = np.dtype(dtype)
-    if op in ("sum", "cumsum"):  # -0.0 + x is x for every x: NumPy starts from x[0]
-        return S.literal({"f": -0.0, "c": complex(-0.0, -0.0)}.get(dtype.kind, 0), dtype)
-    if op in ("prod", "cumprod"):
-        return S.literal(1, dtype)
-    if op == "any":
-        return "False"
-    if op == "all":
-        return "True"
-    big = op in ("min", "argmin")
-    if dtype.kind == "f":
-        return S.literal(np.inf if big else -np.inf, dtype)
-    if dtype.kind == "b":
-        return "True" if big else "False"
-    info = np.iinfo(dtype)
-    return S.literal(info.max if big else info.min, dtype)
+def _init(node_or_red, dtype) -> str:
+    """The accumulator's starting value as a literal of ``dtype``."""
+    red = accumulation(node_or_red) if isinstance(node_or_red, Node) else node_or_red
+    return S.literal(red.identity(dtype), np.dtype(dtype))
 
 
 class KernelSource:
@@ -80,7 +69,7 @@ class KernelSource:
         self.layout = Layout(g.shape, g.axes, self.inputs + self.outputs, self.p, rows)
         self.lines: list[str] = []
         self.local: dict = {}  # Var -> source of its current element / row value
-        self.reduces = [n for n in g.nodes if _is_reduce(n)]
+        self.reduces = [n for n in g.nodes if is_reduction(n)]
         self.blocked: list = []  # reductions adding up in blocks in the loop being emitted
 
     # -- naming
@@ -244,10 +233,10 @@ class KernelSource:
         out = node.out
         depth = self._loops(self.layout.kept, 1, self._parallel())
         acc = f"{self.p}acc"
-        self.emit(f"{acc} = {_init(node.op, out.dtype)}", depth)
+        self.emit(f"{acc} = {_init(node, out.dtype)}", depth)
         inner = self._loops(self.layout.red, depth, False)
         v = S.cast(self.read(x), x.dtype, out.dtype)
-        step = S.accumulate(S.SCAN_STEPS[node.op], acc, v, out.dtype)
+        step = S.accumulate(accumulation(node), acc, v, out.dtype)
         self.emit(f"{acc} = {S.typed(step, out.dtype)}", inner)
         self.local[out] = acc
         self.store(out, inner)
@@ -259,7 +248,7 @@ class KernelSource:
         for n in g.nodes:
             p = max([phase.get(x, 0) for x in n.var_inputs] or [0])
             for o in n.outputs:
-                phase[o] = p + 1 if _is_reduce(n) else p
+                phase[o] = p + 1 if is_reduction(n) else p
         return phase
 
     def _rows(self):
@@ -320,7 +309,7 @@ class KernelSource:
         jb = f"{j}b"
         self.emit(f"for {jb} in range({lo}, {hi}, {BLOCK}):", depth)
         for r in self.blocked:
-            init = _init(r.op, _block_dtype(r))
+            init = _init(r, _block_dtype(r))
             self.emit(f"{self.p}r_{r.out.ident}_b = {init}", depth + 1)
         self.emit(f"for {j} in range({jb}, min({jb} + {BLOCK}, {hi})):", depth + 1)
         return depth + 2
@@ -328,7 +317,7 @@ class KernelSource:
     def _fold_blocks(self, depth):
         for r in self.blocked:
             a = f"{self.p}r_{r.out.ident}"
-            acc = acc_dtype(r.op, r.out.dtype)
+            acc = acc_dtype(r, r.out.dtype)
             self.emit(f"{a} = {a} + {S.cast(f'{a}_b', _block_dtype(r), acc)}", depth)
         self.blocked = []
 
@@ -355,13 +344,9 @@ class KernelSource:
             reds = [r for r in self.reduces if phase.get(r.inputs[0], 0) == p]
             for r in reds:
                 a = f"{self.p}r_{r.out.ident}"
-                pdt = (
-                    r.inputs[0].dtype
-                    if r.op in ("argmax", "argmin")
-                    else acc_dtype(r.op, r.out.dtype)
-                )
+                pdt = r.inputs[0].dtype if accumulation(r).index else acc_dtype(r, r.out.dtype)
                 self.emit(f"{a}_p = np.empty({nch}, {S.ctor(pdt)})", 1)
-                if r.op in ("argmax", "argmin"):
+                if accumulation(r).index:
                     self.emit(f"{a}_q = np.empty({nch}, np.int64)", 1)
             if nch > 1:
                 self._prange(ch, nch, 1)
@@ -378,16 +363,16 @@ class KernelSource:
             for r in reds:
                 a = f"{self.p}r_{r.out.ident}"
                 self.emit(f"{a}_p[{ch}] = {a}", 2)
-                if r.op in ("argmax", "argmin"):
+                if accumulation(r).index:
                     self.emit(f"{a}_q[{ch}] = {a}_i", 2)
             for r in reds:
                 self._acc_init(r, 1)
                 a = f"{self.p}r_{r.out.ident}"
                 self.emit(f"for {ch} in range({nch}):", 1)
-                if r.op in ("argmax", "argmin"):
+                if accumulation(r).index:
                     self._arg_update(r, f"{a}_p[{ch}]", f"{a}_q[{ch}]", 2)
                 else:
-                    self._combine(r, f"{a}_p[{ch}]", 2, v_dtype=acc_dtype(r.op, r.out.dtype))
+                    self._combine(r, f"{a}_p[{ch}]", 2, v_dtype=acc_dtype(r, r.out.dtype))
                 self._acc_final(r, 1)
             self._row_nodes(phase, p + 1, 1)
 
@@ -421,7 +406,7 @@ class KernelSource:
         return need
 
     def _use_phase(self, n, phase):
-        if _is_reduce(n):
+        if is_reduction(n):
             return phase.get(n.inputs[0], 0)
         return phase[n.out]
 
@@ -448,7 +433,7 @@ class KernelSource:
         for r in reds:
             x = r.inputs[0]
             v = self.local.get(x) or self.read(x)
-            if r.op in ("argmax", "argmin"):
+            if accumulation(r).index:
                 self._arg_update(r, v, flat, depth)
             else:
                 self._combine(r, v, depth, blocked=r in self.blocked)
@@ -456,30 +441,30 @@ class KernelSource:
     def _row_nodes(self, phase, p, depth):
         g = self.group
         for n in g.nodes:
-            if g.role[n.out] == "row" and not _is_reduce(n) and phase[n.out] == p:
+            if g.role[n.out] == "row" and not is_reduction(n) and phase[n.out] == p:
                 self.compute(n, depth)
                 self.store(n.out, depth)
 
     def _acc_init(self, r, depth):
         a = f"{self.p}r_{r.out.ident}"
         x = r.inputs[0]
-        if r.op in ("argmax", "argmin"):
-            self.emit(f"{a} = {_init(r.op, x.dtype)}", depth)
+        if accumulation(r).index:
+            self.emit(f"{a} = {_init(r, x.dtype)}", depth)
             self.emit(f"{a}_i = 0", depth)
         else:
-            self.emit(f"{a} = {_init(r.op, acc_dtype(r.op, r.out.dtype))}", depth)
+            self.emit(f"{a} = {_init(r, acc_dtype(r, r.out.dtype))}", depth)
 
     def _combine(self, r, v, depth, blocked=False, v_dtype=None):
         """``acc = acc (op) v``, ``v`` of the reduction input's dtype (or ``v_dtype``)."""
         a = f"{self.p}r_{r.out.ident}" + ("_b" if blocked else "")
-        acc = _block_dtype(r) if blocked else acc_dtype(r.op, r.out.dtype)
+        acc = _block_dtype(r) if blocked else acc_dtype(r, r.out.dtype)
         v = S.cast(v, v_dtype or r.inputs[0].dtype, acc)
-        step = S.accumulate(r.op, a, v, acc, vectorise=self.VECTORISE)
+        step = S.accumulate(accumulation(r), a, v, acc, vectorise=self.VECTORISE)
         self.emit(f"{a} = {S.typed(step, acc)}", depth)
 
     def _arg_update(self, r, v, idx, depth):
         a = f"{self.p}r_{r.out.ident}"
-        cmp = ">" if r.op == "argmax" else "<"
+        cmp = ">" if accumulation(r).combine == "max" else "<"
         nan = f" or ({v} != {v} and {a} == {a})" if r.inputs[0].dtype.kind == "f" else ""
         self.emit(f"if {v} {cmp} {a}{nan}:", depth)
         self.emit(f"{a} = {v}", depth + 1)
@@ -487,12 +472,10 @@ class KernelSource:
 
     def _acc_final(self, r, depth):
         a = f"{self.p}r_{r.out.ident}"
-        if r.op == "sum" and self.layout.red_total == 0:  # NumPy: a sum of nothing is +0.0
-            self.emit(f"{a} = {S.literal(0, acc_dtype(r.op, r.out.dtype))}", depth)
+        if accumulation(r).combine == "add" and self.layout.red_total == 0:  # nothing: +0.0
+            self.emit(f"{a} = {S.literal(0, acc_dtype(r, r.out.dtype))}", depth)
         src = (
-            f"{a}_i"
-            if r.op in ("argmax", "argmin")
-            else S.cast(a, acc_dtype(r.op, r.out.dtype), r.out.dtype)
+            f"{a}_i" if accumulation(r).index else S.cast(a, acc_dtype(r, r.out.dtype), r.out.dtype)
         )
         self.emit(f"{self.p}t_{r.out.ident} = {S.typed(src, r.out.dtype)}", depth)
         self.local[r.out] = f"{self.p}t_{r.out.ident}"
@@ -502,15 +485,9 @@ class KernelSource:
 def _block_dtype(r):
     """The dtype a reduction accumulates in within a block (``_blocks``), or None."""
     f32 = np.dtype(np.float32)
-    if r.op == "sum" and r.inputs[0].dtype == f32 and r.out.dtype == f32:
+    if accumulation(r).combine == "add" and r.inputs[0].dtype == f32 and r.out.dtype == f32:
         return f32
     return None
-
-
-def _is_reduce(node) -> bool:
-    from .planner import REDUCTIONS
-
-    return node.op in REDUCTIONS
 
 
 def kernel_source(step: Step, math: str = "fast", min_parallel=PARALLEL_MIN_WORK) -> KernelSource:

@@ -38,7 +38,7 @@ import numpy as np
 from ..ir import Node, Var, format_node
 from . import scalar as S
 from .emit_cpu import KernelSource, _init, acc_dtype
-from .planner import REDUCTIONS, Step
+from .planner import Step, accumulation, is_reduction
 
 # ---------------------------------------------------------------------- device profile
 
@@ -728,8 +728,6 @@ def _csign(z):
 
 
 # ---------------------------------------------------------------------- kernel sources
-def _is_reduce(node) -> bool:
-    return node.op in REDUCTIONS
 
 
 ROW_MODES = ("block", "thread", "split")
@@ -853,10 +851,10 @@ class CudaKernelSource(KernelSource):
         """Raise DeviceUnsupported unless every op of the group has device code."""
         g = self.group
         for n in g.nodes:
-            if n.op not in ("reshape",) and not _is_reduce(n) and g.kind != "scan":
+            if n.op not in ("reshape",) and not is_reduction(n) and g.kind != "scan":
                 dts = [x.dtype if isinstance(x, Var) else self.value(x)[1] for x in n.inputs]
                 device_expr(n, [f"_a{k}" for k in range(len(dts))], dts, self.math)
-            if n.op in ("argmax", "argmin") and n.inputs[0].dtype.kind == "c":
+            if is_reduction(n) and accumulation(n).index and n.inputs[0].dtype.kind == "c":
                 raise DeviceUnsupported("argmax/argmin of complex values")
 
     def source(self) -> str:
@@ -918,10 +916,10 @@ class CudaKernelSource(KernelSource):
         rows = self._rows_count()
         n = L.red_total
         bs = P.row_threads(n)
-        init = _init(node.op, out.dtype)
+        init = _init(node, out.dtype)
 
         def comb(a, b):
-            return typed(S.accumulate(S.SCAN_STEPS[node.op], a, b, out.dtype), out.dtype)
+            return typed(S.accumulate(accumulation(node), a, b, out.dtype), out.dtype)
 
         self.begin(self.group.name, f"one block of {bs} per row, tiled Hillis-Steele scan")
         self.emit(f"{p}sh = cuda.shared.array({bs}, {nb_type(out.dtype)})", 1)
@@ -973,7 +971,7 @@ class CudaKernelSource(KernelSource):
             return FORCE_ROW_MODE == "thread"
         node = self.group.nodes[0]
         kind = node.out.dtype.kind
-        if kind == "c" or (kind == "f" and node.op == "cumprod"):
+        if kind == "c" or (kind == "f" and accumulation(node).combine == "multiply"):
             return True
         inner_kept = bool(L.reduced) and not L.reduced[-1]
         return not P.simulator and inner_kept and self._rows_count() >= P.sm_count * 256
@@ -988,11 +986,11 @@ class CudaKernelSource(KernelSource):
         self.emit(f"{p}step = cuda.gridsize(1)", 1)
         self.emit(f"while {p}row < {rows}:", 1)
         self._unravel(f"{p}row", L.kept, 2)
-        self.emit(f"{p}acc = {_init(node.op, out.dtype)}", 2)
+        self.emit(f"{p}acc = {_init(node, out.dtype)}", 2)
         self.emit(f"for {p}j in range({L.red_total}):", 2)
         self._unravel(f"{p}j", L.red, 3)
         v = typed(S.cast(self.read(x), x.dtype, out.dtype), out.dtype)
-        step = typed(S.accumulate(S.SCAN_STEPS[node.op], f"{p}acc", v, out.dtype), out.dtype)
+        step = typed(S.accumulate(accumulation(node), f"{p}acc", v, out.dtype), out.dtype)
         self.emit(f"{p}acc = {v} if {p}j == 0 else {step}", 3)
         self.local[out] = f"{p}acc"
         self.store(out, 3)
@@ -1042,7 +1040,7 @@ class CudaKernelSource(KernelSource):
         for r in reds:
             x = r.inputs[0]
             v = self.read(x)
-            if r.op in ("argmax", "argmin"):
+            if accumulation(r).index:
                 self._arg_update(r, v, flat, depth)
             else:
                 self._combine(r, v, depth)
@@ -1050,7 +1048,7 @@ class CudaKernelSource(KernelSource):
     def _row_nodes_at(self, phase, p, depth, guard=None, rv=None):
         g = self.group
         for n in g.nodes:
-            if g.role[n.out] == "row" and not _is_reduce(n) and phase[n.out] == p:
+            if g.role[n.out] == "row" and not is_reduction(n) and phase[n.out] == p:
                 self.compute(n, depth)
                 self.store(n.out, depth, guard)
                 if rv is not None:
@@ -1061,9 +1059,9 @@ class CudaKernelSource(KernelSource):
         return a, f"{a}_i"
 
     def _tree_types(self, r):
-        if r.op in ("argmax", "argmin"):
+        if accumulation(r).index:
             return [np.dtype(r.inputs[0].dtype), np.dtype(np.int64)]
-        return [acc_dtype(r.op, r.out.dtype)]
+        return [acc_dtype(r, r.out.dtype)]
 
     def _use_shfl(self, reds, bs) -> bool:
         """Warp shuffles for the last levels of these reductions' tree (32/64-bit values)."""
@@ -1105,8 +1103,8 @@ class CudaKernelSource(KernelSource):
 
     def _merge(self, r, a, ai, b, bi, depth):
         """Emit ``(a, ai) <- combine((a, ai), (b, bi))`` for the tree (order-independent)."""
-        if r.op in ("argmax", "argmin"):
-            cmp = ">" if r.op == "argmax" else "<"
+        if accumulation(r).index:
+            cmp = ">" if accumulation(r).combine == "max" else "<"
             nan = ""
             if r.inputs[0].dtype.kind == "f":
                 nan = f" or ({b} != {b} and ({a} == {a} or {bi} < {ai}))"
@@ -1117,8 +1115,8 @@ class CudaKernelSource(KernelSource):
             self.emit(f"{a} = {b}", depth + 1)
             self.emit(f"{ai} = {bi}", depth + 1)
             return
-        acc = acc_dtype(r.op, r.out.dtype)
-        self.emit(f"{a} = {typed(S.accumulate(r.op, a, b, acc), acc)}", depth)
+        acc = acc_dtype(r, r.out.dtype)
+        self.emit(f"{a} = {typed(S.accumulate(accumulation(r), a, b, acc), acc)}", depth)
 
     def _block_reduce(self, reds, bs, depth):
         """Every thread's accumulators -> the block's, visible to all threads."""
@@ -1129,7 +1127,7 @@ class CudaKernelSource(KernelSource):
         for r in reds:
             a, ai = self._acc_names(r)
             self.emit(f"{a}_sh[{tid}] = {a}", depth)
-            if r.op in ("argmax", "argmin"):
+            if accumulation(r).index:
                 self.emit(f"{ai}_sh[{tid}] = {ai}", depth)
         self.emit("cuda.syncthreads()", depth)
         self.emit(f"{p}half = {bs // 2}", depth)
@@ -1137,7 +1135,7 @@ class CudaKernelSource(KernelSource):
         self.emit(f"if {tid} < {p}half:", depth + 1)
         for r in reds:
             a, ai = self._acc_names(r)
-            arg = r.op in ("argmax", "argmin")
+            arg = accumulation(r).index
             self.emit(f"{a}_x = {a}_sh[{tid}]", depth + 2)
             if arg:
                 self.emit(f"{ai}_x = {ai}_sh[{tid}]", depth + 2)
@@ -1157,7 +1155,7 @@ class CudaKernelSource(KernelSource):
         for r in reds:
             a, ai = self._acc_names(r)
             self.emit(f"{a} = {a}_sh[0]", depth)
-            if r.op in ("argmax", "argmin"):
+            if accumulation(r).index:
                 self.emit(f"{ai} = {ai}_sh[0]", depth)
         self.emit("cuda.syncthreads()", depth)
 
@@ -1170,7 +1168,7 @@ class CudaKernelSource(KernelSource):
             while off >= 1:
                 for r in reds:
                     a, ai = self._acc_names(r)
-                    arg = r.op in ("argmax", "argmin")
+                    arg = accumulation(r).index
                     self.emit(f"{a}_y = cuda.shfl_down_sync(0xFFFFFFFF, {a}, {off})", d)
                     if arg:
                         self.emit(f"{ai}_y = cuda.shfl_down_sync(0xFFFFFFFF, {ai}, {off})", d)
@@ -1184,7 +1182,7 @@ class CudaKernelSource(KernelSource):
         for r in reds:
             a, ai = self._acc_names(r)
             self.emit(f"{a}_sh[{p}warp] = {a}", depth + 1)
-            if r.op in ("argmax", "argmin"):
+            if accumulation(r).index:
                 self.emit(f"{ai}_sh[{p}warp] = {ai}", depth + 1)
         self.emit("cuda.syncthreads()", depth)
         self.emit(f"if {p}warp == 0:", depth)
@@ -1192,36 +1190,30 @@ class CudaKernelSource(KernelSource):
             a, ai = self._acc_names(r)
             x = r.inputs[0]
             init = (
-                _init(r.op, x.dtype)
-                if r.op in ("argmax", "argmin")
-                else _init(r.op, acc_dtype(r.op, r.out.dtype))
+                _init(r, x.dtype) if accumulation(r).index else _init(r, acc_dtype(r, r.out.dtype))
             )
             self.emit(f"{a} = {a}_sh[{p}lane] if {p}lane < {nw} else {init}", depth + 1)
-            if r.op in ("argmax", "argmin"):
+            if accumulation(r).index:
                 self.emit(f"{ai} = {ai}_sh[{p}lane] if {p}lane < {nw} else 0", depth + 1)
         warp_level(depth + 1, 32)
         self.emit(f"if {p}lane == 0:", depth + 1)
         for r in reds:
             a, ai = self._acc_names(r)
             self.emit(f"{a}_sh[0] = {a}", depth + 2)
-            if r.op in ("argmax", "argmin"):
+            if accumulation(r).index:
                 self.emit(f"{ai}_sh[0] = {ai}", depth + 2)
         self.emit("cuda.syncthreads()", depth)
         for r in reds:
             a, ai = self._acc_names(r)
             self.emit(f"{a} = {a}_sh[0]", depth)
-            if r.op in ("argmax", "argmin"):
+            if accumulation(r).index:
                 self.emit(f"{ai} = {ai}_sh[0]", depth)
         self.emit("cuda.syncthreads()", depth)
 
     def _finish_reds(self, reds, depth, guard=None, rv=None):
         for r in reds:
             a, ai = self._acc_names(r)
-            src = (
-                ai
-                if r.op in ("argmax", "argmin")
-                else S.cast(a, acc_dtype(r.op, r.out.dtype), r.out.dtype)
-            )
+            src = ai if accumulation(r).index else S.cast(a, acc_dtype(r, r.out.dtype), r.out.dtype)
             name = f"{self.p}t_{r.out.ident}"
             self.emit(f"{name} = {typed(src, r.out.dtype)}", depth)
             self.local[r.out] = name

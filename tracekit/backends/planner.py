@@ -23,9 +23,6 @@ import numpy as np
 from ..ir import Graph, Node, Var, format_node
 from ..ops import OPS
 
-REDUCTIONS = {"sum", "prod", "max", "min", "any", "all", "argmax", "argmin"}
-SCANS = {"cumsum", "cumprod"}
-VIEWS = {"transpose", "reshape", "broadcast_to"}
 SUPPORTED_KINDS = "biufc"
 
 
@@ -172,19 +169,26 @@ def classify(node: Node) -> str:
         return "host"
     if (op.kind == "elementwise" and all(_literal_ok(x) for x in node.inputs)) or node.op == "full":
         return "elementwise"
-    if node.op in REDUCTIONS:
-        if node.op in ("max", "min", "argmax", "argmin") and node.inputs[0].dtype.kind == "c":
-            return "host"
-        if node.op == "prod" and node.out.dtype.kind == "c":
-            return "host"  # NumPy starts from x[0]: 1 * (inf + 1j) would be nan
-        return "reduce"
-    if node.op in SCANS:
-        if node.op == "cumprod" and node.out.dtype.kind == "c":
-            return "host"
-        return "scan"
-    if node.op in VIEWS or (node.op == "index" and len(node.inputs) == 1):
+    for how, red in (("reduce", op.reduction), ("scan", op.scan)):
+        if red is not None and not isinstance(node.inputs[0], Var):
+            return "host"  # of a literal that passes folded in (fuzz: cpu-full-7100672)
+        if red is not None:
+            complex_values = "c" in (node.inputs[0].dtype.kind, node.out.dtype.kind)
+            return "host" if complex_values and not red.complex else how
+    if op.view and len(node.inputs) == 1:  # an index with index arrays gathers: a copy
         return "view"
     return "host"
+
+
+def is_reduction(node: Node) -> bool:
+    """A reduction the compiled loops accumulate (mean/var/std are lowered to sums first)."""
+    return OPS[node.op].reduction is not None
+
+
+def accumulation(node: Node):
+    """The :class:`~tracekit.ops.Reduction` a reduction or scan node accumulates with."""
+    op = OPS[node.op]
+    return op.reduction or op.scan
 
 
 def _aligned(shape, ndim) -> tuple:

@@ -380,26 +380,10 @@ COMPLEX_ON_HOST = frozenset(
     "tanh arcsinh arccosh arctanh power rint".split()
 )
 
-FAST_MATH_OPS = {
-    "exp",
-    "expm1",
-    "log",
-    "log1p",
-    "tanh",
-    "sin",
-    "cos",
-    "exp2",
-    "log2",
-    "log10",
-    "sinh",
-    "cosh",
-    "tan",
-    "power",
-}
-
 
 def _fast_name(op: str, dtype, math: str) -> str | None:
-    if math != "fast" or op not in FAST_MATH_OPS or np.dtype(dtype).kind != "f":
+    """The fast-math function computing ``op`` at ``dtype`` (``fastmath.OPS``), or None."""
+    if math != "fast" or np.dtype(dtype).kind != "f":
         return None
     try:
         from . import fastmath
@@ -411,7 +395,18 @@ def _fast_name(op: str, dtype, math: str) -> str | None:
 
 def is_fast_math(node: Node, math: str = "fast") -> bool:
     """Whether ``expr`` computes ``node`` with one of tracekit's fast-math functions."""
-    return node.op in FAST_MATH_OPS and _fast_name(node.op, loop_dtypes(node)[1], math) is not None
+    if math != "fast" or node.op not in _fast_ops():
+        return False
+    return _fast_name(node.op, loop_dtypes(node)[1], math) is not None
+
+
+def _fast_ops() -> tuple:
+    """The ops ``fastmath`` has functions for (none when it cannot be imported)."""
+    try:
+        from . import fastmath
+    except Exception:  # fast math unavailable: numba's libm calls are still correct
+        return ()
+    return fastmath.OPS
 
 
 def expr(node: Node, args: list, dtypes: list, math: str = "fast", templates=None) -> str:
@@ -532,25 +527,23 @@ def _extremum_step(name):
     return step
 
 
-_STEPS = {
-    "sum": _arith_step("|", "+", "_acc_add", "_wadd"),
-    "prod": _arith_step("&", "*", "_acc_mul", "_wmul"),
-    "any": lambda a, v, acc, vectorise: f"{a} | ({v} != 0)",
-    "all": lambda a, v, acc, vectorise: f"{a} & ({v} != 0)",
+_STEPS = {  # by Reduction.combine
+    "add": _arith_step("|", "+", "_acc_add", "_wadd"),
+    "multiply": _arith_step("&", "*", "_acc_mul", "_wmul"),
+    "or": lambda a, v, acc, vectorise: f"{a} | ({v} != 0)",
+    "and": lambda a, v, acc, vectorise: f"{a} & ({v} != 0)",
     "max": _extremum_step("max"),
     "min": _extremum_step("min"),
 }
 
 
-SCAN_STEPS = {"cumsum": "sum", "cumprod": "prod"}  # a scan accumulates as its reduction
-
-
-def accumulate(op: str, a: str, v: str, acc, vectorise: bool = False) -> str:
-    """One reduction step, ``a <op> v``, with ``v`` already in the accumulator dtype ``acc``.
+def accumulate(red, a: str, v: str, acc, vectorise: bool = False) -> str:
+    """One step of the :class:`~tracekit.ops.Reduction` ``red`` (a reduction's or a scan's),
+    ``a <combine> v``, with ``v`` already in the accumulator dtype ``acc``.
 
     int64 wraps as NumPy's; ``vectorise`` spells float steps with the accumulator intrinsics
     (``_make_kernel_intrinsics``) that let LLVM vectorise the loop (CPU), else plainly (CUDA)."""
-    return _STEPS[op](a, v, np.dtype(acc), vectorise)
+    return _STEPS[red.combine](a, v, np.dtype(acc), vectorise)
 
 
 NATIVE = {np.dtype(t) for t in (np.float64, np.int64, np.bool_, np.complex128)}
