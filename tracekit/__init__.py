@@ -6,17 +6,15 @@
 ['matmul', 'maximum']
 """
 
+# Load the submodule now: importing it later would rebind `tracekit.render` (this function)
+# to the module object. graphviz is a light import (no Jupyter).
+from . import render as _render_module  # noqa: E402, F401
 from .errors import GuardError, TraceError, TracerWarning, UnsupportedOperation
 from .ir import Graph, Node, Var
 from .passes import optimize
 from .traced import Traced, trace
 from .tracer import scope
-
-__version__ = "0.1.0"
-
-# Load the submodule now: importing it later would rebind `tracekit.render` (this function)
-# to the module object. graphviz is a light import (no Jupyter).
-from . import render as _render_module  # noqa: E402, F401
+from .version import __version__ as __version__
 
 
 def render(x, **options):

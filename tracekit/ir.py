@@ -54,6 +54,20 @@ def type_str(shape, dtype) -> str:
 
 
 _ids = itertools.count()
+
+# The op table (``tracekit.ops`` fills it and calls it ``OPS``): kept here so that checking a
+# graph needs nothing above the IR.
+OPS: dict = {}
+# Loaders of the objects a graph's JSON holds by reference, by their "type" (``tracekit.pyop``
+# registers python ops'): ``register_json_loader``.
+_JSON_LOADERS: dict = {}
+
+
+def register_json_loader(kind: str, load):
+    """``load(d)`` rebuilds the objects whose JSON form ``d`` has ``d["type"] == kind``."""
+    _JSON_LOADERS[kind] = load
+
+
 _PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYabcdefghijklmnopqrstuvwxyz0123456789")
 _ESCAPES = {"Z": "ZZ", "_": "Zu", ".": "Zd"}
 
@@ -291,8 +305,6 @@ class Graph:
 
         Raises ``ValueError`` naming the first problem; returns the graph.
         """
-        from . import ops
-
         defined, names = set(), set()
         for v in self.inputs:
             if v in defined:
@@ -307,7 +319,7 @@ class Graph:
             if s.kind == "const" and v not in self.constants:
                 raise ValueError(f"const input %{v.name} has no value")
         for n in self.nodes:
-            if n.op not in ops.OPS:
+            if n.op not in OPS:
                 raise ValueError(f"unknown op {n.op!r} in: {n}")
             for v in n.var_inputs:
                 if v not in defined:
@@ -526,9 +538,11 @@ def _uncanonical(x):
     if k == "dict":
         return {kk: _uncanonical(e) for kk, e in v["dict"]}
     if k == "object":
-        from .pyop import object_from_json
-
-        return object_from_json(v["object"])
+        d = v["object"]
+        load = _JSON_LOADERS.get(d.get("type")) if isinstance(d, dict) else None
+        if load is None:
+            raise ValueError(f"unknown object in graph JSON: {d!r}")
+        return load(d)
     raise ValueError(f"bad JSON value {x!r}")
 
 
@@ -574,8 +588,6 @@ def check_types(g: Graph) -> Graph:
     and dtype its op gives on inputs of the recorded types (python ops are taken at their word).
     """
     import warnings
-
-    from .ops import OPS
 
     for v in list(g.inputs) + [o for n in g.nodes for o in n.outputs]:
         if any(d < 0 for d in v.shape) or v.dtype.kind not in "biufcU":

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .ir import OPS as _IR_OPS
 from .ir import Var, fmt_slice
 
 KINDS = ("elementwise", "reduce", "scan", "matmul", "movement", "index", "create", "opaque")
@@ -107,7 +108,7 @@ class Op:
         return self.vjp is not None
 
 
-OPS: dict[str, Op] = {}
+OPS: dict[str, Op] = _IR_OPS  # the registry ir.py keeps for Graph.check; filled here
 
 
 def register(op: Op) -> Op:
@@ -442,37 +443,13 @@ def index_add(x, value, *arrays, idx):
     return x
 
 
-def python_op_from_spec(spec):
-    """The python op (``tk.python_op``) a JSON spec describes, for generated code."""
-    from tracekit.pyop import object_from_json
-
-    return object_from_json(spec)
-
-
-def _python_op_impl(*inputs, pyop, name=None):
-    return pyop.run(*inputs)
-
-
-def _python_op_code(a, at):
-    return f"python_op_from_spec({at['pyop'].__tracekit_json__()!r}).run({', '.join(a)})"
-
-
 def _index_add_code(a, at):
     rest = ", ".join(a[2:]) + ", " if a[2:] else ""
     return f"index_add({a[0]}, {a[1]}, {rest}idx={_idx_literal(at['idx'])})"
 
 
 register(Op("index_add", "index", index_add, _index_add_code, helper=index_add))
-register(
-    Op(
-        "python_op",
-        "opaque",
-        _python_op_impl,
-        _python_op_code,
-        helper=python_op_from_spec,
-        doc="An opaque user function (tk.python_op); attrs: pyop (the PyOp), name.",
-    )
-)
+# ``python_op`` (an opaque user function) is declared beside its PyOp, in tracekit/pyop.py
 
 
 # ---------------------------------------------------------------------- gradient rules
@@ -510,14 +487,19 @@ NON_DIFFERENTIABLE = frozenset(
 NONDIV_CUMPROD_LIMIT = 1 << 22
 
 
-def _tr():
-    from . import tracer
+class Tracer:
+    """A value being traced, as gradient rules see it: they are NumPy code run on such values
+    (``tracer.TracedArray`` is one), and record what NumPy has no spelling of with ``bind``."""
 
-    return tracer
+    __slots__ = ()
+
+    def bind(self, op: str, inputs, attrs):
+        """Record ``op(*inputs, **attrs)`` in this value's trace; its result."""
+        raise NotImplementedError
 
 
 def _traced(x) -> bool:
-    return isinstance(x, _tr().TracedArray)
+    return isinstance(x, Tracer)
 
 
 def _diff(x) -> bool:
@@ -527,7 +509,9 @@ def _diff(x) -> bool:
 
 def _emit(op, inputs, like, **attrs):
     """Record ``op`` (for what NumPy has no spelling of) in the trace ``like`` belongs to."""
-    return _tr()._ctx_of(like).emit(op, inputs, attrs)
+    if not isinstance(like, Tracer):
+        raise TypeError(f"{op}: gradient rules record ops next to a traced value, got {like!r}")
+    return like.bind(op, inputs, attrs)
 
 
 def _zeros(like, shape, dtype):
@@ -1075,9 +1059,3 @@ def _update_real_vjp(g, y, x, value):
 @defvjp("update_imag")
 def _update_imag_vjp(g, y, x, value):
     return np.real(g), -np.imag(g)
-
-
-# -- python ops: the user's grad_f (tracekit.pyop)
-@defvjp("python_op")
-def _python_op_vjp(g, out, *inputs, pyop, name=None):
-    return pyop.vjp(g, out, inputs)

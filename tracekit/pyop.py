@@ -48,6 +48,8 @@ import weakref
 import numpy as np
 
 from .errors import TraceError
+from .ir import _canonical, _uncanonical, register_json_loader, type_str
+from .ops import Op, defvjp, register
 
 _PROCESS = uuid.uuid4().hex[:12]
 _uids = itertools.count()
@@ -91,8 +93,6 @@ def python_op(
 def check_results(node, results):
     """A python op's results on this call have the shapes and dtypes the trace recorded (code
     compiled for them would read past the end, or reinterpret the bytes, otherwise)."""
-    from .ir import type_str
-
     results = results if len(node.outputs) > 1 else (results,)
     for k, (var, val) in enumerate(zip(node.outputs, results)):
         shape, dtype = np.shape(val), np.asarray(val).dtype
@@ -161,8 +161,6 @@ def _ref(obj) -> dict:
 
 
 def _args_spec(x):
-    from .ir import _canonical
-
     try:
         c = _canonical(x)
         json.dumps(c)
@@ -220,8 +218,6 @@ def _load_fn(spec, op_name: str):
 
 
 def _load_args(spec):
-    from .ir import _uncanonical
-
     if "value" in spec:
         return _uncanonical(spec["value"])
     return pickle.loads(base64.b64decode(spec["pickle"]))
@@ -581,3 +577,41 @@ def object_from_json(d):
         d.get("grad_input_indices"),
         name=name,
     )
+
+
+register_json_loader("python_op", object_from_json)
+register_json_loader("python_op_grad", object_from_json)
+
+
+# ---------------------------------------------------------------------- the op
+def python_op_from_spec(spec):
+    """The python op (``tk.python_op``) a JSON spec describes, for generated code."""
+    from tracekit.pyop import object_from_json
+
+    return object_from_json(spec)
+
+
+def _python_op_impl(*inputs, pyop, name=None):
+    return pyop.run(*inputs)
+
+
+def _python_op_code(a, at):
+    return f"python_op_from_spec({at['pyop'].__tracekit_json__()!r}).run({', '.join(a)})"
+
+
+register(
+    Op(
+        "python_op",
+        "opaque",
+        _python_op_impl,
+        _python_op_code,
+        helper=python_op_from_spec,
+        doc="An opaque user function (tk.python_op); attrs: pyop (the PyOp), name.",
+    )
+)
+
+
+@defvjp("python_op")
+def _python_op_vjp(g, out, *inputs, pyop, name=None):
+    """The user's grad_f."""
+    return pyop.vjp(g, out, inputs)

@@ -612,7 +612,7 @@ def implements(*np_functions):
     return deco
 
 
-class TracedArray:
+class TracedArray(_ops.Tracer):
     """A NumPy array being traced. Behaves like ``np.ndarray``; every operation is recorded."""
 
     __array_priority__ = 1000
@@ -621,6 +621,9 @@ class TracedArray:
     def __init__(self, ctx, buf, chain, value):
         self._ctx, self._buf, self._chain, self._value = ctx, buf, chain, value
         self._levels, self._ver = None, -1
+
+    def bind(self, op, inputs, attrs):
+        return self._ctx.emit(op, inputs, attrs)
 
     # -- the Var of the current contents
     @property

@@ -19,31 +19,10 @@ from ..passes import optimize
 from ..traced import Traced, check_guards, check_layout_guards
 from .lowering import lower
 from .planner import plan as make_plan
+from .runtime import check_out_types, device_array_types, is_device_array  # noqa: F401
 
 TARGETS = ("cpu", "cuda")
 MATH = ("fast", "libm")
-
-
-def is_device_array(x) -> bool:
-    """An array in GPU memory (``__cuda_array_interface__``: numba, CuPy, torch; or a CUDA
-    simulator array), which the cuda target uses in place."""
-    if isinstance(x, np.ndarray | np.generic):
-        return False
-    return hasattr(x, "__cuda_array_interface__") or bool(getattr(x, "__cuda_ndarray__", False))
-
-
-def device_array_types(args) -> tuple:
-    """The types of the device arrays anywhere in ``args`` (extra pytree leaf types)."""
-    found, todo = set(), list(args)
-    while todo:
-        x = todo.pop()
-        if isinstance(x, tuple | list):
-            todo.extend(x)
-        elif isinstance(x, dict):
-            todo.extend(x.values())
-        elif is_device_array(x):
-            found.add(type(x))
-    return tuple(found)
 
 
 @dataclass
@@ -250,16 +229,6 @@ def _normalise_out(out, n, results=None):
             raise TypeError("out= takes writeable NumPy arrays")
     check_out_types(outs, results)
     return outs
-
-
-def check_out_types(outs, results):
-    """Each ``out=`` buffer has its result's shape, and a dtype the result casts to."""
-    for i, (o, v) in enumerate(zip(outs, results or ())):
-        shape, dtype = getattr(o, "shape", None), getattr(o, "dtype", None)
-        if shape is not None and tuple(shape) != v.shape:
-            raise ValueError(f"out[{i}]: the result is {v.type}, got an array of shape {shape}")
-        if dtype is not None and not np.can_cast(v.dtype, dtype, "same_kind"):
-            raise TypeError(f"out[{i}]: cannot store the {v.type} result in an array of {dtype}")
 
 
 def _progress_reporter(progress, what):

@@ -54,7 +54,7 @@ def environment_key() -> str:
     import numba
     import numpy
 
-    from .. import __version__
+    from ..version import __version__
     from .scalar import NUMPY_FMA
 
     # numba's target (NUMBA_CPU_NAME / NUMBA_CPU_FEATURES change it), and whether NumPy's loops

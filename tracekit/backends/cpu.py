@@ -23,7 +23,7 @@ from ..pyop import check_results
 from . import cache
 from . import scalar as S
 from .emit_cpu import PARALLEL_MIN_WORK, PARALLEL_MIN_WORK_BESIDE_BLAS, kernel_source
-from .planner import Plan
+from .planner import Plan, escaping, in_place_updates
 
 
 class CompileError(RuntimeError):
@@ -224,8 +224,8 @@ class Runner:
         self.plan, self.program = plan, program
         g = plan.graph
         self.ns = {"np": np, "_empty": np.empty, "_ndarray": np.ndarray}
-        self.escaping = _escaping(plan)
-        self.in_place = _in_place_updates(plan)
+        self.escaping = escaping(plan)
+        self.in_place = in_place_updates(plan)
         self.local = threading.local()
         lines = ["def run(inputs, outs, pool):"]
         names = {v: f"v_{v.ident}" for v in g.inputs}
@@ -350,53 +350,6 @@ class Runner:
             self.ns[k], self.ns["_check_pyop"] = node, check_results
             return f"_check_pyop({k}, {call})"
         return call
-
-
-def _in_place_updates(plan: Plan) -> set:
-    """Indices of ``index_update`` host steps that may write into their base's buffer: the base
-    is a fresh buffer of this run (a kernel's or a copying host op's result, not an input, a
-    view or a Python op's value) and nothing reads it afterwards."""
-    g = plan.graph
-    producer, last, root = {}, {}, {}
-    for i, st in enumerate(plan.steps):
-        for v in st.inputs:
-            last[root.get(v, v)] = i  # a read of a view is a read of the buffer it views
-        for o in st.outputs:
-            producer[o] = st
-        if st.kind == "view" or (st.kind == "host" and OPS[st.nodes[0].op].may_view):
-            base = st.nodes[0].inputs[0]
-            if isinstance(base, Var):
-                for o in st.outputs:
-                    root[o] = root.get(base, base)
-    for v in list(g.outputs) + [gd.var for gd in g.guards]:
-        last[root.get(v, v)] = len(plan.steps)
-    out = set()
-    for i, st in enumerate(plan.steps):
-        if st.kind != "host" or st.nodes[0].op != "index_update":
-            continue
-        base = st.nodes[0].inputs[0]
-        src = producer.get(base)
-        fresh = src is not None and (
-            src.kind == "kernel" or (src.kind == "host" and src.nodes[0].op != "python_op")
-        )
-        if fresh and last.get(root.get(base, base)) == i and st.nodes[0].inputs.count(base) == 1:
-            out.add(i)
-    return out
-
-
-def _escaping(plan: Plan) -> set:
-    """Vars whose memory a caller can see: outputs, what views of them are taken from, and the
-    bases that in-place updates write them into."""
-    g = plan.graph
-    esc = set(g.outputs)
-    in_place = _in_place_updates(plan)
-    for i in range(len(plan.steps) - 1, -1, -1):
-        step = plan.steps[i]
-        if (step.kind == "view" or i in in_place) and any(o in esc for o in step.outputs):
-            esc.add(step.nodes[0].inputs[0] if i in in_place else step.inputs[0])
-            if step.kind == "view":
-                esc.update(step.inputs)
-    return esc
 
 
 def _out(i, outs, pool, shape, dtype):

@@ -35,7 +35,7 @@ from ..ir import Var
 from ..ops import OPS
 from ..pyop import check_results
 from ..traced import check_guards, check_layout_guards, check_value
-from . import cache, device_array_types, is_device_array
+from . import cache
 from .emit_cuda import (
     HELPERS,
     Arg,
@@ -53,7 +53,8 @@ from .emit_cuda import (
     scatter_source,
     view_geometry,
 )
-from .planner import Plan, Step
+from .planner import Plan, Step, escaping
+from .runtime import check_out_types, device_array_types, is_device_array, simulator_active
 
 
 class CudaUnavailableError(RuntimeError):
@@ -62,14 +63,6 @@ class CudaUnavailableError(RuntimeError):
 
 class CudaCompileError(RuntimeError):
     """numba could not compile a kernel; the message names the nodes and the user's lines."""
-
-
-def simulator_active() -> bool:
-    """Whether numba runs CUDA kernels in its simulator (``NUMBA_ENABLE_CUDASIM=1``)."""
-    import numba
-
-    cfg = getattr(getattr(numba, "cuda", None), "config", None) or numba.config
-    return bool(getattr(cfg, "ENABLE_CUDASIM", 0))
 
 
 def require_cuda():
@@ -603,9 +596,8 @@ class CudaRunner:
         self.module = program.module
         g = self.plan.graph
         self.graph = g
-        from .cpu import _escaping
 
-        self.escaping = _escaping(self.plan)
+        self.escaping = escaping(self.plan)
         self._const = {}
         self._lock = threading.Lock()
         has_mm = any(isinstance(getattr(it, "src", None), MatmulSource) for it in program.items)
@@ -1090,7 +1082,6 @@ def _normalise_out(out, n, results=None):
             continue
         if not isinstance(o, np.ndarray) or not o.flags.writeable:
             raise TypeError("out= takes writeable NumPy arrays or device arrays")
-    from . import check_out_types
 
     check_out_types([_to_numba(o) if _is_dev(o) else o for o in outs], results)  # numpy dtypes
     return outs

@@ -63,7 +63,7 @@ class Profile:
     def current(cls) -> Profile:
         from numba import cuda
 
-        from .cuda import simulator_active
+        from .runtime import simulator_active
 
         if simulator_active():
             # The simulator runs every thread as a Python thread and blocks one after the

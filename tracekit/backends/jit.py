@@ -20,7 +20,7 @@ import numpy as np
 from .. import pytree
 from ..errors import GuardError, TracerWarning
 from ..traced import trace
-from . import device_array_types, is_device_array
+from .runtime import device_array_types, is_device_array
 
 MAX_SIGNATURES = 64
 
