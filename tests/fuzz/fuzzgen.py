@@ -1055,6 +1055,13 @@ def _same_snapshot(r, snap):
 def _close(a, b, rtol) -> bool:
     """Equal NaN/inf positions, finite values within ``rtol`` of the array's scale."""
     if a.dtype.kind == "c":
+        # which non-finite value a complex product is (inf+infj, nan+infj, nan+nanj) depends
+        # on the algorithm, and NumPy's BLAS and its own loops differ there (seed 7101451: a
+        # dot of a reversed array and of its contiguous copy): only the positions must agree
+        bad_a, bad_b = ~np.isfinite(a), ~np.isfinite(b)
+        if not np.array_equal(bad_a, bad_b):
+            return False
+        a, b = a[~bad_a], b[~bad_b]
         return _close(a.real, b.real, rtol) and _close(a.imag, b.imag, rtol)
     if not np.array_equal(np.isnan(a), np.isnan(b)):
         return False
