@@ -187,7 +187,8 @@ UNARY_UFUNCS = (
 ).split()
 BINARY_UFUNCS = (
     "add subtract multiply divide floor_divide remainder power maximum minimum fmax fmin "
-    "arctan2 hypot copysign logaddexp equal not_equal less less_equal greater greater_equal "
+    "arctan2 hypot copysign logaddexp heaviside equal not_equal less less_equal greater "
+    "greater_equal "
     "logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor left_shift right_shift"
 ).split()
 
@@ -479,6 +480,7 @@ register(Op("index_add", "index", index_add, _index_add_code, helper=index_add))
 NON_DIFFERENTIABLE = frozenset(
     (
         "sign floor ceil trunc rint logical_not isnan isinf isfinite signbit invert floor_divide "
+        "heaviside "
         "equal not_equal less less_equal greater greater_equal logical_and logical_or logical_xor "
         "bitwise_and bitwise_or bitwise_xor left_shift right_shift any all argmax argmin "
         "full arange linspace eye"

@@ -48,7 +48,8 @@ UNARY = (
 ).split()
 BINARY = (
     "add subtract multiply divide floor_divide remainder power maximum minimum fmax fmin "
-    "arctan2 hypot copysign logaddexp equal not_equal less less_equal greater greater_equal "
+    "arctan2 hypot copysign logaddexp heaviside equal not_equal less less_equal greater "
+    "greater_equal "
     "logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor left_shift right_shift"
 ).split()
 OPERATORS = {

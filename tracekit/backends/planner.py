@@ -134,7 +134,21 @@ def _numpy_only(node: Node) -> str | None:
         return f"complex {node.op}: NumPy's special values (inf, nan) are kept"
     if OPS[node.op].ufunc is not None and np.dtype(np.float16) in loop_dtypes(node)[0]:
         return f"NumPy computes {node.op} of {node.var_inputs[0].dtype} in float16"
+    if not _has_lowering(node.op):
+        return f"no compiled lowering of {node.op} (neither a template nor numba's np.{node.op})"
     return None
+
+
+def _has_lowering(op: str) -> bool:
+    """An elementwise op compiles when the scalar templates spell it or, for a ufunc without
+    one, numba implements that ufunc (the emitters then write ``np.<op>(...)``); every other
+    op takes the default, a NumPy call between kernels, with this reason in the plan."""
+    from numba.np import ufunc_db
+
+    from .scalar import CPU_TEMPLATES, TEMPLATES
+
+    uf = OPS[op].ufunc
+    return uf is None or op in TEMPLATES or op in CPU_TEMPLATES or uf in ufunc_db.get_ufuncs()
 
 
 def scalar_pyop(node: Node) -> bool:

@@ -148,6 +148,10 @@ TEMPLATES = {
     "reciprocal": lambda a, dt: f"_ireciprocal({a[0]})" if dt.kind in "iu" else f"(1 / {a[0]})",
     "absolute": lambda a, dt: f"abs({a[0]})",
     "sign": lambda a, dt: f"_csign({a[0]})" if dt.kind == "c" else f"np.sign({a[0]})",
+    "heaviside": lambda a, dt: (  # NaN stays NaN, h at zero (either sign)
+        f"({a[0]} if {a[0]} != {a[0]} else ({a[1]} if {a[0]} == 0 else "
+        f"({literal(0, dt)} if {a[0]} < 0 else {literal(1, dt)})))"
+    ),
     "conjugate": lambda a, dt: f"np.conj({a[0]})" if dt.kind == "c" else a[0],
     "rint": lambda a, dt: f"np.rint({a[0]})",
     "floor": lambda a, dt: f"np.floor({a[0]})" if dt.kind == "f" else a[0],
