@@ -85,6 +85,27 @@ def with_layout(a, layout, rng=None):
 
 
 # ---------------------------------------------------------------------- comparison
+def ulp_distance(got, ref):
+    """Representable floats between ``got`` and ``ref``, elementwise: 0 where they are equal,
+    both NaN, or +0.0 and -0.0; inf where one is NaN. (float16, float32 or float64 arrays.)"""
+    got, ref = np.atleast_1d(got), np.atleast_1d(ref)
+
+    def ordered(a):  # the float's bits as integers that count representable numbers
+        n = a.dtype.itemsize
+        i = np.ascontiguousarray(a).view(f"i{n}").astype(np.int64)
+        magnitude = i & ((1 << (8 * n - 1)) - 1)
+        return np.where(i < 0, -magnitude, i)
+
+    og, orf = ordered(got), ordered(ref)
+    same_sign = (og >= 0) == (orf >= 0)
+    with np.errstate(over="ignore"):  # int64 differences: exact where they are small
+        d_same = np.abs(np.where(same_sign, og - orf, 0)).astype(np.float64)
+    d_cross = np.abs(og).astype(np.float64) + np.abs(orf).astype(np.float64)
+    d = np.where(same_sign, d_same, d_cross)
+    nan_g, nan_r = np.isnan(got), np.isnan(ref)
+    return np.where(nan_g & nan_r, 0.0, np.where(nan_g != nan_r, np.inf, d))
+
+
 def bits_equal(a, b) -> bool:
     a, b = np.asarray(a), np.asarray(b)
     if a.dtype != b.dtype or a.shape != b.shape:

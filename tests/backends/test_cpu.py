@@ -15,11 +15,10 @@ case`` fails when an op is added to ``OPS`` without a case here.
 from __future__ import annotations
 
 import re
-import zlib
 
 import numpy as np
 import pytest
-from core_helpers import DTYPES, quiet, random_values, with_layout
+from core_helpers import DTYPES, quiet, random_values, seed_of, ulp_distance, with_layout
 
 import tracekit as tk
 from tracekit.backends import emit_cpu
@@ -44,27 +43,7 @@ ZERO_TIE_OPS = {"maximum", "minimum", "fmax", "fmin", "clip", "max", "min"}
 LIBM_ULP = {np.dtype(np.float32): 4, np.dtype(np.float64): 4}
 
 
-def seed_of(*parts) -> int:
-    return zlib.crc32(repr(parts).encode())
-
-
 # ---------------------------------------------------------------------- comparison
-def _ordered(a):
-    """Float bits mapped to integers that count representable numbers."""
-    bits = a.view(f"i{a.dtype.itemsize}").astype(np.int64)
-    return np.where(bits < 0, np.iinfo(np.int64).min - bits, bits)
-
-
-def ulp_distance(got, want):
-    got, want = np.atleast_1d(got), np.atleast_1d(want)
-    nan_g, nan_w = np.isnan(got), np.isnan(want)
-    with np.errstate(over="ignore"):
-        d = np.abs(_ordered(got) - _ordered(want)).astype(np.float64)
-    d[nan_g & nan_w] = 0
-    d[nan_g != nan_w] = np.inf
-    return d
-
-
 def fastmath_bound(op, dtype):
     """How far the fast ``op`` may be from NumPy at ``dtype`` on this machine (fastmath's bound
     from the correctly rounded result plus NumPy's measured error here), or None."""

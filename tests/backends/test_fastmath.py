@@ -31,6 +31,7 @@ import sys
 import numba
 import numpy as np
 import pytest
+from core_helpers import ulp_distance
 
 from tracekit.backends import fastmath as fm
 
@@ -148,26 +149,6 @@ def reference_mp(op, dtype, idx, *args):
 # ---------------------------------------------------------------------------
 # ulp distance and class checks
 # ---------------------------------------------------------------------------
-
-
-def _ordered(a):
-    if a.dtype == F32:
-        i = a.view(np.int32).astype(np.int64)
-        return np.where(i < 0, -(i & 0x7FFFFFFF), i)
-    i = a.view(np.int64)
-    return np.where(i < 0, -(i & 0x7FFFFFFFFFFFFFFF), i)
-
-
-def ulp_distance(got, ref):
-    """Representable numbers between got and ref (0 for equal / both nan / +-0)."""
-    og, orf = _ordered(got), _ordered(ref)
-    same_sign = (og >= 0) == (orf >= 0)
-    with np.errstate(over="ignore"):
-        d_same = np.abs(np.where(same_sign, og - orf, 0)).astype(np.float64)
-    d_cross = np.abs(og).astype(np.float64) + np.abs(orf).astype(np.float64)
-    d = np.where(same_sign, d_same, d_cross)
-    both_nan = np.isnan(got) & np.isnan(ref)
-    return np.where(both_nan, 0.0, d)
 
 
 def class_mismatch(got, ref):
