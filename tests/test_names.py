@@ -206,3 +206,21 @@ def test_parameter_names_are_one_to_one(params, n_nodes):
     for v in inputs:
         if v.name not in ("np", "len"):
             assert ids[v] == v.name  # the signature is the traced function's
+
+
+def test_backward_graphs_of_parameters_named_like_values():
+    """The backward graph names its values too (``g<k>``, cotangent inputs): compiled, it must
+    read the arrays the interpreter reads."""
+
+    def h(w, v1, v2, g1):
+        return np.sum(np.outer(w, w) * g1 + np.outer(v1, v2))
+
+    args = [rng.random(4), rng.random(4), rng.random(4), rng.random((4, 4))]
+    with quiet():
+        b = tk.vjp(tk.trace(h, *args))
+        want = b(*args, np.float64(1.0))
+        got = tk.compile(b, target="cpu")(*args, np.float64(1.0))
+        grads = tk.grad(h, argnums=(0, 1, 2, 3))(*args)
+    for g, w, d in zip(got, want, grads):
+        np.testing.assert_allclose(g, w, rtol=1e-12)
+        np.testing.assert_allclose(d, w, rtol=1e-12)

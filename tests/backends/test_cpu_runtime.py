@@ -469,3 +469,34 @@ def test_generated_modules_share_the_helpers():
     assert not hasattr(m1, "_cdiv") and "def _maximum" not in c1.source
     np.testing.assert_array_equal(c1(x), np.maximum(x, 0.5) * 3.0)
     np.testing.assert_array_equal(c2(x), np.maximum(x - 1.0, x * 0.25))
+
+
+def test_the_cache_key_follows_the_code_kernels_call_into(monkeypatch):
+    """The key covers the backends modules a generated module imports (and theirs), read off
+    its import lines: an edit to a helper changes it, an edit elsewhere does not."""
+    from tracekit.backends import cache
+
+    x = np.random.default_rng(0).random(64).astype(np.float32)
+    with quiet():
+        c = tk.compile(tk.trace(lambda x: np.tanh(x) + np.maximum(x, 0.5), x))
+    called = cache.called_code(c.source)
+    assert {"tracekit.backends.cpu_helpers", "tracekit.backends.fastmath"} <= set(called)
+    assert "tracekit.render" not in called and "tracekit.backends" not in called
+    before = cache.module_key(c.source)
+    real = cache.module_source
+
+    def edit(module):
+        return lambda name: real(name) + (b"# an edit\n" if name == module else b"")
+
+    try:
+        for module, changes in (
+            ("tracekit.backends.cpu_helpers", True),
+            ("tracekit.render", False),
+        ):
+            cache._code_digest.cache_clear()
+            monkeypatch.setattr(cache, "module_source", edit(module))
+            assert (cache.module_key(c.source) != before) is changes, module
+    finally:
+        monkeypatch.undo()
+        cache._code_digest.cache_clear()
+    assert cache.module_key(c.source) == before

@@ -14,6 +14,7 @@ import glob
 import hashlib
 import importlib.util
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -34,19 +35,69 @@ def cache_dir() -> str:
     )
 
 
-# Code the generated kernels call into (inlined into numba's cached machine code), so an edit to
-# it must not reuse machine code cached before the edit, even without a version bump
-_CALLED_CODE = ("fastmath.py", "cpu_helpers.py", "scalar.py", "emit_cuda.py")
+# The tracekit modules a generated module imports (helpers numba inlines into the machine code
+# it caches), read off its own import lines: an edit to one of them, or to what they import,
+# must not reuse machine code cached before the edit, even without a version bump.
+_IMPORTS = re.compile(r"^\s*(?:from\s+(tracekit[\w.]*)\s+import|import\s+(tracekit[\w.]*))", re.M)
 
 
-@functools.lru_cache(maxsize=1)
-def _called_code_digest() -> str:
+def called_code(source: str) -> tuple:
+    """The modules of ``tracekit.backends`` that ``source`` imports, and theirs, transitively
+    (kernel code lives there; the package itself is the dispatcher)."""
+    return _closure(tuple(sorted({a or b for a, b in _IMPORTS.findall(source)})))
+
+
+@functools.cache
+def _closure(direct: tuple) -> tuple:
+    found, todo = set(), list(direct)
+    while todo:
+        name = todo.pop()
+        if name in found or not name.startswith("tracekit.backends."):
+            continue
+        found.add(name)
+        path = _module_file(name)
+        if path is not None:
+            with open(path, encoding="utf-8") as f:
+                todo += [a or b for a, b in _IMPORTS.findall(f.read())]
+            todo += _relative_imports(name, path)
+    return tuple(sorted(found))
+
+
+@functools.cache
+def _module_file(name: str) -> str | None:
+    spec = importlib.util.find_spec(name)
+    origin = getattr(spec, "origin", None)
+    return origin if origin and origin.endswith(".py") else None
+
+
+def _relative_imports(name: str, path: str) -> list[str]:
+    """``from .x import y`` / ``from ..x import y`` in the module ``name`` (at ``path``)."""
+    package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for dots, mod in re.findall(r"^\s*from\s+(\.+)([\w.]*)\s+import", f.read(), re.M):
+            base = package
+            for _ in range(len(dots) - 1):
+                base = base.rpartition(".")[0]
+            out.append(f"{base}.{mod}" if mod else base)
+    return out
+
+
+@functools.cache
+def _code_digest(names: tuple) -> str:
     h = hashlib.sha256()
-    here = os.path.dirname(os.path.abspath(__file__))
-    for name in _CALLED_CODE:
-        with open(os.path.join(here, name), "rb") as f:
-            h.update(f.read())
+    for name in names:
+        h.update(name.encode() + b"\0" + module_source(name) + b"\0")
     return h.hexdigest()[:16]
+
+
+def module_source(name: str) -> bytes:
+    """The source of the module ``name`` (empty for one without a ``.py`` file)."""
+    path = _module_file(name)
+    if path is None:
+        return b""
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def environment_key() -> str:
@@ -62,7 +113,7 @@ def environment_key() -> str:
     cpu = llvm.get_host_cpu_name()
     target = "/".join(cpu_target().target_context.codegen().magic_tuple())
     return (
-        f"tracekit {__version__} ({_called_code_digest()}) numba {numba.__version__} "
+        f"tracekit {__version__} numba {numba.__version__} "
         f"numpy {numpy.__version__} cpu {cpu} target {target} numpy-fma {NUMPY_FMA}"
     )
 
@@ -74,7 +125,9 @@ def cpu_target():
 
 
 def module_key(source: str) -> str:
-    return hashlib.sha256((environment_key() + "\n" + source).encode()).hexdigest()[:32]
+    """The cache key of a generated module: the environment, the code it calls, its source."""
+    called = _code_digest(called_code(source))
+    return hashlib.sha256(f"{environment_key()} {called}\n{source}".encode()).hexdigest()[:32]
 
 
 def warn_once(kind: str, message: str):
