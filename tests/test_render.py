@@ -639,3 +639,27 @@ def test_tk_render_stays_the_function():
 
     assert callable(tk.render) and tk.render.__module__ == "tracekit"
     assert sys.modules["tracekit.render"] is R
+
+
+@pytest.mark.parametrize(
+    "make, options",
+    [
+        (mlp_traced, {}),
+        (mlp_traced, {"depth": 0}),
+        (deep_traced, {"collapse_repeats": True}),
+        (lambda: tk.compile(mlp_traced(), progress=False), {}),
+        (lambda: tk.vjp(tk.trace(lambda x: np.tanh(x).sum(), np.ones(3))), {"with_forward": True}),
+    ],
+    ids=["scopes", "depth", "repeats", "kernels", "backward"],
+)
+def test_the_scene_is_what_the_svg_draws(make, options):
+    """``Digraph.scene`` (what the explorer reads) names every node and cluster group of the
+    SVG, with the same classes."""
+    dot = tk.render(make(), **options)
+    d = Drawing(dot.pipe(format="svg", encoding="utf-8"))
+    drawn = {
+        gid: " ".join(sorted(d.classes(gid)))
+        for gid in d.groups
+        if d.classes(gid) & {"node", "cluster"} and not gid.startswith("graph-")
+    }
+    assert drawn and {k: " ".join(sorted(v.split())) for k, v in dot.scene.items()} == drawn

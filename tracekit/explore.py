@@ -27,7 +27,6 @@ values included), ``step_info``, ``kernels`` and ``plan`` (compiled view), ``pas
 
 from __future__ import annotations
 
-import html
 import importlib.resources
 import linecache
 import os
@@ -149,18 +148,6 @@ def _json_safe(x):
 def _example_args(traced) -> list:
     """The example arguments a Traced was traced with, as a call would take them."""
     return pytree.unflatten(traced.in_tree, list(traced.example_leaves))
-
-
-def _unescape_id(s: str) -> str:
-    return html.unescape(s)
-
-
-_G_ID = re.compile(r'<g id="([^"]+)" class="((?:node|cluster)\b[^"]*)"')
-
-
-def _svg_ids(svg: str) -> dict:
-    """SVG element id -> its class string, for drawn nodes and clusters."""
-    return {_unescape_id(m.group(1)): m.group(2) for m in _G_ID.finditer(svg)}
 
 
 def _base(name: str) -> str:
@@ -768,13 +755,12 @@ class Explorer(anywidget.AnyWidget):
         kernels, plan, passes, svg_before = [], "", [], ""
         if view == "forward":
             graph_obj = self._traced if self._traced is not None else self._x
-            svg = self._svg(("forward",), graph_obj)
+            svg, scene = self._svg(("forward",), graph_obj)
             drawn = [self._drawn_for(graph_obj, "", "forward")]
-            metas = [_nodes_meta(drawn[0], _svg_ids(svg))]
+            metas = [_nodes_meta(drawn[0], scene)]
         elif view == "backward":
             b = self._backward_traced()
-            svg = self._svg(("backward",), b, with_forward=True)
-            ids = _svg_ids(svg)
+            svg, ids = self._svg(("backward",), b, with_forward=True)
             drawn = [
                 self._drawn_for(b, "", "backward"),
                 self._drawn_for(b.forward, "fwd-", "forward"),
@@ -782,8 +768,7 @@ class Explorer(anywidget.AnyWidget):
             metas = [_nodes_meta(d, ids) for d in drawn]
         elif view == "compiled":
             c = self._compiled_obj()
-            svg = self._svg(("compiled",), c)
-            ids = _svg_ids(svg)
+            svg, ids = self._svg(("compiled",), c)
             d = self._drawn_for(c, "", "compiled")
             notes = _plan_notes(c, d)
             drawn = [d]
@@ -799,14 +784,16 @@ class Explorer(anywidget.AnyWidget):
             base = self._traced
             after = base.with_graph(rec.after) if base is not None else rec.after
             before = base.with_graph(rec.before) if base is not None else rec.before
-            svg = self._svg(("pass", i, "after"), after)
-            svg_before = _prefix_ids(self._svg(("pass", i, "before"), before), "b4-")
+            svg, scene = self._svg(("pass", i, "after"), after)
+            svg_before, scene_before = self._svg(("pass", i, "before"), before)
+            svg_before = _prefix_ids(svg_before, "b4-")
+            scene_before = {f"b4-{k}": v for k, v in scene_before.items()}
             d_after = self._drawn_for(after, "", f"after {rec.name}")
             d_before = self._drawn_for(before, "b4-", f"before {rec.name}")
             drawn = [d_after, d_before]
             metas = [
-                _nodes_meta(d_after, _svg_ids(svg)),
-                _nodes_meta(d_before, _svg_ids(svg_before)),
+                _nodes_meta(d_after, scene),
+                _nodes_meta(d_before, scene_before),
             ]
             passes = [
                 {
@@ -844,7 +831,8 @@ class Explorer(anywidget.AnyWidget):
             self.message = " ".join(self._notes)
         self._meta_by_id = {r["id"]: r for r in self.nodes}
 
-    def _svg(self, key, obj, **extra) -> str:
+    def _svg(self, key, obj, **extra) -> tuple:
+        """(SVG, scene: drawn id -> classes) of ``obj`` drawn with the widget's options."""
         if key not in self._cache:
             opts = dict(self._render_options)
             opts.update(extra)
@@ -859,10 +847,10 @@ class Explorer(anywidget.AnyWidget):
                     dot.attr(newrank="true")
                     svg = dot.pipe(format="svg", encoding="utf-8")
             notes = [str(w.message) for w in caught]
-            self._cache[key] = (svg, notes)
-        svg, notes = self._cache[key]
+            self._cache[key] = (svg, dot.scene, notes)
+        svg, scene, notes = self._cache[key]
         self._notes += notes
-        return svg
+        return svg, scene
 
     def _drawn_for(self, obj, prefix, title) -> _Drawn:
         graph = _graph_of(obj)

@@ -438,6 +438,7 @@ class _Builder:
         nodes = graph.nodes
         self.root = _common_prefix(n.scope for n in nodes)
         self.rel = [tuple(n.scope[len(self.root) :]) for n in nodes]
+        self.scene: dict[str, str] = {}  # drawn id -> classes, as the SVG's <g> will carry them
 
     # ------------------------------------------------------------------ ids
     def pid(self, s: str) -> str:
@@ -759,6 +760,7 @@ class _Builder:
         self.drawn.add(nid)
         attrs["id"] = nid
         attrs["class"] = " ".join(dict.fromkeys(classes))
+        self.scene[nid] = f"node {attrs['class']}"
         attrs["tooltip"] = tooltip
         attrs["label"] = label
         _add_node(dot, nid, attrs)
@@ -770,6 +772,7 @@ class _Builder:
             name = str(getattr(kern, "name", k))
             fill, border = KERNEL_FILLS[k % len(KERNEL_FILLS)]
             n_ops = len(getattr(kern, "nodes", ()))
+            self.scene[self.pid(f"kernel-{name}")] = "cluster kernel"
             sub.attr(
                 id=self.pid(f"kernel-{name}"),
                 label=_label([f"kernel {name}"], self.width),
@@ -784,6 +787,7 @@ class _Builder:
             )
             return
         full = self.root + path
+        self.scene[self.pid("cluster-" + "/".join(full))] = "cluster scope"
         sub.attr(
             id=self.pid("cluster-" + "/".join(full)),
             label=_label([path[-1]], self.width),
@@ -1072,6 +1076,18 @@ def render(
         Longer label lines are cut with ``…`` (full text in the tooltip).
     with_forward : bool
         For a backward graph: draw its forward graph on the same canvas, linked by dashed edges.
+
+    Returns
+    -------
+    graphviz.Digraph
+        Its ``scene`` attribute maps the id of every drawn node and cluster to the classes its
+        SVG group carries (``"node op elementwise"``, ``"cluster scope"``): what the explorer
+        reads, instead of parsing the SVG.
+
+    >>> import numpy as np, tracekit as tk
+    >>> d = tk.render(tk.trace(lambda x: np.exp(x) + 1, np.ones(3)))
+    >>> sorted(k for k, v in d.scene.items() if "op" in v.split())
+    ['node-0', 'node-1']
     """
     if rankdir not in ("TB", "LR", "BT", "RL"):
         raise ValueError(f"rankdir must be one of TB, LR, BT, RL; got {rankdir!r}")
@@ -1147,6 +1163,7 @@ def render(
         bsrc = bb.build(bsub)
         dot.subgraph(fsub)
         dot.subgraph(bsub)
+        dot.scene = {**fb.scene, **bb.scene}
         fby = {v.name: s for v, s in fsrc.items()}
         bby = {v.name: s for v, s in bsrc.items()}
         for bname, fname in dict(links).items():
@@ -1170,6 +1187,7 @@ def render(
     else:
         b = _Builder(graph, opts_for(graph), values=values, kernels=kernels, refusals=refusals)
         b.build(dot)
+        dot.scene = b.scene
 
     title = graph.name
     if notes:
