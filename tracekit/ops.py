@@ -72,6 +72,20 @@ class Reduction:
 
 
 COMBINES = ("add", "multiply", "or", "and", "max", "min")
+# the NumPy ufunc whose ``reduce``/``accumulate`` each combine is
+_COMBINE_UFUNCS = dict(zip(COMBINES, ("add", "multiply", "logical_or", "logical_and", "maximum",
+                                      "minimum")))  # fmt: skip
+
+
+def ufunc_method_op(ufunc_name: str, method: str) -> str | None:
+    """The op ``np.<ufunc_name>.<method>`` is (``reduce``: a reduction, ``accumulate``: a
+    scan), or None: ``ufunc_method_op("add", "reduce") == "sum"``."""
+    slot = {"reduce": "reduction", "accumulate": "scan"}.get(method)
+    for name, op in OPS.items() if slot else ():
+        red = getattr(op, slot)
+        if red is not None and not red.index and _COMBINE_UFUNCS[red.combine] == ufunc_name:
+            return name
+    return None
 
 
 @dataclass
@@ -86,7 +100,9 @@ class Op:
     Capabilities, asked by every stage instead of the op's name: ``reduction`` / ``scan`` (a
     :class:`Reduction`: how it accumulates), ``view`` (NumPy computes it as a view of its one
     input, without copying: a backend can leave it to NumPy), ``may_view`` (its NumPy result
-    may share memory with its first input: a write into that input can reach it).
+    may share memory with its first input: a write into that input can reach it), ``update``
+    (a functionalised in-place write: its result is its first input with some elements
+    replaced).
     """
 
     name: str
@@ -102,6 +118,7 @@ class Op:
     scan: Reduction | None = None
     view: bool = False
     may_view: bool = False
+    update: bool = False
 
     @property
     def differentiable(self) -> bool:
@@ -397,9 +414,16 @@ def _idx_literal(idx):
 
 
 register(Op("index", "index", index, _index_code, view=True, may_view=True))
-register(Op("index_update", "index", index_update, _index_update_code, helper=index_update))
-register(Op("update_real", "index", update_real, call_code("update_real"), helper=update_real))
-register(Op("update_imag", "index", update_imag, call_code("update_imag"), helper=update_imag))
+_UPDATE = {"update": True}
+register(
+    Op("index_update", "index", index_update, _index_update_code, helper=index_update, **_UPDATE)
+)
+register(
+    Op("update_real", "index", update_real, call_code("update_real"), helper=update_real, **_UPDATE)
+)
+register(
+    Op("update_imag", "index", update_imag, call_code("update_imag"), helper=update_imag, **_UPDATE)
+)
 
 
 # ---------------------------------------------------------------------- creation

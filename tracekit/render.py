@@ -136,7 +136,14 @@ KERNEL_FILLS = [
     ("#e6f6f6", "#1f7f7f"),
 ]
 FONT = "Helvetica"
-INPLACE_OPS = ("index_update", "update_real", "update_imag")
+
+
+def _updates(op: str) -> bool:
+    """A functionalised in-place write (drawn bold, marked ``inplace``)."""
+    from .ops import OPS
+
+    o = OPS.get(op)
+    return o is not None and o.update
 
 
 # ====================================================================== engine
@@ -882,7 +889,7 @@ class _Builder:
         attrs_line = self._attrs_line(n, kind)
         if attrs_line:
             lines.append(attrs_line)
-        if n.op in INPLACE_OPS:
+        if _updates(n.op):
             classes.append("inplace")
         if kind == "opaque":
             lines.append("python op")
@@ -903,7 +910,7 @@ class _Builder:
                 lines[-1] = _clip(lines[-1] + " \u2026", width)
             extra.update(color=REFUSED_COLOR, penwidth="2", fontcolor=REFUSED_COLOR)
             style = "rounded,filled,dashed"
-        if n.op in INPLACE_OPS:
+        if _updates(n.op):
             style += ",bold"
         if self.backward:
             classes.append("backward")
@@ -914,7 +921,7 @@ class _Builder:
             tip.append(f"{where}  {n.source.text}".rstrip())
         if n.scope:
             tip.append("scope: " + " > ".join(n.scope))
-        if n.op in INPLACE_OPS:
+        if _updates(n.op):
             tip.append("functionalised in-place write: a new value for the written buffer")
         for r in reasons:
             tip.append(f"fusion refused: {r}")
@@ -928,7 +935,7 @@ class _Builder:
         self._node(dot, u.id, _label(lines, width), _tooltip(tip), classes, **attrs)
 
     def _attrs_line(self, n, kind):
-        if n.op in INPLACE_OPS and "idx" in n.attrs:
+        if _updates(n.op) and "idx" in n.attrs:
             idx = n.attrs["idx"]
             idx = idx if isinstance(idx, tuple) else (idx,)
             return "write [" + ", ".join(_short(i, 16) for i in idx) + "]"

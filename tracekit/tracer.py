@@ -985,26 +985,15 @@ def _ctx_of(*xs):
 
 
 # ---------------------------------------------------------------------- ufuncs
-_REDUCE_UFUNCS = {
-    "add": "sum",
-    "multiply": "prod",
-    "maximum": "max",
-    "minimum": "min",
-    "logical_and": "all",
-    "logical_or": "any",
-}
-_ACCUMULATE_UFUNCS = {"add": "cumsum", "multiply": "cumprod"}
 
 
 def _ufunc(ufunc, method, inputs, kwargs):
     if method == "__call__":
         return _call_ufunc(ufunc, inputs, kwargs)
-    if method == "reduce" and ufunc.__name__ in _REDUCE_UFUNCS:
+    op = _ops.ufunc_method_op(ufunc.__name__, method)
+    if op is not None:  # np.add.reduce is sum, np.multiply.accumulate is cumprod, ...
         axis = kwargs.pop("axis", 0)
-        return reduce(_REDUCE_UFUNCS[ufunc.__name__], inputs[0], axis, **kwargs)
-    if method == "accumulate" and ufunc.__name__ in _ACCUMULATE_UFUNCS:
-        axis = kwargs.pop("axis", 0)
-        return scan(_ACCUMULATE_UFUNCS[ufunc.__name__], inputs[0], axis, **kwargs)
+        return (reduce if method == "reduce" else scan)(op, inputs[0], axis, **kwargs)
     if method == "at" and ufunc is np.add and len(inputs) == 3 and not kwargs:
         return _add_at(*inputs)
     raise unsupported(
