@@ -465,24 +465,28 @@ def templates(math: str) -> dict:
 _TEMPLATES = {m: templates(m) for m in ("fast", "libm")}
 
 
+def _device_angle(node, args, dtypes):
+    z, dt = args[0], np.dtype(dtypes[0])
+    deg = " * (180.0 / np.pi)" if node.attrs.get("deg") else ""
+    if dt.kind == "c":
+        src = f"(math.atan2(({z}).imag, ({z}).real){deg})"
+    else:
+        src = f"(math.atan2(0.0, np.float64({z})){deg})"
+    return S.cast(src, np.float64, node.out.dtype)
+
+
+# the shared node templates, with what differs on the device replaced (no python op: device
+# code cannot call Python)
+_NODE_TEMPLATES = {**S.NODE_TEMPLATES, "angle": _device_angle}
+
+
 def device_expr(node: Node, args: list, dtypes: list, math: str) -> str:
     """Source of one output element of elementwise ``node`` in a CUDA kernel."""
-    op = node.op
-    if op == "angle":
-        z, dt = args[0], np.dtype(dtypes[0])
-        deg = " * (180.0 / np.pi)" if node.attrs.get("deg") else ""
-        if dt.kind == "c":
-            src = f"(math.atan2(({z}).imag, ({z}).real){deg})"
-        else:
-            src = f"(math.atan2(0.0, np.float64({z})){deg})"
-        return S.cast(src, np.float64, node.out.dtype)
-    if op in ("real", "imag") and np.dtype(dtypes[0]).kind != "c":
-        if op == "imag":
-            return S.literal(0, node.out.dtype)
-        return S.cast(args[0], dtypes[0], node.out.dtype)
-    if op not in _TEMPLATES[math] and op not in ("full", "astype", "where", "clip", "real", "imag"):
-        raise DeviceUnsupported(op)
-    return S.expr(node, args, dtypes, "libm", templates=_TEMPLATES[math])
+    if node.op not in _TEMPLATES[math] and node.op not in _NODE_TEMPLATES:
+        raise DeviceUnsupported(node.op)
+    return S.expr(
+        node, args, dtypes, "libm", templates=_TEMPLATES[math], node_templates=_NODE_TEMPLATES
+    )
 
 
 # ---------------------------------------------------------------------- device helpers

@@ -413,49 +413,94 @@ def _fast_ops() -> tuple:
     return fastmath.OPS
 
 
-def expr(node: Node, args: list, dtypes: list, math: str = "fast", templates=None) -> str:
-    """Source of one output element of elementwise ``node``; ``args``/``dtypes`` per input."""
-    templates = CPU_TEMPLATES if templates is None else templates
-    op = node.op
+def _full(node, args, dtypes):
+    return literal(node.attrs["fill_value"], node.out.dtype)
+
+
+def _python_op(node, args, dtypes):  # a numba function: called per element
+    return f"{pyop_name(node)}({', '.join(args)})"
+
+
+def _astype(node, args, dtypes):
+    return cast(args[0], dtypes[0], node.out.dtype)
+
+
+def _where(node, args, dtypes):
     out = node.out.dtype
-    if op == "full":
-        return literal(node.attrs["fill_value"], out)
-    if op == "python_op":
-        return f"{pyop_name(node)}({', '.join(args)})"
-    if op == "astype":
-        return cast(args[0], dtypes[0], out)
-    if op == "where":
-        c = args[0] if np.dtype(dtypes[0]).kind == "b" else f"({args[0]} != 0)"
-        return f"({cast(args[1], dtypes[1], out)} if {c} else {cast(args[2], dtypes[2], out)})"
-    if op == "clip":
-        x = cast(args[0], dtypes[0], out)
-        fn_max, fn_min = ("_maximum", "_minimum") if out.kind in "fc" else ("max", "min")
-        if out.kind == "c":  # NumPy's lexicographic order of complex numbers
-            fn_max, fn_min = "_cmaximum", "_cminimum"
-        lo, hi = _clip_bounds(node, dtypes[0])
-        # ties (-0.0 vs 0.0) go NumPy's way: _maximum/_minimum give b on a tie, as np.maximum;
-        # the bound wins, except in the clip ufunc's loop for two scalar bounds (x wins)
-        both = lo is not None and hi is not None and out.kind != "c"
-        both = both and not any(isinstance(b, Var) for b in node.inputs[1:])
-        if lo is not None:
-            lo = cast(args[1], dtypes[1], out)
-            x = f"{fn_max}({lo}, {x})" if both else f"{fn_max}({x}, {lo})"
-        if hi is not None:
-            hi = cast(args[2], dtypes[2], out)
-            x = f"{fn_min}({hi}, {x})" if both else f"{fn_min}({x}, {hi})"
-        return x
-    real_input = np.dtype(dtypes[0]).kind != "c" if dtypes else False
-    if op == "real":
-        return cast(args[0], dtypes[0], out) if real_input else f"({args[0]}).real"
-    if op == "imag":
-        return literal(0, out) if real_input else f"({args[0]}).imag"
-    if op == "angle":
-        deg = " * (180.0 / np.pi)" if node.attrs.get("deg") else ""
-        if real_input:  # bool and ints have no .imag in numba
-            return cast(
-                f"(np.arctan2(0.0, {cast(args[0], dtypes[0], np.float64)}){deg})", np.float64, out
-            )
-        return cast(f"(np.arctan2(({args[0]}).imag, ({args[0]}).real){deg})", np.float64, out)
+    c = args[0] if np.dtype(dtypes[0]).kind == "b" else f"({args[0]} != 0)"
+    return f"({cast(args[1], dtypes[1], out)} if {c} else {cast(args[2], dtypes[2], out)})"
+
+
+def _clip(node, args, dtypes):
+    out = node.out.dtype
+    x = cast(args[0], dtypes[0], out)
+    fn_max, fn_min = ("_maximum", "_minimum") if out.kind in "fc" else ("max", "min")
+    if out.kind == "c":  # NumPy's lexicographic order of complex numbers
+        fn_max, fn_min = "_cmaximum", "_cminimum"
+    lo, hi = _clip_bounds(node, dtypes[0])
+    # ties (-0.0 vs 0.0) go NumPy's way: _maximum/_minimum give b on a tie, as np.maximum;
+    # the bound wins, except in the clip ufunc's loop for two scalar bounds (x wins)
+    both = lo is not None and hi is not None and out.kind != "c"
+    both = both and not any(isinstance(b, Var) for b in node.inputs[1:])
+    if lo is not None:
+        lo = cast(args[1], dtypes[1], out)
+        x = f"{fn_max}({lo}, {x})" if both else f"{fn_max}({x}, {lo})"
+    if hi is not None:
+        hi = cast(args[2], dtypes[2], out)
+        x = f"{fn_min}({hi}, {x})" if both else f"{fn_min}({x}, {hi})"
+    return x
+
+
+def _is_real(dtype) -> bool:
+    return np.dtype(dtype).kind != "c"
+
+
+def _real(node, args, dtypes):
+    out = node.out.dtype
+    return cast(args[0], dtypes[0], out) if _is_real(dtypes[0]) else f"({args[0]}).real"
+
+
+def _imag(node, args, dtypes):
+    return literal(0, node.out.dtype) if _is_real(dtypes[0]) else f"({args[0]}).imag"
+
+
+def _angle(node, args, dtypes):
+    out = node.out.dtype
+    deg = " * (180.0 / np.pi)" if node.attrs.get("deg") else ""
+    if _is_real(dtypes[0]):  # bool and ints have no .imag in numba
+        x = cast(args[0], dtypes[0], np.float64)
+        return cast(f"(np.arctan2(0.0, {x}){deg})", np.float64, out)
+    return cast(f"(np.arctan2(({args[0]}).imag, ({args[0]}).real){deg})", np.float64, out)
+
+
+# Lowerings of the elementwise ops whose element is not a formula of its arguments alone (they
+# read attributes or input dtypes): ``op -> fn(node, args, dtypes) -> source``, shared by the
+# targets; CPU_NODE_TEMPLATES adds what only CPU kernels can do (call a numba python op).
+NODE_TEMPLATES = {
+    "full": _full,
+    "astype": _astype,
+    "where": _where,
+    "clip": _clip,
+    "real": _real,
+    "imag": _imag,
+    "angle": _angle,
+}
+CPU_NODE_TEMPLATES = {**NODE_TEMPLATES, "python_op": _python_op}
+
+
+def expr(
+    node: Node, args: list, dtypes: list, math: str = "fast", templates=None, node_templates=None
+) -> str:
+    """Source of one output element of elementwise ``node``; ``args``/``dtypes`` per input.
+
+    ``node_templates`` (default ``CPU_NODE_TEMPLATES``) are asked first, then the fast-math
+    functions, then ``templates`` (default ``CPU_TEMPLATES``); a ufunc in none of them is
+    numba's ``np.<op>``."""
+    templates = CPU_TEMPLATES if templates is None else templates
+    lower = (CPU_NODE_TEMPLATES if node_templates is None else node_templates).get(node.op)
+    if lower is not None:
+        return lower(node, args, dtypes)
+    op, out = node.op, node.out.dtype
     loop_in, loop_out = loop_dtypes(node)
     known = _out_of_range_comparison(node, loop_in)
     if known is not None:
