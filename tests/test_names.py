@@ -224,3 +224,19 @@ def test_backward_graphs_of_parameters_named_like_values():
     for g, w, d in zip(got, want, grads):
         np.testing.assert_allclose(g, w, rtol=1e-12)
         np.testing.assert_allclose(d, w, rtol=1e-12)
+
+
+def test_lifted_literals_take_names_no_value_has():
+    """Array literals a pass folded into a node become const inputs named ``lit<k>``: never a
+    name an input already has (a parameter ``lit1`` and a lifted literal ``lit1`` were two
+    values of one name)."""
+    from tracekit.backends.lowering import lift_array_literals
+
+    lit0, lit1 = Var("lit0", (3,), np.float64), Var("lit1", (3,), np.float64)
+    out = Var("0", (3,), np.float64)
+    node = Node("add", (lit0, np.array([1.0, 2.0, 3.0])), {}, (out,))
+    g = Graph(
+        [lit0, lit1], [node], [out], specs=[InputSpec("arg", "lit0"), InputSpec("arg", "lit1")]
+    )
+    lifted = lift_array_literals(g.check()).check()
+    assert [v.name for v in lifted.inputs] == ["lit0", "lit1", "lit2"]

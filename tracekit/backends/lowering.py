@@ -6,6 +6,8 @@ the primitive reductions (sum, prod, max, min, any, all, argmax, argmin).
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from ..ir import Graph, Node, Var
@@ -72,16 +74,19 @@ def _var(b: Builder, x, axis, keepdims, dtype, ddof):
     return _divide_by_count(b, s, max(n - ddof, 0))
 
 
-def _lower(node: Node, b: Builder):
-    x = node.inputs[0]
-    a = node.attrs
-    if node.op == "mean":
-        return _mean(b, x, a["axis"], a["keepdims"], a["dtype"])
-    if node.op == "var":
-        return _var(b, x, a["axis"], a["keepdims"], a["dtype"], a.get("ddof", 0))
-    if node.op == "std":
-        return b("sqrt", _var(b, x, a["axis"], a["keepdims"], a["dtype"], a.get("ddof", 0)))
-    return None
+# op -> fn(builder, node): the nodes computing it from primitive reductions and elementwise ops
+LOWERINGS = {
+    "mean": lambda b, n: _mean(
+        b, n.inputs[0], n.attrs["axis"], n.attrs["keepdims"], n.attrs["dtype"]
+    ),
+    "var": lambda b, n: _var(b, n.inputs[0], *_var_args(n)),
+    "std": lambda b, n: b("sqrt", _var(b, n.inputs[0], *_var_args(n))),
+}
+
+
+def _var_args(n: Node) -> tuple:
+    a = n.attrs
+    return a["axis"], a["keepdims"], a["dtype"], a.get("ddof", 0)
 
 
 def lift_array_literals(graph: Graph) -> Graph:
@@ -89,11 +94,13 @@ def lift_array_literals(graph: Graph) -> Graph:
     from ..ir import InputSpec
 
     inputs, specs, consts, nodes = list(graph.inputs), list(graph.specs), dict(graph.constants), []
+    taken = {v.name for v in graph.inputs} | {o.name for n in graph.nodes for o in n.outputs}
+    fresh = (f"lit{k}" for k in itertools.count() if f"lit{k}" not in taken)
     for node in graph.nodes:
         ins = []
         for x in node.inputs:
             if isinstance(x, np.ndarray) and x.ndim > 0:
-                v = Var(f"lit{len(inputs)}", x.shape, x.dtype)
+                v = Var(next(fresh), x.shape, x.dtype)
                 inputs.append(v)
                 specs.append(InputSpec("const", "literal"))
                 consts[v] = x
@@ -112,7 +119,8 @@ def lower(graph: Graph) -> Graph:
     for node in graph.nodes:
         node = node.replace(inputs=tuple(resolve(mapping, x) for x in node.inputs))
         b = Builder(node, f"{node.out.name}l")
-        res = _lower(node, b) if node.op in ("mean", "var", "std") else None
+        rule = LOWERINGS.get(node.op)
+        res = rule(b, node) if rule is not None else None
         if res is None:
             kept.append(node)
             continue
