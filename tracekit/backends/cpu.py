@@ -148,17 +148,18 @@ _INTRINSICS = frozenset(S.KERNEL_INTRINSICS) | {"_fma"}
 
 @functools.cache
 def _helpers() -> frozenset:
-    """The names ``cpu_helpers.py`` defines. The file is read, not imported (importing it
-    imports numba)."""
+    """The names ``cpu_helpers.py`` defines (``def _x(`` or, for the helpers shared with CUDA,
+    ``_x = _inline(``). The file is read, not imported (importing it imports numba)."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_helpers.py")
     with open(path, encoding="utf-8") as f:
-        return frozenset(re.findall(r"^def (_\w+)\(", f.read(), re.MULTILINE))
+        found = re.findall(r"^(?:def (_\w+)\(|(_\w+) = _inline\()", f.read(), re.MULTILINE)
+    return frozenset(a or b for a, b in found)
 
 
 def _helper_imports(source: str) -> str:
     """Imports of the helpers and intrinsics ``source`` calls. The helpers are defined once per
     process (numba's dispatchers are never freed, so a copy per module would stay for good).
-    An edit to them changes every module's cache key (``cache.environment_key``)."""
+    An edit to them changes every module's cache key (``cache.module_key``)."""
     called = set(re.findall(r"\b(_\w+)\(", source))
     lines = []
     if called & _helpers():

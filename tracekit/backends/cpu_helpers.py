@@ -14,27 +14,23 @@ import math
 import numba
 import numpy as np
 
+from tracekit.backends import helpers as _shared
 from tracekit.backends.scalar import _fma
 
-
-@numba.njit(inline="always")
-def _maximum(a, b):
-    return a if (a > b or a != a) else b  # a tie (-0.0, 0.0) gives b, as NumPy
-
-
-@numba.njit(inline="always")
-def _minimum(a, b):
-    return a if (a < b or a != a) else b
-
-
-@numba.njit(inline="always")
-def _fmax(a, b):
-    return a if (a > b or b != b) else b
-
-
-@numba.njit(inline="always")
-def _fmin(a, b):
-    return a if (a < b or b != b) else b
+# the helpers both targets share (tracekit/backends/helpers.py), compiled for the CPU
+_inline = numba.njit(inline="always")
+_maximum = _inline(_shared._maximum)
+_minimum = _inline(_shared._minimum)
+_fmax = _inline(_shared._fmax)
+_fmin = _inline(_shared._fmin)
+_lshift = _inline(_shared._lshift)
+_wadd = _inline(_shared._wadd)
+_wsub = _inline(_shared._wsub)
+_wmul = _inline(_shared._wmul)
+_wneg = _inline(_shared._wneg)
+_wabs = _inline(_shared._wabs)
+_ireciprocal = _inline(_shared._ireciprocal)
+_iremainder = _inline(_shared._iremainder)
 
 
 @numba.njit(inline="always")
@@ -45,11 +41,6 @@ def _floor_divide(a, b):
 @numba.njit(inline="always")
 def _remainder(a, b):
     return np.remainder(a, b)
-
-
-@numba.njit(inline="always")
-def _lshift(a, b):
-    return a << b if 0 <= b < 64 else a - a
 
 
 @numba.njit(inline="always")
@@ -71,38 +62,6 @@ def _ipow(a, b, one):
         x = x * x
         b >>= 1
     return r
-
-
-# int64 arithmetic that wraps as NumPy's does: numba's signed integer ops carry LLVM's nsw flag,
-# so an overflow is undefined and LLVM folds, say, sign(x * x) to x != 0
-@numba.njit(inline="always")
-def _wadd(a, b):
-    return np.int64(np.uint64(a) + np.uint64(b))
-
-
-@numba.njit(inline="always")
-def _wsub(a, b):
-    return np.int64(np.uint64(a) - np.uint64(b))
-
-
-@numba.njit(inline="always")
-def _wmul(a, b):
-    return np.int64(np.uint64(a) * np.uint64(b))
-
-
-@numba.njit(inline="always")
-def _wneg(a):
-    return np.int64(np.uint64(0) - np.uint64(a))
-
-
-@numba.njit(inline="always")
-def _wabs(a):
-    return a if a >= 0 else _wneg(a)
-
-
-@numba.njit(inline="always")
-def _ireciprocal(a):
-    return a if (a == 1 or a == -1) else a - a
 
 
 @numba.njit(inline="always")
@@ -149,13 +108,6 @@ def _ifloor_divide(a, b):
     if b == -1:
         return _wneg(a)
     return a // b
-
-
-@numba.njit(inline="always")
-def _iremainder(a, b):
-    if b == 0 or b == -1:
-        return a - a
-    return a % b
 
 
 @numba.njit(inline="always")

@@ -30,12 +30,14 @@ emits as ``np.<ufunc>`` is written with ``libdevice`` functions or small device 
 
 from __future__ import annotations
 
+import inspect
 import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..ir import Node, Var, format_node
+from . import helpers
 from . import scalar as S
 from .emit_cpu import KernelSource, _init, acc_dtype
 from .planner import Step, accumulation, is_reduction
@@ -490,6 +492,13 @@ def device_expr(node: Node, args: list, dtypes: list, math: str) -> str:
 
 
 # ---------------------------------------------------------------------- device helpers
+def _shared_helpers() -> str:
+    """The device source of the helpers both targets share (``backends/helpers.py``)."""
+    return "".join(
+        "\n@cuda.jit(device=True)\n" + inspect.getsource(fn) + "\n" for fn in helpers.SHARED
+    )
+
+
 _FLOAT_HELPERS = """
 @cuda.jit(device=True)
 def _ffloordiv{b}(a, b):
@@ -533,29 +542,8 @@ def _logaddexp{b}(x, y):
 """
 
 HELPERS = (
-    """
-@cuda.jit(device=True)
-def _maximum(a, b):
-    # a tie (0.0 and -0.0) gives the second operand, as NumPy's loops mostly do (its SIMD
-    # loops treat some positions and short arrays of fmax/fmin otherwise)
-    return a if (a > b or a != a) else b
-
-
-@cuda.jit(device=True)
-def _minimum(a, b):
-    return a if (a < b or a != a) else b
-
-
-@cuda.jit(device=True)
-def _fmax(a, b):
-    return a if (a > b or b != b) else b
-
-
-@cuda.jit(device=True)
-def _fmin(a, b):
-    return a if (a < b or b != b) else b
-
-
+    _shared_helpers()
+    + """
 @cuda.jit(device=True)
 def _ifloordiv(a, b):
     if b == 0:
@@ -563,18 +551,6 @@ def _ifloordiv(a, b):
     if b == -1:
         return -a
     return a // b
-
-
-@cuda.jit(device=True)
-def _iremainder(a, b):
-    if b == 0 or b == -1:
-        return a - a
-    return a % b
-
-
-@cuda.jit(device=True)
-def _lshift(a, b):
-    return a << b if 0 <= b < 64 else a - a
 
 
 @cuda.jit(device=True)
@@ -597,38 +573,8 @@ def _ipow(a, b):
     return r
 
 
-@cuda.jit(device=True)
-def _ireciprocal(a):
-    return a if (a == 1 or a == -1) else a - a
-
-
 # int64 arithmetic that wraps as NumPy's does (numba's signed ops carry LLVM's nsw flag): the
 # CPU templates call these for int64
-@cuda.jit(device=True)
-def _wadd(a, b):
-    return np.int64(np.uint64(a) + np.uint64(b))
-
-
-@cuda.jit(device=True)
-def _wsub(a, b):
-    return np.int64(np.uint64(a) - np.uint64(b))
-
-
-@cuda.jit(device=True)
-def _wmul(a, b):
-    return np.int64(np.uint64(a) * np.uint64(b))
-
-
-@cuda.jit(device=True)
-def _wneg(a):
-    return np.int64(np.uint64(0) - np.uint64(a))
-
-
-@cuda.jit(device=True)
-def _wabs(a):
-    return a if a >= 0 else _wneg(a)
-
-
 @cuda.jit(device=True)
 def _fsign(x):
     if x > 0:
