@@ -29,7 +29,7 @@ def run_node(node: Node, env: dict):
     args = [env[x] if isinstance(x, Var) else x for x in node.inputs]
     try:
         out = OPS[node.op].impl(*args, **node.attrs)
-        if node.op == "python_op":
+        if OPS[node.op].kind == "opaque":
             out = check_results(node, out)
     except Exception as e:
         where = f" at {node.source} `{node.source.text}`" if node.source else ""

@@ -89,7 +89,7 @@ class CpuProgram:
             S.pyop_name(n): n.attrs["pyop"].fn
             for ks in self.kernel_sources.values()
             for n in ks.group.nodes
-            if n.op == "python_op"
+            if OPS[n.op].kind == "opaque"
         }
         body = "".join(parts)
         pyops = "".join(
@@ -346,7 +346,7 @@ class Runner:
         attrs = f"attrs{len(self.ns)}"
         self.ns[attrs] = dict(node.attrs)
         call = f"{impl}({', '.join([*ins, f'**{attrs}'])})"  # no inputs: eye, arange...
-        if node.op == "python_op":  # the kernels after it are compiled for the traced types
+        if OPS[node.op].kind == "opaque":  # the kernels after it are compiled for the traced types
             k = f"node{len(self.ns)}"
             self.ns[k], self.ns["_check_pyop"] = node, check_results
             return f"_check_pyop({k}, {call})"

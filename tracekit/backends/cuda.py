@@ -817,7 +817,7 @@ class CudaRunner:
             args = [get(x) for x in node.inputs]
             try:
                 res = OPS[node.op].impl(*args, **node.attrs)
-                if node.op == "python_op":  # device code after it assumes the traced types
+                if OPS[node.op].kind == "opaque":  # device code after it assumes the traced types
                     res = check_results(node, res)
             except Exception as e:
                 where = f" at {node.source} `{node.source.text}`" if node.source else ""

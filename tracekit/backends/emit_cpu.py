@@ -13,6 +13,7 @@ import re
 import numpy as np
 
 from ..ir import Node, Var, format_node
+from ..ops import OPS
 from . import scalar as S
 from .layout import Layout
 from .planner import Step, accumulation, is_reduction
@@ -219,7 +220,7 @@ class KernelSource:
         L, g = self.layout, self.group
         if self.math != "fast" or not L.kept or L.total < STREAM_MIN_WORK:
             return 1
-        if any(n.op == "python_op" for n in g.nodes):
+        if any(OPS[n.op].kind == "opaque" for n in g.nodes):
             return 1
         heavy = sum(S.is_fast_math(n, self.math) for n in g.nodes)
         streams = min(STREAMS, STREAM_BUDGET // len(g.nodes))

@@ -154,7 +154,7 @@ def _has_lowering(op: str) -> bool:
 def scalar_pyop(node: Node) -> bool:
     """A python op whose function is a numba dispatcher that also works on scalars, with one
     output of the inputs' broadcast shape: it is called per element inside fused kernels."""
-    if node.op != "python_op" or len(node.outputs) != 1 or not node.attrs["pyop"].is_numba:
+    if OPS[node.op].kind != "opaque" or len(node.outputs) != 1 or not node.attrs["pyop"].is_numba:
         return False
     if not all(isinstance(x, Var) for x in node.inputs) or not node.inputs:
         return False
@@ -177,7 +177,7 @@ def classify(node: Node) -> str:
     op = OPS[node.op]
     if not _supported_dtypes(node) or any(v.size == 0 for v in (*node.outputs, *node.var_inputs)):
         return "host"  # empty arrays (a reduction over an empty axis too): NumPy's results
-    if node.op == "python_op":
+    if op.kind == "opaque":
         return "elementwise" if scalar_pyop(node) else "host"
     if op.kind == "elementwise" and _numpy_only(node):
         return "host"
@@ -535,7 +535,7 @@ def in_place_updates(plan: Plan) -> set:
         base = st.nodes[0].inputs[0]
         src = producer.get(base)
         fresh = src is not None and (
-            src.kind == "kernel" or (src.kind == "host" and src.nodes[0].op != "python_op")
+            src.kind == "kernel" or (src.kind == "host" and OPS[src.nodes[0].op].kind != "opaque")
         )
         if fresh and last.get(root.get(base, base)) == i and st.nodes[0].inputs.count(base) == 1:
             out.add(i)
