@@ -80,14 +80,14 @@ def parameter_names(graph: Graph, reserved=frozenset()) -> dict:
     >>> list(parameter_names(g).values())
     ['v1', 'v1_1']
     """
-    ids, kept = {}, set()
+    ids, kept, blocked = {}, set(), _RESERVED | set(reserved)
     for v in graph.inputs:
-        if v.name.isidentifier() and v.name not in _RESERVED | reserved | kept:
+        if v.name.isidentifier() and v.name not in blocked and v.name not in kept:
             ids[v] = v.name
             kept.add(v.name)
     generated = [v for v in graph.inputs if v not in ids]
     generated += [o for n in graph.nodes for o in n.outputs]
-    taken = kept | {v.ident for v in generated} | _RESERVED | reserved
+    taken = kept | {v.ident for v in generated} | blocked
     for v in generated:
         name, k = v.ident, 1
         if name in kept:  # a parameter has it: the first ``<ident>_<k>`` nothing else has

@@ -71,10 +71,15 @@ class Reduction:
         return int(info.max if big else info.min)
 
 
-COMBINES = ("add", "multiply", "or", "and", "max", "min")
-# the NumPy ufunc whose ``reduce``/``accumulate`` each combine is
-_COMBINE_UFUNCS = dict(zip(COMBINES, ("add", "multiply", "logical_or", "logical_and", "maximum",
-                                      "minimum")))  # fmt: skip
+# each combine, and the NumPy ufunc whose ``reduce``/``accumulate`` it is
+COMBINES = {
+    "add": "add",
+    "multiply": "multiply",
+    "or": "logical_or",
+    "and": "logical_and",
+    "max": "maximum",
+    "min": "minimum",
+}
 
 
 def ufunc_method_op(ufunc_name: str, method: str) -> str | None:
@@ -83,7 +88,7 @@ def ufunc_method_op(ufunc_name: str, method: str) -> str | None:
     slot = {"reduce": "reduction", "accumulate": "scan"}.get(method)
     for name, op in OPS.items() if slot else ():
         red = getattr(op, slot)
-        if red is not None and not red.index and _COMBINE_UFUNCS[red.combine] == ufunc_name:
+        if red is not None and not red.index and COMBINES[red.combine] == ufunc_name:
             return name
     return None
 
@@ -414,16 +419,12 @@ def _idx_literal(idx):
 
 
 register(Op("index", "index", index, _index_code, view=True, may_view=True))
-_UPDATE = {"update": True}
-register(
-    Op("index_update", "index", index_update, _index_update_code, helper=index_update, **_UPDATE)
-)
-register(
-    Op("update_real", "index", update_real, call_code("update_real"), helper=update_real, **_UPDATE)
-)
-register(
-    Op("update_imag", "index", update_imag, call_code("update_imag"), helper=update_imag, **_UPDATE)
-)
+for _name, _impl, _code in (
+    ("index_update", index_update, _index_update_code),
+    ("update_real", update_real, call_code("update_real")),
+    ("update_imag", update_imag, call_code("update_imag")),
+):
+    register(Op(_name, "index", _impl, _code, helper=_impl, update=True))
 
 
 # ---------------------------------------------------------------------- creation

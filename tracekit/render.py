@@ -89,6 +89,7 @@ import numpy as np
 from graphviz.backend import dot_command, piping, rendering
 
 from .ir import Graph, Var, fmt_value, format_node, type_str
+from .ops import OPS
 
 __all__ = [
     "render",
@@ -140,8 +141,6 @@ FONT = "Helvetica"
 
 def _updates(op: str) -> bool:
     """A functionalised in-place write (drawn bold, marked ``inplace``)."""
-    from .ops import OPS
-
     o = OPS.get(op)
     return o is not None and o.update
 
@@ -349,8 +348,6 @@ def _vtype(v: Var) -> str:
 
 
 def _kind(op: str) -> str:
-    from .ops import OPS
-
     o = OPS.get(op)
     return o.kind if o is not None else "opaque"
 

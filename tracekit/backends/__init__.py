@@ -19,7 +19,7 @@ from ..passes import optimize
 from ..traced import Traced, check_guards, check_layout_guards
 from .lowering import lower
 from .planner import plan as make_plan
-from .runtime import check_out_types, device_array_types, is_device_array  # noqa: F401
+from .runtime import check_out_types
 
 TARGETS = ("cpu", "cuda")
 MATH = ("fast", "libm")

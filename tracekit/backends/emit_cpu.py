@@ -12,7 +12,7 @@ import re
 
 import numpy as np
 
-from ..ir import Node, Var, format_node
+from ..ir import Var, format_node
 from ..ops import OPS
 from . import scalar as S
 from .layout import Layout
@@ -39,19 +39,17 @@ STREAM_MIN_FAST_MATH = 2
 STREAM_BUDGET = 64
 
 
-def acc_dtype(node_or_red, out):
-    """The dtype a reduction of results ``out`` accumulates in."""
-    red = accumulation(node_or_red) if isinstance(node_or_red, Node) else node_or_red
+def acc_dtype(node, out):
+    """The dtype reduction ``node`` of results ``out`` accumulates in."""
     out = np.dtype(out)
-    if red.wide:
+    if accumulation(node).wide:
         return {"f": np.dtype(np.float64), "c": np.dtype(np.complex128)}.get(out.kind, out)
     return out
 
 
-def _init(node_or_red, dtype) -> str:
-    """The accumulator's starting value as a literal of ``dtype``."""
-    red = accumulation(node_or_red) if isinstance(node_or_red, Node) else node_or_red
-    return S.literal(red.identity(dtype), np.dtype(dtype))
+def _init(node, dtype) -> str:
+    """The starting value of reduction or scan ``node``'s accumulator, a literal of ``dtype``."""
+    return S.literal(accumulation(node).identity(dtype), np.dtype(dtype))
 
 
 class KernelSource:

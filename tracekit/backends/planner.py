@@ -183,12 +183,13 @@ def classify(node: Node) -> str:
         return "host"
     if (op.kind == "elementwise" and all(_literal_ok(x) for x in node.inputs)) or node.op == "full":
         return "elementwise"
-    for how, red in (("reduce", op.reduction), ("scan", op.scan)):
-        if red is not None and not isinstance(node.inputs[0], Var):
+    red = accumulation(node)
+    if red is not None:
+        if not isinstance(node.inputs[0], Var):
             return "host"  # of a literal that passes folded in (fuzz: cpu-full-7100672)
-        if red is not None:
-            complex_values = "c" in (node.inputs[0].dtype.kind, node.out.dtype.kind)
-            return "host" if complex_values and not red.complex else how
+        if not red.complex and "c" in (node.inputs[0].dtype.kind, node.out.dtype.kind):
+            return "host"
+        return "reduce" if op.reduction is not None else "scan"
     if op.view and len(node.inputs) == 1:  # an index with index arrays gathers: a copy
         return "view"
     return "host"

@@ -387,11 +387,8 @@ COMPLEX_ON_HOST = frozenset(
 
 def _fast_name(op: str, dtype, math: str) -> str | None:
     """The fast-math function computing ``op`` at ``dtype`` (``fastmath.OPS``), or None."""
-    if math != "fast" or np.dtype(dtype).kind != "f":
-        return None
-    try:
-        from . import fastmath
-    except Exception:  # fast math unavailable: numba's libm calls are still correct
+    fastmath = _fastmath()
+    if math != "fast" or np.dtype(dtype).kind != "f" or fastmath is None:
         return None
     name = fastmath.name_for(op, np.dtype(dtype))
     return name if name and name in fastmath.namespace() else None
@@ -399,18 +396,20 @@ def _fast_name(op: str, dtype, math: str) -> str | None:
 
 def is_fast_math(node: Node, math: str = "fast") -> bool:
     """Whether ``expr`` computes ``node`` with one of tracekit's fast-math functions."""
-    if math != "fast" or node.op not in _fast_ops():
-        return False
+    fastmath = _fastmath()
+    if math != "fast" or fastmath is None or node.op not in fastmath.OPS:
+        return False  # (loop_dtypes needs a ufunc: ask the registry first)
     return _fast_name(node.op, loop_dtypes(node)[1], math) is not None
 
 
-def _fast_ops() -> tuple:
-    """The ops ``fastmath`` has functions for (none when it cannot be imported)."""
+def _fastmath():
+    """The ``fastmath`` module, or None where it cannot be imported (numba's libm calls are
+    still correct)."""
     try:
         from . import fastmath
-    except Exception:  # fast math unavailable: numba's libm calls are still correct
-        return ()
-    return fastmath.OPS
+    except Exception:
+        return None
+    return fastmath
 
 
 def _full(node, args, dtypes):
