@@ -29,7 +29,7 @@ import pytest
 from core_helpers import random_values
 
 import tracekit as tk
-from tracekit.backends import emit_cuda
+from tracekit.backends import cuda_math, emit_cuda
 from tracekit.backends.lowering import lower
 from tracekit.backends.planner import plan as make_plan
 from tracekit.ops import OPS
@@ -41,7 +41,7 @@ from tracekit.backends.cuda import (  # noqa: E402
     CudaProgram,
     simulator_active,
 )
-from tracekit.backends.emit_cuda import Profile  # noqa: E402
+from tracekit.backends.cuda_device import Profile  # noqa: E402
 
 SIM = simulator_active()
 HAS_GPU = (not SIM) and cuda.is_available()
@@ -932,23 +932,23 @@ def test_simulated_shared_memory_is_one_array_per_block():
 def test_fast_math_choices_meet_the_cpu_bounds():
     """math="fast" uses a float32 libdevice function only where its documented bound is within
     the CPU target's fast-math bound for that op; elsewhere the float64 function, rounded once."""
-    cpu = emit_cuda.cpu_fast_bounds()
+    cpu = cuda_math.cpu_fast_bounds()
     pytest.importorskip("tracekit.backends.fastmath")
     assert {"exp", "log", "tanh", "sin"} <= set(cpu), cpu  # read from fastmath.py's docstrings
-    for op, ulp in emit_cuda.ULP_BOUNDS_F32.items():
-        limit = cpu.get(op, emit_cuda.DEFAULT_F32_BOUND)
-        assert emit_cuda.f32_native(op) == (ulp <= limit), op
+    for op, ulp in cuda_math.ULP_BOUNDS_F32.items():
+        limit = cpu.get(op, cuda_math.DEFAULT_F32_BOUND)
+        assert cuda_math.f32_native(op) == (ulp <= limit), op
     x = np.linspace(0.1, 0.9, 8).astype(np.float32)
-    ops = [o for o in emit_cuda.ULP_BOUNDS_F32 if OPS[o].ufunc.nin == 1]
+    ops = [o for o in cuda_math.ULP_BOUNDS_F32 if OPS[o].ufunc.nin == 1]
     t = tk.trace(lambda x: tuple(OPS[o].ufunc(x) for o in ops), x)
     fast, libm = (
         "".join(k.source for k in tk.compile(t, target="cuda", math=m, progress=False).kernels)
         for m in ("fast", "libm")
     )
     for op in ops:
-        base = emit_cuda.LIBDEVICE_UNARY[op]
+        base = cuda_math.LIBDEVICE_UNARY[op]
         native = f"libdevice.{base}f("
-        assert (native in fast) == emit_cuda.f32_native(op), op
+        assert (native in fast) == cuda_math.f32_native(op), op
         assert native not in libm and f"libdevice.{base}(np.float64(" in libm, op
 
 
@@ -995,11 +995,11 @@ def _ulp_rows(dtype, n):
     for k, op in enumerate(ops):
         with np.errstate(all="ignore"):
             ref = OPS[op].ufunc(X[k].astype(np.longdouble))
-        err = float(np.max(emit_cuda.ulps(got[k], ref, dtype)))
+        err = float(np.max(cuda_math.ulps(got[k], ref, dtype)))
         if dtype == np.float32:
-            bound = emit_cuda.ULP_BOUNDS_F32[op] if emit_cuda.f32_native(op) else 1
+            bound = cuda_math.ULP_BOUNDS_F32[op] if cuda_math.f32_native(op) else 1
         else:
-            bound = emit_cuda.ULP_BOUNDS_F64[op]
+            bound = cuda_math.ULP_BOUNDS_F64[op]
         rows.append((op, X[k], got[k], err, bound))
     return rows
 
@@ -1014,7 +1014,7 @@ def test_fast_math_plumbing_on_the_simulator(dtype):
     for op, x, got, _, _ in _ulp_rows(dtype, 64):
         uf = OPS[op].ufunc
         with np.errstate(all="ignore"):
-            if dtype == np.float32 and not emit_cuda.f32_native(op):
+            if dtype == np.float32 and not cuda_math.f32_native(op):
                 exp = uf(x.astype(np.float64)).astype(np.float32)
             else:
                 exp = uf(x)
@@ -1068,14 +1068,14 @@ class _Dev:  # device functions compile for "the current device": say which, wit
 disp.get_current_device = lambda: _Dev()
 import numpy as np, tracekit as tk
 from numba import cuda
-from tracekit.backends import cache, emit_cuda
+from tracekit.backends import cache, cuda_device, emit_cuda
 from tracekit.backends.cuda import CudaProgram, _signature
 from tracekit.backends.lowering import lower
 from tracekit.backends.planner import plan as make_plan
 from tracekit.passes import optimize
 sys.path[:0] = [sys.argv[2], str(Path(sys.argv[2]).parent)]
 import test_cuda as T
-prof = emit_cuda.Profile(simulator=False, name="sm_90", sm_count=132, max_threads=1024, cc=(9, 0))
+prof = cuda_device.Profile(simulator=False, name="sm_90", sm_count=132, max_threads=1024, cc=(9, 0))
 if sys.argv[3] == "full":
     jobs = [(None, n, m) for n in T.PROGRAMS for m in ("fast", "libm")]
     jobs += [(mode, "rows", "fast") for mode in ("thread", "split")]

@@ -1,12 +1,12 @@
 """The numba CUDA target: a plan's kernels as ``numba.cuda.jit`` code, and a runner.
 
 The plan is the CPU target's (``planner.plan``); ``emit_cuda`` writes one kernel (or a short
-sequence) per fused group, a tiled kernel per matmul (with the elementwise kernel that reads
-its result fused in as an epilogue where that fits, unless cuBLAS runs the matmul), gathers for
-views that are not free and scatters for in-place writes. What has no device code (Python ops,
-advanced indexing, concatenate, float16, a few complex functions) runs through NumPy on the
-host, between kernels, with its operands copied across; ``CudaProgram.notes`` says which, and
-which matmuls got an epilogue.
+sequence) per fused group, ``cuda_matmul`` a tiled kernel per matmul (with the elementwise kernel
+that reads its result fused in as an epilogue where that fits, unless cuBLAS runs the matmul),
+``cuda_views`` gathers for views that are not free and scatters for in-place writes. What has no
+device code (Python ops, advanced indexing, concatenate, float16, a few complex functions) runs
+through NumPy on the host, between kernels, with its operands copied across;
+``CudaProgram.notes`` says which, and which matmuls got an epilogue.
 
 Data: NumPy inputs are copied into pooled device buffers and the results copied back; arrays
 with ``__cuda_array_interface__`` (numba device arrays, CuPy, torch) are used in place, and the
@@ -36,23 +36,11 @@ from ..ops import OPS
 from ..pyop import check_results
 from ..traced import check_guards, check_layout_guards, check_value
 from . import cache
-from .emit_cuda import (
-    HELPERS,
-    Arg,
-    CudaKernelSource,
-    DeviceUnsupported,
-    Launch,
-    MatmulSource,
-    Profile,
-    _PseudoGroup,
-    epilogue_fits,
-    gather_source,
-    is_c_contiguous,
-    kernel_source,
-    matmul_plan,
-    scatter_source,
-    view_geometry,
-)
+from .cuda_device import Arg, DeviceUnsupported, Launch, Profile, _PseudoGroup
+from .cuda_helpers import HELPERS
+from .cuda_matmul import MatmulSource, epilogue_fits, matmul_plan
+from .cuda_views import gather_source, is_c_contiguous, scatter_source, view_geometry
+from .emit_cuda import CudaKernelSource, kernel_source
 from .planner import Plan, Step, escaping
 from .runtime import check_out_types, device_array_types, is_device_array, simulator_active
 
@@ -233,7 +221,7 @@ class CudaProgram:
     def _epilogues(self, plan: Plan, math: str) -> dict:
         """``{kernel step index: (matmul step index, MatmulPlan, keep_c)}``: the elementwise
         kernels that run inside the matmul kernel producing one of their inputs (see
-        ``emit_cuda.epilogue_fits``). The fused kernel runs at the epilogue's place in the plan
+        ``cuda_matmul.epilogue_fits``). The fused kernel runs at the epilogue's place in the plan
         (the matmul's operands are still there: nothing on the device writes into a value
         in place). The matmul result is stored only when it is a result (or a guard) or a later
         step reads it; one read by a step in between keeps the two kernels apart, and so does a

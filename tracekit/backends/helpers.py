@@ -1,6 +1,6 @@
 """Scalar helpers both targets compile from one definition: the numba CPU target inlines them
 (``cpu_helpers``: ``numba.njit(inline="always")``), the CUDA target pastes their source into its
-device modules (``emit_cuda.HELPERS``: ``cuda.jit(device=True)``). Plain Python: each target
+device modules (``cuda_helpers.HELPERS``: ``cuda.jit(device=True)``). Plain Python: each target
 adds its decorator, and none calls another helper (the CPU target compiles each alone, so
 such a call would reach the undecorated function). Helpers whose best form differs per target
 stay with their target.
