@@ -11,7 +11,6 @@ from ..ir import Var
 from . import scalar as S
 
 
-
 @dataclass
 class Profile:
     """What the code generator needs to know about the device."""
