@@ -298,14 +298,12 @@ class CudaProgram:
         x = node.inputs[0]
         geo = None
         if isinstance(x, Var) and not x.weak:
-            impl, attrs = OPS[node.op].impl, dict(node.attrs)
-            if node.op == "index" and any(isinstance(e, str) for e in attrs.get("idx", ())):
-                geo = None
-            elif node.op == "index":
+            op, attrs = OPS[node.op], dict(node.attrs)
+            if op.kind != "index":
+                geo = view_geometry(x.shape, x.dtype, lambda a: op.impl(a, **attrs))
+            elif not any(isinstance(e, str) for e in attrs["idx"]):  # basic indexing
                 idx = _as_view_index(attrs["idx"])
                 geo = view_geometry(x.shape, x.dtype, lambda a: a[idx])
-            else:
-                geo = view_geometry(x.shape, x.dtype, lambda a: impl(a, **attrs))
         if geo is None or tuple(geo[0]) != node.out.shape:
             self._host_step(step, parts, "not a pure view")
             return
@@ -336,7 +334,7 @@ class CudaProgram:
             self.kernel_sources[name] = ms
             self.items.append(Item("kernel", step, launches=ms.launches, src=ms))
             return
-        if node.op == "index_update" and self._update(step, parts):
+        if OPS[node.op].update and "idx" in node.attrs and self._update(step, parts):
             return
         reason = why or step.reason or f"{node.op} runs as a NumPy call"
         self.notes.append(f"{node.op} -> %{node.out.name}: host (NumPy): {reason}")

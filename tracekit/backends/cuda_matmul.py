@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir import Node, Var, format_node
+from ..ops import OPS
 from . import scalar as S
 from .cuda_device import Arg, Launch, Profile, _PseudoGroup, nb_type, typed
 from .emit_cuda import CudaKernelSource
@@ -30,7 +31,9 @@ class MatmulPlan:
 
 def matmul_plan(node: Node) -> MatmulPlan | None:
     """How ``node`` runs as a tiled kernel, or None (then it runs through NumPy on the host)."""
-    if node.op not in ("matmul", "dot") or len(node.var_inputs) != 2:
+    op = OPS[node.op]
+    # a product of two matrices: einsum and tensordot carry their contraction in attributes
+    if op.kind != "matmul" or node.attrs or len(node.var_inputs) != 2:
         return None
     a, b = node.inputs
     if not (isinstance(a, Var) and isinstance(b, Var)):
@@ -40,9 +43,7 @@ def matmul_plan(node: Node) -> MatmulPlan | None:
         return None
     if a.ndim == 0 or b.ndim == 0 or out.size == 0:
         return None
-    if node.op == "dot" and (a.ndim > 2 or b.ndim > 2):
-        return None
-    if node.attrs:
+    if op.ufunc is None and (a.ndim > 2 or b.ndim > 2):  # only a gufunc (matmul) batches
         return None
     m, k = (1, a.shape[0]) if a.ndim == 1 else a.shape[-2:]
     k2, n = (b.shape[0], 1) if b.ndim == 1 else b.shape[-2:]

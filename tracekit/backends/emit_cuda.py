@@ -38,6 +38,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Var, format_node
+from ..ops import OPS
 from .cuda_device import Arg, DeviceUnsupported, Launch, Profile, typed
 from .cuda_math import device_expr
 from .cuda_rows import RowKernels
@@ -65,6 +66,12 @@ class CudaKernelSource(RowKernels, ScanKernels, KernelSource):
         self.mode = None
 
     # -- operands
+    @staticmethod
+    def is_alias(node) -> bool:
+        """A view in a group is a per-row alias (the planner keeps no other view in one): its
+        element is its input's."""
+        return OPS[node.op].view
+
     def is_weak_scalar(self, v: Var) -> bool:
         return v.weak and self.layout.is_scalar(v) and v in self.inputs
 
@@ -102,7 +109,7 @@ class CudaKernelSource(RowKernels, ScanKernels, KernelSource):
     def compute(self, node, depth: int):
         out = node.out
         name = f"{self.p}t_{out.ident}"
-        if node.op == "reshape":  # a per-row alias
+        if self.is_alias(node):
             self.emit(f"{name} = {self.read(node.inputs[0])}", depth)
         else:
             vals = [self.value(x) for x in node.inputs]
@@ -166,7 +173,7 @@ class CudaKernelSource(RowKernels, ScanKernels, KernelSource):
         """Raise DeviceUnsupported unless every op of the group has device code."""
         g = self.group
         for n in g.nodes:
-            if n.op not in ("reshape",) and not is_reduction(n) and g.kind != "scan":
+            if not self.is_alias(n) and not is_reduction(n) and g.kind != "scan":
                 dts = [x.dtype if isinstance(x, Var) else self.value(x)[1] for x in n.inputs]
                 device_expr(n, [f"_a{k}" for k in range(len(dts))], dts, self.math)
             if is_reduction(n) and accumulation(n).index and n.inputs[0].dtype.kind == "c":
