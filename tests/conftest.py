@@ -1,9 +1,14 @@
-"""Shared test setup: the CUDA simulator when there is no GPU, a private disk cache."""
+"""Shared test setup: the CUDA simulator when there is no GPU, a private disk cache, and
+``tests/`` on ``sys.path`` for the shared helpers (``tests/helpers/``)."""
 
 import os
 import shutil
+import sys
 import tempfile
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
 if shutil.which("nvidia-smi") is None:
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 os.environ.setdefault("TRACEKIT_CACHE_DIR", tempfile.mkdtemp(prefix="tracekit-test-cache-"))

@@ -7,37 +7,16 @@ import warnings
 
 import numpy as np
 import pytest
-from core_helpers import assert_same, quiet
+from helpers.compare import assert_same
+from helpers.run import load_code as load
+from helpers.run import quiet, run_code
 from test_ir import _TRACES
 from test_ops import args_factory
 
 import tracekit as tk
 from tracekit import pytree
-from tracekit.codegen_py import parameter_names
 
 rng = np.random.default_rng(7)
-
-
-def load(code: str, name: str):
-    """Exec ``code`` in a namespace of its own (it imports NumPy itself)."""
-    ns: dict = {}
-    exec(compile(code, f"<tracekit code of {name}>", "exec"), ns)
-    assert set(ns) - {"__builtins__"} >= {"np", name}
-    return ns[name]
-
-
-def run_code(t, *args):
-    """Call ``t.code`` the way a user would: arguments positionally, captures by keyword."""
-    g = t.graph
-    fn = load(t.code, g.name if g.name.isidentifier() else "traced")
-    leaves, _ = pytree.flatten(list(args))
-    names, kw = parameter_names(g), {}
-    for v, spec, get in zip(g.inputs, g.specs, t.capture_getters):
-        if spec.kind == "capture":
-            kw[names[v]] = get()
-    n_args = sum(s.kind == "arg" for s in g.specs)
-    out = fn(*leaves[:n_args], **kw)
-    return out
 
 
 def check_code(t, *args):

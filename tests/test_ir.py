@@ -8,7 +8,9 @@ import warnings
 
 import numpy as np
 import pytest
-from core_helpers import DTYPES, assert_same, quiet
+from helpers.compare import assert_same
+from helpers.run import quiet
+from helpers.values import DTYPES
 from test_ops import CASES, args_factory
 
 import tracekit as tk

@@ -15,7 +15,7 @@ import string
 
 import numpy as np
 import pytest
-from core_helpers import quiet
+from helpers.run import quiet, run_code
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -33,16 +33,7 @@ def run_on(target, fn, args):
         if target == "interpreter":
             return t(*args)
         if target == "code":
-            ns: dict = {}
-            exec(compile(t.code, "<code>", "exec"), ns)
-            name = next(k for k, v in ns.items() if callable(v) and k != "np")
-            ids, g = parameter_names(t.graph), t.graph
-            captures = {
-                ids[v]: get()
-                for v, s, get in zip(g.inputs, g.specs, t.capture_getters)
-                if s.kind == "capture"
-            }
-            return ns[name](*args, **captures)
+            return run_code(t, *args)
         if target == "jit":
             return tk.jit(fn)(*args)
         return tk.compile(t, target=target)(*args)

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
-from core_helpers import DTYPES, check_trace, quiet, random_values, seed_of, with_layout
+from helpers.run import check_trace, quiet
+from helpers.values import DTYPES, random_values, seed_of, with_layout
 
 import tracekit as tk
 from tracekit.ops import BINARY_UFUNCS, OPS, UNARY_UFUNCS

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from core_helpers import DTYPES, assert_same, quiet, random_values
+from helpers.compare import assert_same
+from helpers.run import quiet
+from helpers.values import DTYPES, random_values
 from test_ops import OP_GROUPS, args_factory
 
 import tracekit as tk

@@ -14,7 +14,9 @@ import functools
 import os
 
 import numpy as np
-from core_helpers import assert_same, check_trace, quiet, random_values, seed_of
+from helpers.compare import assert_same
+from helpers.run import check_trace, quiet
+from helpers.values import random_values, seed_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

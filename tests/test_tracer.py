@@ -10,7 +10,9 @@ import warnings
 
 import numpy as np
 import pytest
-from core_helpers import assert_same, check_trace, random_values
+from helpers.compare import assert_same
+from helpers.run import check_trace
+from helpers.values import random_values
 
 import tracekit as tk
 from tracekit import tracer

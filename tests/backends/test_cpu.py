@@ -18,9 +18,10 @@ import re
 
 import numpy as np
 import pytest
-from core_helpers import DTYPES, quiet, random_values, seed_of, ulp_distance, with_layout
+from helpers.compare import ulp_distance
+from helpers.run import both, compiled, quiet
+from helpers.values import DTYPES, random_values, seed_of, with_layout
 
-import tracekit as tk
 from tracekit.backends import emit_cpu
 from tracekit.ops import BINARY_UFUNCS, UNARY_UFUNCS
 
@@ -90,23 +91,6 @@ def assert_matches(got, want, op=None, math="fast", where="result"):
         raise AssertionError(
             f"{where}: {int(np.sum(bad))} of {w.size} differ (index, got, expected): {pairs}"
         )
-
-
-def compiled(fn, *args, math="fast"):
-    """(Compiled, Traced) of ``fn`` traced on ``args``."""
-    with quiet():
-        t = tk.trace(fn, *args)
-    return tk.compile(t, target="cpu", math=math, progress=False), t
-
-
-def both(c, t, *args):
-    """Results of the compiled and the interpreted program on copies of ``args``."""
-    a1 = [np.copy(a) if isinstance(a, np.ndarray) else a for a in args]
-    a2 = [np.copy(a) if isinstance(a, np.ndarray) else a for a in args]
-    with quiet():
-        got = c(*a1)
-        want = t(*a2)
-    return got, want, a1, a2
 
 
 # ---------------------------------------------------------------------- inputs

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers.run import both, compiled, quiet
+from helpers.values import with_layout
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_cpu import assert_matches, both, compiled, quiet, values, with_layout
+from test_cpu import assert_matches, values
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::RuntimeWarning"),

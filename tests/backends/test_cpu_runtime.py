@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_cpu import assert_matches, both, compiled, quiet
+from helpers.run import both, compiled, quiet
+from test_cpu import assert_matches
 
 import tracekit as tk
 from tracekit.backends import scalar

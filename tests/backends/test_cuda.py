@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from core_helpers import random_values
+from helpers.values import random_values, rng_for
 
 import tracekit as tk
 from tracekit.backends import cuda_math, emit_cuda
@@ -128,10 +128,6 @@ def check(fn, args, *, new_args=None, math="fast", ulps=64, **compile_kw):
     assert_close(got, exp, ulps=ulps)
     assert_close(a_dev, a_ref, "arguments after the call")
     return c
-
-
-def rng_for(*parts):
-    return np.random.default_rng(abs(hash(parts)) % 2**32)
 
 
 # ---------------------------------------------------------------------- the programs

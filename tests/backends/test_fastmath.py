@@ -31,7 +31,7 @@ import sys
 import numba
 import numpy as np
 import pytest
-from core_helpers import ulp_distance
+from helpers.compare import ulp_distance
 
 from tracekit.backends import fastmath as fm
 

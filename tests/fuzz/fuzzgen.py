@@ -32,7 +32,9 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # tests/: the helpers the test suite shares
-from core_helpers import bits_equal, quiet  # noqa: E402
+from helpers.compare import bits_equal  # noqa: E402
+from helpers.run import quiet  # noqa: E402
+from helpers.values import layout_of, random_values, with_layout  # noqa: E402
 
 REGRESSIONS = os.path.join(HERE, "regressions")
 
@@ -356,44 +358,22 @@ class Harness:
 
 
 # ---------------------------------------------------------------------- inputs
-def random_values(rng, shape, dtype, kind="normal"):
-    dtype = np.dtype(dtype)
-    if dtype.kind == "b":
-        return np.asarray(rng.random(shape) < 0.5)
-    if dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        lo = 0 if dtype.kind == "u" else -5
-        a = np.asarray(rng.integers(lo, 9, size=shape)).astype(dtype)
-        if kind == "normal" and a.size > 2:
-            pick = rng.random(shape) < 0.08
-            a[pick] = rng.choice(np.array([info.max, info.min], dtype), int(pick.sum()))
-        return a
-    if dtype.kind == "c":
-        part = np.dtype(f"f{dtype.itemsize // 2}")
-        out = np.empty(shape, dtype)
-        out.real = random_values(rng, shape, part, kind)
-        out.imag = random_values(rng, shape, part, kind)
-        return out
-    if kind == "smooth":  # for finite differences: moderate values, away from kinks
-        return np.asarray(rng.uniform(0.3, 1.5, size=shape) * rng.choice([-1, 1], size=shape))
-    a = np.asarray(rng.standard_normal(shape) * 2).astype(dtype)
-    if kind == "normal" and a.size > 2:
-        pick = rng.random(shape) < 0.1
-        specials = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-40, 3e38], dtype)
-        a[pick] = rng.choice(specials, int(pick.sum()))
-    return a
+# The fuzzer's mix of values (helpers.values.random_values): integers from -5, 8% extremes;
+# 10% special floats, subnormal and near-overflow ones among them.
+FUZZ_VALUES = dict(
+    int_low=-5,
+    int_rate=0.08,
+    float_rate=0.1,
+    float_specials=(np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-40, 3e38),
+)
 
 
-def with_layout(a, layout):
-    """``a``'s values in a C-contiguous, strided ("nc") or reversed ("neg") array."""
-    if not isinstance(a, np.ndarray) or a.ndim == 0 or layout == "c":
-        return a
-    if layout == "nc":
-        big = np.zeros(a.shape[:-1] + (2 * a.shape[-1] + 1,), a.dtype)
-        big[..., 1::2] = a
-        return big[..., 1::2]
-    rev = tuple(slice(None, None, -1) for _ in range(a.ndim))
-    return np.ascontiguousarray(a[rev])[rev]
+def fuzz_values(rng, shape, dtype, kind="normal"):
+    """Values of an input of ``kind``: "normal" (with specials), "smooth" (for finite
+    differences), or anything else (no specials)."""
+    return random_values(
+        rng, shape, dtype, specials=kind == "normal", smooth=kind == "smooth", **FUZZ_VALUES
+    )
 
 
 def make_inputs(prog, which=0):
@@ -404,14 +384,14 @@ def make_inputs(prog, which=0):
         if d["dtype"] == "pyfloat":
             out.append(float(rng.standard_normal()))
             continue
-        a = random_values(rng, tuple(d["shape"]), d["dtype"], d.get("kind", "normal"))
+        a = fuzz_values(rng, tuple(d["shape"]), d["dtype"], d.get("kind", "normal"))
         out.append(with_layout(a, d.get("layout", "c")))
     return out
 
 
 def copy_inputs(xs):
     return [
-        with_layout(np.array(x, copy=True), _layout_of(x)) if isinstance(x, np.ndarray) else x
+        with_layout(np.array(x, copy=True), layout_of(x)) if isinstance(x, np.ndarray) else x
         for x in xs
     ]
 
@@ -419,12 +399,6 @@ def copy_inputs(xs):
 def _beyond_f64(r) -> bool:
     a = np.asarray(r)
     return a.size > 0 and bool(np.any(np.abs(a.astype(np.float64)) >= 2.0**53))
-
-
-def _layout_of(x):
-    if x.ndim == 0 or x.flags.c_contiguous:
-        return "c"
-    return "neg" if any(s < 0 for s in x.strides) else "nc"
 
 
 # ---------------------------------------------------------------------- generating programs
