@@ -23,6 +23,7 @@ import numpy as np
 
 from .ir import OPS as _IR_OPS
 from .ir import Var, fmt_slice
+from .type_rules import rule_for
 
 KINDS = ("elementwise", "reduce", "scan", "matmul", "movement", "index", "create", "opaque")
 
@@ -107,7 +108,8 @@ class Op:
     input, without copying: a backend can leave it to NumPy), ``may_view`` (its NumPy result
     may share memory with its first input: a write into that input can reach it), ``update``
     (a functionalised in-place write: its result is its first input with some elements
-    replaced).
+    replaced). ``type_rule(input_types, attrs)`` gives its output shapes and dtypes without
+    running it (:mod:`tracekit.type_rules`; ``register`` fills in the op's family rule).
     """
 
     name: str
@@ -124,6 +126,7 @@ class Op:
     view: bool = False
     may_view: bool = False
     update: bool = False
+    type_rule: Callable | None = None  # (input types, attrs) -> [(shape, dtype)]: type_rules.py
 
     @property
     def differentiable(self) -> bool:
@@ -138,6 +141,8 @@ def register(op: Op) -> Op:
         raise ValueError(f"unknown kind {op.kind!r}")
     if op.name in OPS:
         raise ValueError(f"op {op.name!r} declared twice")
+    if op.type_rule is None:
+        op.type_rule = rule_for(op)
     OPS[op.name] = op
     return op
 
