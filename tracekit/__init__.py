@@ -18,7 +18,13 @@ from .version import __version__ as __version__
 
 
 def render(x, **options):
-    """Render a Traced, Compiled or Graph as a ``graphviz.Digraph`` (see ``tracekit.render``)."""
+    """Render a Traced, Compiled or Graph as a ``graphviz.Digraph`` (see ``tracekit.render``).
+
+    >>> import numpy as np, tracekit as tk
+    >>> d = tk.render(tk.trace(lambda x: np.exp(x) + 1.0, np.ones(3)), rankdir="LR")
+    >>> type(d).__name__, "exp" in d.source, "rankdir=LR" in d.source
+    ('Digraph', True, True)
+    """
     from .render import render as _render
 
     return _render(x, **options)
@@ -29,6 +35,11 @@ def explore(x, **options):
 
     See ``tracekit.explore.explore`` (options: ``view``, ``target``, ``height``, and
     :func:`render`'s). ipywidgets is imported on the first call, not at ``import tracekit``.
+
+    >>> import numpy as np, tracekit as tk
+    >>> w = tk.explore(tk.trace(lambda x: np.tanh(x) * 2, np.ones(3)))
+    >>> type(w).__name__, w.view, w.title
+    ('Explorer', 'forward', '<lambda>')
     """
     from .explore import explore as _explore
 
@@ -41,35 +52,76 @@ _explore_entry = explore
 
 
 def compile(traced, target: str = "cpu", **options):  # noqa: A001  (the public name)
-    """Compile a Traced into fused kernels for ``target`` ("cpu" or "cuda")."""
+    """Compile a Traced into fused kernels for ``target`` ("cpu" or "cuda").
+
+    Options: ``math`` ("fast", vectorised, or "libm"), ``progress``, ``cache`` (the disk
+    cache), ``stream`` (cuda). Returns a :class:`~tracekit.backends.Compiled`.
+
+    >>> import numpy as np, tracekit as tk
+    >>> t = tk.trace(lambda x: np.tanh(x) * 2 + 1, np.ones(1000, np.float32))
+    >>> c = tk.compile(t, target="cpu", progress=False)
+    >>> c(np.zeros(1000, np.float32))[:3], len(c.kernels)
+    (array([1., 1., 1.], dtype=float32), 1)
+    """
     from .backends import compile as _compile
 
     return _compile(traced, target=target, **options)
 
 
 def jit(fn=None, *, target: str = "cpu", **options):
-    """Decorator: trace and compile ``fn`` per signature (shapes, dtypes, static args)."""
+    """Decorator: trace and compile ``fn`` per signature (shapes, dtypes, static args).
+
+    >>> import numpy as np, tracekit as tk
+    >>> @tk.jit
+    ... def f(x):
+    ...     return np.tanh(x) * 2
+    >>> f(np.zeros(3)).tolist(), f.explain()
+    ([0.0, 0.0, 0.0], 'first call: traced and compiled')
+    >>> f(np.ones(3)).round(3).tolist(), f.explain()
+    ([1.523, 1.523, 1.523], 'cache hit: no retrace, no recompile')
+    """
     from .backends.jit import jit as _jit
 
     return _jit(fn, target=target, **options)
 
 
 def grad(fn, argnums=0):
-    """``d fn / d args[argnums]`` as a function (``fn`` must return a scalar)."""
+    """``d fn / d args[argnums]`` as a function (``fn`` must return a scalar).
+
+    >>> import numpy as np, tracekit as tk
+    >>> tk.grad(lambda x: np.sum(x**2))(np.array([1.0, 2.0]))
+    array([2., 4.])
+    >>> tk.grad(lambda x, y: np.sum(x * y), argnums=1)(np.array([1.0, 2.0]), np.ones(2))
+    array([1., 2.])
+    """
     from .autodiff import grad as _grad
 
     return _grad(fn, argnums)
 
 
 def value_and_grad(fn, argnums=0):
-    """Like :func:`grad`, returning ``(value, gradient)``."""
+    """Like :func:`grad`, returning ``(value, gradient)``.
+
+    >>> import numpy as np, tracekit as tk
+    >>> value, g = tk.value_and_grad(lambda x: np.sum(x**2))(np.array([1.0, 2.0]))
+    >>> float(value), g
+    (5.0, array([2., 4.]))
+    """
     from .autodiff import value_and_grad as _vag
 
     return _vag(fn, argnums)
 
 
 def vjp(traced):
-    """The backward graph of a Traced, as a Traced."""
+    """The backward graph of a Traced, as a Traced.
+
+    It takes the inputs, then a cotangent per output, and returns the inputs' cotangents.
+
+    >>> import numpy as np, tracekit as tk
+    >>> b = tk.vjp(tk.trace(lambda x: np.sin(x), np.zeros(2)))
+    >>> [n.op for n in b.graph.nodes], b(np.zeros(2), np.array([1.0, 2.0]))
+    (['cos', 'multiply'], (array([1., 2.]),))
+    """
     from .autodiff import vjp as _vjp
 
     return _vjp(traced)
@@ -83,7 +135,18 @@ def python_op(
     grad_input_indices=None,
     name=None,
 ):
-    """An opaque Python function usable inside traced code (caffe2's ``Net.Python``)."""
+    """An opaque Python function usable inside traced code (caffe2's ``Net.Python``).
+
+    See :func:`tracekit.pyop.python_op` for the parameters.
+
+    >>> import numpy as np, tracekit as tk
+    >>> op = tk.python_op(np.sinh, grad_f=lambda x, y, gy: gy * np.cosh(x), name="my_sinh")
+    >>> t = tk.trace(lambda x: op(x) * 2, np.zeros(3))
+    >>> [n.op for n in t.graph.nodes], t(np.zeros(3))
+    (['python_op', 'multiply'], array([0., 0., 0.]))
+    >>> tk.grad(lambda x: op(x).sum())(np.zeros(2))
+    array([1., 1.])
+    """
     from .pyop import python_op as _python_op
 
     return _python_op(f, grad_f, python_func_type, grad_output_indices, grad_input_indices, name)

@@ -607,7 +607,13 @@ def _int_to_json(value, widget):
 
 
 class Explorer(anywidget.AnyWidget):
-    """The explorer widget (see the module docstring). Make one with :func:`explore`."""
+    """The explorer widget (see the module docstring). Make one with :func:`explore`.
+
+    >>> import numpy as np, tracekit as tk
+    >>> w = tk.explore(tk.trace(lambda x: np.tanh(x) * 2, np.ones(3)))
+    >>> w.view, w.n_steps, [n["op"] for n in w.nodes if n.get("op")]
+    ('forward', 2, ['arg', 'tanh', 'multiply', 'return'])
+    """
 
     _esm = _asset("explorer.js")
     _css = _asset("explorer.css")
@@ -662,12 +668,31 @@ class Explorer(anywidget.AnyWidget):
     # ------------------------------------------------------------------ public API
     def select(self, what) -> None:
         """Select a node: a :class:`Node`, a :class:`Var`, a Var name (``"3"``, ``"%3"``), an
-        SVG id (``"node-3"``, ``"input-x"``, ``"kernel-k0"``) or an op name (its first node)."""
+        SVG id (``"node-3"``, ``"input-x"``, ``"kernel-k0"``) or an op name (its first node).
+
+        >>> import numpy as np, tracekit as tk
+        >>> w = tk.explore(tk.trace(lambda x: np.tanh(x) * 2, np.ones(3)))
+        >>> w.select("multiply")
+        >>> w.selected
+        'node-1'
+        >>> w.select("%0")
+        >>> w.selected
+        'node-0'
+        """
         self.selected = self._resolve(what)
 
     @property
     def selected_node(self):
-        """The selected :class:`Node` (or input :class:`Var`, kernel...), or None."""
+        """The selected :class:`Node` (or input :class:`Var`, kernel...), or None.
+
+        >>> import numpy as np, tracekit as tk
+        >>> w = tk.explore(tk.trace(lambda x: np.tanh(x) * 2, np.ones(3)))
+        >>> w.selected_node is None
+        True
+        >>> w.select("tanh")
+        >>> print(w.selected_node)  # doctest: +ELLIPSIS
+        %0: f64[3] = tanh(%x)  # ...
+        """
         entry = self._lookup(self.selected)
         return None if entry is None else entry[1][1]
 
@@ -675,6 +700,11 @@ class Explorer(anywidget.AnyWidget):
         """Run the interpreter over the view's graph until ``k`` nodes have run (``w.step(k)``).
 
         Returns the value computed at step ``k`` (the output of node ``k - 1``; None for 0).
+
+        >>> import numpy as np, tracekit as tk
+        >>> w = tk.explore(tk.trace(lambda x: np.exp(x) * 2, np.zeros(3)))
+        >>> w.run_to(1), w.run_to(2), int(w.step)
+        (array([1., 1., 1.]), array([2., 2., 2.]), 2)
         """
         k = int(k)
         if not 0 <= k <= self.n_steps:
@@ -686,7 +716,15 @@ class Explorer(anywidget.AnyWidget):
 
     @property
     def step_env(self) -> dict:
-        """Values computed so far in step-through mode: Var name -> value (inputs included)."""
+        """Values computed so far in step-through mode: Var name -> value (inputs included).
+
+        >>> import numpy as np, tracekit as tk
+        >>> w = tk.explore(tk.trace(lambda x: np.exp(x) * 2, np.zeros(3)))
+        >>> w.step(1)  # the interpreter runs the first node
+        array([1., 1., 1.])
+        >>> w.step_env
+        {'x': array([0., 0., 0.]), '0': array([1., 1., 1.])}
+        """
         if not self._step_env and self._drawn:
             try:
                 self._advance(int(self.step))
@@ -695,7 +733,18 @@ class Explorer(anywidget.AnyWidget):
         return {v.name: x for v, x in self._step_env.items()}
 
     def details_text(self) -> str:
-        """What the details panel shows for the selection, as plain text."""
+        """What the details panel shows for the selection, as plain text.
+
+        >>> import numpy as np, tracekit as tk
+        >>> w = tk.explore(tk.trace(lambda x: np.tanh(x) * 2, np.ones(3)))
+        >>> w.select("multiply")
+        >>> print(w.details_text())  # doctest: +ELLIPSIS
+        multiply (elementwise)  %1
+        %1: f64[3] = multiply(%0, 2)
+        inputs: %0: f64[3], 2
+        outputs: %1: f64[3]
+        ...
+        """
         return _details_text(self.details)
 
     def compare(self, targets=None, budget: float = 0.25) -> Comparison:
@@ -705,6 +754,12 @@ class Explorer(anywidget.AnyWidget):
         Shows max abs / rel difference of every output against the interpreter and the time per
         call (best of repeated calls for about ``budget`` seconds each); the browser shows it
         as a table and a bar chart. Returns a :class:`Comparison`.
+
+        >>> import numpy as np, tracekit as tk
+        >>> w = tk.explore(tk.trace(lambda x: np.tanh(x) * 2, np.ones(3)))
+        >>> r = w.compare(targets=["cpu"], budget=0.01)
+        >>> [t.name for t in r.targets], r.outputs[0]["diffs"]["cpu"]["max_abs"]
+        (['interpreter', 'numpy', 'cpu'], 0.0)
         """
         self.busy = "comparing backends\u2026"
         try:

@@ -295,6 +295,11 @@ class PyOp:
     Attributes: ``name``; ``fn`` (the resolved forward callable: builder called, or the
     ``python_func_type`` instance's ``forward``); ``is_numba`` (``fn`` is a numba CPU
     dispatcher, callable inside compiled kernels).
+
+    >>> import numpy as np, tracekit as tk
+    >>> op = tk.python_op(np.sinh, name="my_sinh")
+    >>> op.name, op(np.zeros(2))
+    ('my_sinh', array([0., 0.]))
     """
 
     def __init__(
@@ -327,6 +332,15 @@ class PyOp:
 
     @property
     def fn(self):
+        """The forward callable (a builder tuple is called, once per process, on first use).
+
+        >>> import numpy as np, tracekit as tk
+        >>> def make_scaler(k):
+        ...     return lambda x: x * k
+        >>> op = tk.python_op((make_scaler, (3.0,), {}), name="scale")
+        >>> op.fn(np.ones(2))
+        array([3., 3.])
+        """
         if self._fn is None:
             with _LOCK:
                 if self._fn is None:
@@ -340,27 +354,72 @@ class PyOp:
 
     @property
     def instance(self):
-        """The ``python_func_type`` instance (None without one)."""
+        """The ``python_func_type`` instance (None without one).
+
+        >>> import numpy as np, tracekit as tk
+        >>> class Scale:
+        ...     def __init__(self, f):
+        ...         self.k = 3.0
+        ...     def forward(self, x):
+        ...         return x * self.k
+        >>> op = tk.python_op(None, python_func_type=Scale, name="scale")
+        >>> op.instance.k, op(np.ones(2))
+        (3.0, array([3., 3.]))
+        >>> tk.python_op(np.sinh).instance is None
+        True
+        """
         _ = self.fn
         return self._instance
 
     @property
     def is_numba(self) -> bool:
+        """Whether ``fn`` is a numba CPU dispatcher (compiled code calls it inside kernels).
+
+        >>> import numba, numpy as np, tracekit as tk
+        >>> tk.python_op(numba.njit(lambda x: x + 1.0), name="inc").is_numba
+        True
+        >>> tk.python_op(np.sinh).is_numba
+        False
+        """
         disp = sys.modules.get("numba.core.dispatcher")
         return disp is not None and isinstance(self.fn, disp.Dispatcher)
 
     @property
     def has_grad(self) -> bool:
+        """Whether the op can be differentiated (a ``grad_f``, or a ``backward`` method).
+
+        >>> import numpy as np, tracekit as tk
+        >>> tk.python_op(np.sinh).has_grad
+        False
+        >>> tk.python_op(np.sinh, grad_f=lambda x, y, gy: gy * np.cosh(x)).has_grad
+        True
+        """
         return self.grad_f is not None or (
             self.python_func_type is not None and hasattr(self.python_func_type, "backward")
         )
 
     def run(self, *inputs):
-        """Call the function on values: one array, or a tuple for several outputs."""
+        """Call the function on values: one array, or a tuple for several outputs.
+
+        The inputs are passed read-only (a python op must not modify them).
+
+        >>> import numpy as np, tracekit as tk
+        >>> tk.python_op(lambda x: (x + 1, x * 2)).run(np.ones(2))
+        (array([2., 2.]), array([2., 2.]))
+        """
         outs, _ = _outputs(self.fn(*map(_readonly, inputs)), self.name)
         return outs[0] if len(outs) == 1 else outs
 
     def __call__(self, *args):
+        """Inside traced code: run ``f`` on the example values and record one node; outside a
+        trace: just call ``f``.
+
+        >>> import numpy as np, tracekit as tk
+        >>> op = tk.python_op(np.sinh)
+        >>> t = tk.trace(lambda x: op(x) * 2, np.zeros(3))
+        >>> [n.op for n in t.graph.nodes], op(np.zeros(2))
+        (['python_op', 'multiply'], array([0., 0.]))
+        """
         from . import tracer as T
 
         ctx = next((a._ctx for a in args if isinstance(a, T.TracedArray)), None) or T.current()
@@ -388,14 +447,31 @@ class PyOp:
 
     # -- gradient
     def grad_op(self, n_in: int, n_out: int) -> GradPyOp:
-        """The python op computing this op's input gradients (``<name>_grad``)."""
+        """The python op computing this op's input gradients (``<name>_grad``), for ``n_in``
+        inputs and ``n_out`` outputs; called as ``grad_f`` is.
+
+        >>> import numpy as np, tracekit as tk
+        >>> op = tk.python_op(np.sinh, grad_f=lambda x, y, gy: gy * np.cosh(x))
+        >>> g = op.grad_op(1, 1)
+        >>> g.name, g(np.zeros(2), np.sinh(np.zeros(2)), np.ones(2))
+        ('sinh_grad', array([1., 1.]))
+        """
         key = (n_in, n_out)
         if key not in self._grad_ops:
             self._grad_ops[key] = GradPyOp(self, n_in, n_out)
         return self._grad_ops[key]
 
     def vjp(self, g, out, inputs):
-        """Cotangents of ``inputs`` (traced): calls ``grad_f`` as a python op."""
+        """Cotangents of ``inputs`` (traced): calls ``grad_f`` as a python op.
+
+        ``g`` is the cotangent of ``out``, the op's result for ``inputs``.
+
+        >>> import numpy as np, tracekit as tk
+        >>> op = tk.python_op(np.sinh, grad_f=lambda x, y, gy: gy * np.cosh(x))
+        >>> t = tk.trace(lambda x, g: op.vjp(g, op(x), (x,)), np.zeros(2), np.ones(2))
+        >>> [n.attrs["name"] for n in t.graph.nodes], t(np.zeros(2), np.full(2, 2.0))
+        (['sinh', 'sinh_grad'], (array([2., 2.]),))
+        """
         if not self.has_grad:
             raise TraceError(
                 f"python op {self.name!r} has no gradient: pass grad_f=... (or a "

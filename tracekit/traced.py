@@ -361,6 +361,13 @@ class Traced:
     Attributes: ``graph`` (the :class:`~tracekit.ir.Graph`), ``code`` (equivalent Python source),
     ``values`` (Var -> example value, when traced with ``keep_values=True``), ``history``
     (the optimisation passes applied: name, before, after).
+
+    >>> import numpy as np, tracekit as tk
+    >>> t = tk.trace(lambda x: np.exp(x) + 1.0, np.ones(3))
+    >>> t(np.zeros(3))
+    array([2., 2., 2.])
+    >>> [n.op for n in t.graph.nodes], t.graph.name
+    (['exp', 'add'], '<lambda>')
     """
 
     def __init__(self, graph, in_tree, out_tree, capture_getters, example_leaves, fn=None):
@@ -374,7 +381,20 @@ class Traced:
 
     # -- calling
     def flatten_args(self, args) -> list:
-        """Check call arguments against the trace; return one value per non-constant input."""
+        """Check call arguments against the trace; return one value per non-constant input.
+
+        The values of captured arrays (read now) follow the arguments.
+
+        >>> import numpy as np, tracekit as tk
+        >>> w = np.full(2, 3.0)
+        >>> t = tk.trace(lambda x: x * w, np.ones(2))
+        >>> t.flatten_args((np.zeros(2),))
+        [array([0., 0.]), array([3., 3.])]
+        >>> t.flatten_args((np.zeros(5),))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: argument 'x': expected shape (2,) (f64[2]), got shape (5,); ...
+        """
         leaves, tree = pytree.flatten(list(args))
         diff = pytree.describe_difference(self.in_tree, tree)
         if diff:
@@ -386,7 +406,15 @@ class Traced:
         return values + self.capture_values()
 
     def capture_values(self) -> list:
-        """Current values of the captured arrays, checked against the trace."""
+        """Current values of the captured arrays, checked against the trace.
+
+        >>> import numpy as np, tracekit as tk
+        >>> w = np.full(2, 3.0)
+        >>> t = tk.trace(lambda x: x * w, np.ones(2))
+        >>> w[:] = 4.0  # an in-place update is seen at the next call
+        >>> t.capture_values(), t(np.ones(2))
+        ([array([4., 4.])], array([4., 4.]))
+        """
         values = []
         for var, spec, get in zip(self.graph.inputs, self.graph.specs, self.capture_getters):
             if spec.kind == "capture":
@@ -396,6 +424,19 @@ class Traced:
         return values
 
     def __call__(self, *args):
+        """Run the graph on new arguments of the traced shapes and dtypes (the interpreter).
+
+        Writes the traced function made into its inputs are made into these arguments too.
+
+        >>> import numpy as np, tracekit as tk
+        >>> def f(x, acc):
+        ...     acc += x
+        ...     return x * 2
+        >>> t = tk.trace(f, np.ones(2), np.zeros(2))
+        >>> acc = np.zeros(2)
+        >>> t(np.array([1.0, 2.0]), acc), acc
+        (array([2., 4.]), array([1., 2.]))
+        """
         values = self.flatten_args(args)
         if self.graph.guards:
             check_layout_guards(self.graph, values)
@@ -410,6 +451,13 @@ class Traced:
         A result that shares memory with an input or an earlier result (the graph returns an
         input, a view of one, or one value twice) is copied first, so results never alias the
         caller's arrays or each other, and never see the write-backs.
+
+        >>> import numpy as np, tracekit as tk
+        >>> t = tk.trace(lambda x: (x, x), np.ones(2))
+        >>> x = np.ones(2)
+        >>> a, b = t.finish_call([x], [x, x])
+        >>> np.shares_memory(a, x), np.shares_memory(a, b)
+        (False, False)
         """
         results = detach(list(outs[: self.graph.n_results]), values)
         for _, ii in self.graph.writebacks:  # all checked before any is written
@@ -424,7 +472,13 @@ class Traced:
         return pytree.unflatten(self.out_tree, results)
 
     def run_values(self, *args) -> dict:
-        """Every intermediate value (Var -> value) for these arguments."""
+        """Every intermediate value (Var -> value) for these arguments.
+
+        >>> import numpy as np, tracekit as tk
+        >>> t = tk.trace(lambda x: np.exp(x) + 1.0, np.ones(2))
+        >>> {v.name: a for v, a in t.run_values(np.zeros(2)).items()}
+        {'x': array([0., 0.]), '0': array([1., 1.]), '1': array([2., 2.])}
+        """
         env = {}
         run(self.graph, self.flatten_args(args), env_out=env)
         return env
@@ -432,7 +486,22 @@ class Traced:
     # -- views of the graph
     @property
     def code(self) -> str:
-        """Python source of a function equivalent to the graph (like torch.fx's ``.code``)."""
+        """Python source of a function equivalent to the graph (like torch.fx's ``.code``).
+
+        >>> import numpy as np, tracekit as tk
+        >>> def f(x):
+        ...     return np.exp(x) + 1.0
+        >>> print(tk.trace(f, np.ones(3)).code)  # doctest: +ELLIPSIS
+        import numpy as np
+        <BLANKLINE>
+        def f(x):
+            # %0: f64[3] = exp(%x)  # ...
+            v0 = np.exp(x)
+            # %1: f64[3] = add(%0, 1.0)  # ...
+            v1 = np.add(v0, 1.0)
+            return v1
+        <BLANKLINE>
+        """
         from .codegen_py import graph_to_python
 
         return graph_to_python(self.graph)
@@ -446,7 +515,14 @@ class Traced:
         return mimebundle(self)
 
     def with_graph(self, graph, history_entry=None) -> Traced:
-        """A Traced with the same calling convention and another (equivalent) graph."""
+        """A Traced with the same calling convention and another (equivalent) graph.
+
+        >>> import numpy as np, tracekit as tk
+        >>> t = tk.trace(lambda x: np.exp(x) + 0.0, np.ones(2))
+        >>> t2 = t.with_graph(t.graph.replace(name="renamed"))
+        >>> t2.graph.name, t2(np.zeros(2))
+        ('renamed', array([1., 1.]))
+        """
         t = Traced(
             graph, self.in_tree, self.out_tree, self.capture_getters, self.example_leaves, self.fn
         )

@@ -97,6 +97,19 @@ class Compiled:
 
     @property
     def source(self) -> str:
+        """The generated numba source of every kernel, with the graph nodes each covers as
+        comments.
+
+        >>> import numpy as np, tracekit as tk
+        >>> t = tk.trace(lambda x: np.tanh(x) * 2 + 1, np.ones(1000, np.float32))
+        >>> c = tk.compile(t, target="cpu", progress=False)
+        >>> for line in c.source.splitlines():
+        ...     if "# %" in line:
+        ...         print(line.strip())
+        # %0: f32[1000] = tanh(%x)  # ...
+        # %1: f32[1000] = multiply(%0, 2)  # ...
+        # %2: f32[1000] = add(%1, 1)  # ...
+        """
         return self.program.source
 
     def _pool(self) -> dict:
@@ -117,6 +130,18 @@ class Compiled:
         return self.traced.flatten_args(args)
 
     def __call__(self, *args, out=None):
+        """Run the compiled kernels on arguments of the traced shapes and dtypes.
+
+        ``out`` (an array, or a tuple of arrays for several results) receives the results
+        instead of new arrays, and is returned.
+
+        >>> import numpy as np, tracekit as tk
+        >>> t = tk.trace(lambda x: np.tanh(x) * 2 + 1, np.ones(1000, np.float32))
+        >>> c = tk.compile(t, target="cpu", progress=False)
+        >>> out = np.empty(1000, np.float32)
+        >>> c(np.zeros(1000, np.float32), out=out) is out, out[:3]
+        (True, array([1., 1., 1.], dtype=float32))
+        """
         if self.target == "cuda":  # device arrays in/out, streams: the cuda runner's own path
             return self.runner.call(self, args, out)
         fast = self.runner.fast

@@ -42,6 +42,14 @@ def optimize(traced, passes=None):
     """Run the optimisation pipeline on a Traced; returns a new Traced with ``history``.
 
     ``passes`` is a list of pass names (default: cse, fold_constants, simplify, dce).
+
+    >>> import numpy as np, tracekit as tk
+    >>> t = tk.trace(lambda x: x * 1.0 + 0.0, np.ones(3))
+    >>> o = tk.optimize(t, passes=["simplify", "dce"])
+    >>> [n.op for n in t.graph.nodes], [n.op for n in o.graph.nodes]
+    (['multiply', 'add'], ['add'])
+    >>> [(h.name, h.changed) for h in o.history]
+    [('simplify', True), ('dce', False)]
     """
     table = dict(PIPELINE)
     chosen = [(n, table[n]) for n in passes] if passes is not None else list(PIPELINE)
