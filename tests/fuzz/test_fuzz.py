@@ -12,6 +12,7 @@ import os
 
 import fuzzgen as F
 import pytest
+from helpers.run import quiet
 
 REGRESSIONS = sorted(glob.glob(os.path.join(F.REGRESSIONS, "*.json")))
 
@@ -69,7 +70,7 @@ def test_generator_is_reproducible_and_covers_the_op_table():
     seen = set()
     for seed in range(80):
         prog = F.generate(seed, "full")
-        with F.quiet():
+        with quiet():
             t = tk.trace(F.program_function(prog), *F.make_inputs(prog))
         seen |= {n.op for n in t.graph.nodes}
     assert not set(OPS) - seen, sorted(set(OPS) - seen)
