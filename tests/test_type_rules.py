@@ -353,7 +353,7 @@ def test_einsum():
 # ---------------------------------------------------------------------- movement
 def test_movement():
     def cases():
-        for dt in (np.float64, np.int8, bool, np.complex64):
+        for dt in (np.float64, np.int8, np.uint8, np.int64, bool, np.complex64):
             x = A(R3, dt)
             for shape in [(24,), (4, -1), (3, 2, 4), (-1,), (5, -1), (2, -1, -1), (0,), (24, 1)]:
                 yield "reshape", [x], {"shape": shape}
@@ -399,6 +399,10 @@ def test_movement():
                 (((2, 1), (2, 1)), 2.5),
                 (((0, 0), (1, 1)), 300),
                 (((1, 1), (1, 1)), 1j),
+                (((1, 1), (1, 1)), -2),
+                (((1, 1), (1, 1)), 2**63),
+                (((1, 1), (1, 1)), 1e300),
+                (((1, 1), (1, 1)), float("nan")),
                 (((-1, 0), (0, 0)), 0),
                 (((1, 1),), 0),
             ]:

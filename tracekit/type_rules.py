@@ -181,6 +181,13 @@ def _check_setitem(t: ValueType | None, dtype: np.dtype):
         return
     if t.dtype.kind == "c" and dtype.kind in "iuf":
         raise TypeError("float() argument must be a string or a real number, not 'complex'")
+    _check_int_conversion(t, dtype)
+
+
+def _check_int_conversion(t: ValueType | None, dtype: np.dtype):
+    """A Python int or float converted to an integer ``dtype`` one by one: it must fit."""
+    if t is None or not t.weak:
+        return
     if type(t.value) is float and dtype.kind in "iu":  # converted by int(): truncated
         if math.isnan(t.value):
             raise ValueError("cannot convert float NaN to integer")
@@ -700,7 +707,8 @@ def pad_rule(op, ins, attrs):
         raise TypeError("`pad_width` must be of integral type.")
     if (pw < 0).any():
         raise ValueError("index can't contain negative values")
-    _check_int_fits(type_of(a["constant_value"]), x.dtype)
+    if x.dtype.kind == "i":  # np.pad converts the value for signed integers, wraps it else
+        _check_int_conversion(type_of(a["constant_value"]), x.dtype)
     return [(tuple(d + int(lo) + int(hi) for d, (lo, hi) in zip(x.shape, pw)), x.dtype)]
 
 
