@@ -47,7 +47,7 @@ def op_fn(name, args, attrs):
     def fn(*arrays):
         it = iter(arrays)
         ins = [a.value if isinstance(a, Lit) else next(it) for a in args]
-        ctx = T._ctx_of(*[x for x in ins if isinstance(x, T.TracedArray)])
+        ctx = T.ctx_of(*[x for x in ins if isinstance(x, T.TracedArray)])
         return ctx.emit(name, ins, attrs)
 
     fn.__name__ = name

@@ -15,7 +15,7 @@ from helpers.run import check_trace
 from helpers.values import random_values
 
 import tracekit as tk
-from tracekit import tracer
+from tracekit.tracer import context
 
 rng = np.random.default_rng(0)
 HERE = os.path.basename(__file__)
@@ -1065,7 +1065,7 @@ def test_reshapes_without_a_later_write_have_no_layout_guard():
 
 
 def test_same_layout_copy(monkeypatch):
-    from tracekit.tracer import same_layout_copy
+    from tracekit.tracer.context import same_layout_copy
 
     x = np.arange(60.0).reshape(6, 10)
     for view in (x[:, ::3], x[::-2, 1:], x.T, x[2]):
@@ -1075,6 +1075,6 @@ def test_same_layout_copy(monkeypatch):
     b = same_layout_copy(np.broadcast_to(np.arange(3.0), (4, 3)))
     assert 0 not in b.strides and b.flags.writeable  # not four rows in one
     column = np.zeros((40, 100))[:, 0]  # spans 100x its own size
-    monkeypatch.setattr(tracer, "LAYOUT_COPY_LIMIT", 0)
+    monkeypatch.setattr(context, "LAYOUT_COPY_LIMIT", 0)
     c = same_layout_copy(column)
     assert c.flags.c_contiguous and not np.shares_memory(c, column)

@@ -11,18 +11,39 @@ import types
 
 import numpy as np
 
-from . import tracer as T
 from .errors import TraceError
-from .tracer import TracedArray, implements
+from .tracer.active import ctx_of
+from .tracer.array import TracedArray, implements
+from .tracer.indexing import maybe_out
+from .tracer.movement import (
+    array_from,
+    astype,
+    axis_index,
+    broadcast_to,
+    copy,
+    expand_dims,
+    imag,
+    moveaxis,
+    norm_axis,
+    ravel,
+    real,
+    reshape,
+    squeeze,
+    swapaxes,
+    transpose,
+)
+from .tracer.reductions import argreduce, reduce, scan
+from .tracer.source import unsupported, user_source
+from .tracer.ufuncs import call_ufunc
 
 
 def _lift(x):
-    return T._ctx_of(x).lift(x)
+    return ctx_of(x).lift(x)
 
 
 def _traced(x, like=None):
     """Lift ``x`` and make plain values traced arrays (as constants)."""
-    ctx = T._ctx_of(x, like)
+    ctx = ctx_of(x, like)
     x = ctx.lift(x)
     if not isinstance(x, TracedArray):
         x = ctx.lift(np.asarray(x))
@@ -30,48 +51,50 @@ def _traced(x, like=None):
 
 
 # ---------------------------------------------------------------------- reductions
+def _reduction(op, takes_dtype):
+    """The handler of NumPy's functions for ``op``; ``takes_dtype``: they have a ``dtype``
+    parameter (``np.max``, ``np.any``, ... have none)."""
+
+    def handler(a, axis=None, dtype=None, out=None, keepdims=False, **kw):
+        if not takes_dtype and dtype is not None:
+            raise TypeError(f"{op}() got an unexpected keyword argument 'dtype'")
+        return reduce(op, _traced(a), axis, keepdims, dtype, out=out, **kw)
+
+    return handler
+
+
+for _name, _fns in {"sum": (np.sum,), "prod": (np.prod,), "mean": (np.mean,)}.items():
+    implements(*_fns)(_reduction(_name, takes_dtype=True))
 for _name, _fns in {
-    "sum": (np.sum,),
-    "prod": (np.prod,),
-    "mean": (np.mean,),
     "max": (np.max, np.amax),
     "min": (np.min, np.amin),
     "any": (np.any,),
     "all": (np.all,),
 }.items():
-
-    def _make(op):
-        def handler(a, axis=None, dtype=None, out=None, keepdims=False, **kw):
-            if op in ("max", "min", "any", "all") and dtype is not None:
-                raise TypeError(f"{op}() got an unexpected keyword argument 'dtype'")
-            return T.reduce(op, _traced(a), axis, keepdims, dtype, out=out, **kw)
-
-        return handler
-
-    implements(*_fns)(_make(_name))
+    implements(*_fns)(_reduction(_name, takes_dtype=False))
 
 
 @implements(np.var)
 def _var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
-    return T.reduce("var", _traced(a), axis, keepdims, dtype, ddof=ddof, out=out, **kw)
+    return reduce("var", _traced(a), axis, keepdims, dtype, ddof=ddof, out=out, **kw)
 
 
 @implements(np.std)
 def _std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
-    return T.reduce("std", _traced(a), axis, keepdims, dtype, ddof=ddof, out=out, **kw)
+    return reduce("std", _traced(a), axis, keepdims, dtype, ddof=ddof, out=out, **kw)
 
 
 @implements(np.average)
 def _average(a, axis=None, weights=None, returned=False, keepdims=False):
     if weights is None:
-        avg = T.reduce("mean", _traced(a), axis, keepdims)
+        avg = reduce("mean", _traced(a), axis, keepdims)
         if returned:
-            raise T.unsupported(
+            raise unsupported(
                 types.SimpleNamespace(__name__="average(returned=True)", __module__="numpy")
             )
         return avg
     if returned:
-        raise T.unsupported(
+        raise unsupported(
             types.SimpleNamespace(__name__="average(returned=True)", __module__="numpy")
         )
     # as numpy/lib/_function_base_impl.py, so the result is NumPy's to the bit
@@ -83,59 +106,59 @@ def _average(a, axis=None, weights=None, returned=False, keepdims=False):
     if w.shape != a.shape:
         if axis is None:
             raise TypeError("Axis must be specified when shapes of a and weights differ.")
-        axes = tuple(T._axis_index(ax, a.ndim) for ax in np.atleast_1d(axis).tolist())
+        axes = tuple(axis_index(ax, a.ndim) for ax in np.atleast_1d(axis).tolist())
         if w.shape != tuple(a.shape[ax] for ax in axes):
             raise ValueError(
                 "Shape of weights must be consistent with shape of a along specified axis."
             )
-        w = T.transpose(w, tuple(int(i) for i in np.argsort(axes)))
-        w = T.reshape(w, tuple(s if ax in axes else 1 for ax, s in enumerate(a.shape)))
+        w = transpose(w, tuple(int(i) for i in np.argsort(axes)))
+        w = reshape(w, tuple(s if ax in axes else 1 for ax, s in enumerate(a.shape)))
         axis = axes
     # NumPy raises ZeroDivisionError when the weights sum to zero (a data-dependent check that
     # a graph cannot make); the traced graph gives NumPy's inf/nan there instead.
-    scl = T.reduce("sum", w, axis, keepdims, result_dtype)
-    return T.reduce("sum", np.multiply(a, w, dtype=result_dtype), axis, keepdims) / scl
+    scl = reduce("sum", w, axis, keepdims, result_dtype)
+    return reduce("sum", np.multiply(a, w, dtype=result_dtype), axis, keepdims) / scl
 
 
 @implements(np.argmax)
 def _argmax(a, axis=None, out=None, keepdims=False):
-    return T.argreduce("argmax", _traced(a), axis, keepdims, out)
+    return argreduce("argmax", _traced(a), axis, keepdims, out)
 
 
 @implements(np.argmin)
 def _argmin(a, axis=None, out=None, keepdims=False):
-    return T.argreduce("argmin", _traced(a), axis, keepdims, out)
+    return argreduce("argmin", _traced(a), axis, keepdims, out)
 
 
 @implements(np.cumsum)
 def _cumsum(a, axis=None, dtype=None, out=None):
-    return T.scan("cumsum", _traced(a), axis, dtype, out)
+    return scan("cumsum", _traced(a), axis, dtype, out)
 
 
 @implements(np.cumprod)
 def _cumprod(a, axis=None, dtype=None, out=None):
-    return T.scan("cumprod", _traced(a), axis, dtype, out)
+    return scan("cumprod", _traced(a), axis, dtype, out)
 
 
 @implements(np.count_nonzero)
 def _count_nonzero(a, axis=None, keepdims=False):
-    return T.reduce("sum", _traced(a) != 0, axis, keepdims, np.intp)
+    return reduce("sum", _traced(a) != 0, axis, keepdims, np.intp)
 
 
 # ---------------------------------------------------------------------- linear algebra
 @implements(np.dot)
 def _dot(a, b, out=None):
-    ctx = T._ctx_of(a, b)
+    ctx = ctx_of(a, b)
     a, b = _traced(a, b), _traced(b, a)
     # with a 0-d operand too: NumPy computes that product with BLAS's axpy, not as a * b (-0.0
     # becomes 0.0, 0 * inf is 0, and a complex product rounds in the order of its CPU's kernel)
-    return T._maybe_out(ctx.emit("dot", [a, b]), out)
+    return maybe_out(ctx.emit("dot", [a, b]), out)
 
 
 @implements(np.vdot)
 def _vdot(a, b):
     a, b = _traced(a, b), _traced(b, a)
-    return _dot(T.ravel(np.conjugate(a) if a.dtype.kind == "c" else a), T.ravel(b))
+    return _dot(ravel(np.conjugate(a) if a.dtype.kind == "c" else a), ravel(b))
 
 
 @implements(np.inner)
@@ -149,18 +172,18 @@ def _inner(a, b):
 @implements(np.outer)
 def _outer(a, b, out=None):
     a, b = _traced(a, b), _traced(b, a)
-    res = T.reshape(T.ravel(a), (a.size, 1)) * T.reshape(T.ravel(b), (1, b.size))
-    return T._maybe_out(res, out)
+    res = reshape(ravel(a), (a.size, 1)) * reshape(ravel(b), (1, b.size))
+    return maybe_out(res, out)
 
 
 @implements(np.einsum)
 def _einsum(subscripts, *operands, out=None, optimize=False, **kw):
     if not isinstance(subscripts, str):
-        raise T.unsupported(
+        raise unsupported(
             types.SimpleNamespace(__name__="einsum (interleaved operands)", __module__="numpy")
         )
     if kw:
-        raise T.unsupported(
+        raise unsupported(
             types.SimpleNamespace(__name__=f"einsum({', '.join(kw)}=)", __module__="numpy")
         )
     ops_ = [_traced(o, operands) for o in operands]
@@ -169,10 +192,10 @@ def _einsum(subscripts, *operands, out=None, optimize=False, **kw):
     lhs, _, rhs = subscripts.partition("->")
     if len(ops_) == 1 and "." not in lhs and sorted(lhs) == sorted(rhs) == sorted(set(lhs)):
         # NumPy returns a view for a pure permutation: a transpose, which writes go through
-        res = T.transpose(ops_[0], tuple(lhs.index(c) for c in rhs))
+        res = transpose(ops_[0], tuple(lhs.index(c) for c in rhs))
     else:  # other one-operand einsums (a diagonal) may be read-only views too
         res = ctx.emit("einsum", ops_, {"subscripts": subscripts}, view=len(ops_) == 1)
-    return T._maybe_out(res, out)
+    return maybe_out(res, out)
 
 
 @implements(np.tensordot)
@@ -191,7 +214,7 @@ def _tensordot(a, b, axes=2):
 
 @implements(np.matmul)
 def _matmul(a, b, out=None, **kw):
-    return T._call_ufunc(np.matmul, (a, b), dict(kw, out=out) if out is not None else kw)
+    return call_ufunc(np.matmul, (a, b), dict(kw, out=out) if out is not None else kw)
 
 
 @implements(np.linalg.norm)
@@ -199,22 +222,22 @@ def _norm(x, ord=None, axis=None, keepdims=False):
     """The vector 2-norm and the Frobenius norm, computed as numpy.linalg.norm does."""
     x = _traced(x)
     if x.dtype.kind not in "fc":
-        x = T.astype(x, np.float64, False)
+        x = astype(x, np.float64, False)
     if axis is None and (
         ord is None or (ord in ("f", "fro") and x.ndim == 2) or (ord == 2 and x.ndim == 1)
     ):
-        v = T.ravel(x)  # NumPy ravels in memory order: for reversed strides the sum order differs
+        v = ravel(x)  # NumPy ravels in memory order: for reversed strides the sum order differs
         if v.dtype.kind == "c":
-            sq = _dot(T.real(v), T.real(v)) + _dot(T.imag(v), T.imag(v))
+            sq = _dot(real(v), real(v)) + _dot(imag(v), imag(v))
         else:
             sq = _dot(v, v)
         ret = np.sqrt(sq)
-        return T.reshape(ret, (1,) * x.ndim) if keepdims else ret
-    axes = tuple(range(x.ndim)) if axis is None else T._norm_axis(axis, x.ndim)
+        return reshape(ret, (1,) * x.ndim) if keepdims else ret
+    axes = tuple(range(x.ndim)) if axis is None else norm_axis(axis, x.ndim)
     if (len(axes) == 1 and ord in (None, 2)) or (len(axes) == 2 and ord in (None, "f", "fro")):
-        s = T.real(x.conj() * x)
-        return np.sqrt(T.reduce("sum", s, axes, keepdims))
-    raise T.unsupported(
+        s = real(x.conj() * x)
+        return np.sqrt(reduce("sum", s, axes, keepdims))
+    raise unsupported(
         types.SimpleNamespace(__name__=f"linalg.norm(ord={ord!r})", __module__="numpy")
     )
 
@@ -222,54 +245,54 @@ def _norm(x, ord=None, axis=None, keepdims=False):
 # ---------------------------------------------------------------------- movement
 @implements(np.reshape)
 def _reshape(a, shape=None, order="C", *, newshape=None, copy=None):
-    return T.reshape(_traced(a), shape if shape is not None else newshape, order)
+    return reshape(_traced(a), shape if shape is not None else newshape, order)
 
 
 @implements(np.transpose)
 def _transpose(a, axes=None):
-    return T.transpose(_traced(a), axes)
+    return transpose(_traced(a), axes)
 
 
 @implements(np.swapaxes)
 def _swapaxes(a, axis1, axis2):
-    return T.swapaxes(_traced(a), axis1, axis2)
+    return swapaxes(_traced(a), axis1, axis2)
 
 
 @implements(np.moveaxis)
 def _moveaxis(a, source, destination):
-    return T.moveaxis(_traced(a), source, destination)
+    return moveaxis(_traced(a), source, destination)
 
 
 @implements(np.matrix_transpose)
 def _matrix_transpose(x):
-    return T.swapaxes(_traced(x), -1, -2)
+    return swapaxes(_traced(x), -1, -2)
 
 
 @implements(np.expand_dims)
 def _expand_dims(a, axis):
-    return T.expand_dims(_traced(a), axis)
+    return expand_dims(_traced(a), axis)
 
 
 @implements(np.squeeze)
 def _squeeze(a, axis=None):
-    return T.squeeze(_traced(a), axis)
+    return squeeze(_traced(a), axis)
 
 
 @implements(np.ravel)
 def _ravel(a, order="C"):
-    return T.ravel(_traced(a), order)
+    return ravel(_traced(a), order)
 
 
 @implements(np.broadcast_to)
 def _broadcast_to(array, shape, subok=False):
-    return T.broadcast_to(_traced(array), shape)
+    return broadcast_to(_traced(array), shape)
 
 
 @implements(np.broadcast_arrays)
 def _broadcast_arrays(*args, subok=False):
     xs = [_traced(a, args) for a in args]
     shape = np.broadcast_shapes(*(x.shape for x in xs))
-    return tuple(T.broadcast_to(x, shape) for x in xs)
+    return tuple(broadcast_to(x, shape) for x in xs)
 
 
 def _atleast_nd(n):
@@ -280,11 +303,11 @@ def _atleast_nd(n):
             if a.ndim >= n:
                 res.append(a)
             elif n == 3 and a.ndim == 2:
-                res.append(T.reshape(a, a.shape + (1,)))
+                res.append(reshape(a, a.shape + (1,)))
             elif n == 3 and a.ndim == 1:
-                res.append(T.reshape(a, (1,) + a.shape + (1,)))
+                res.append(reshape(a, (1,) + a.shape + (1,)))
             else:
-                res.append(T.reshape(a, (1,) * (n - a.ndim) + a.shape))
+                res.append(reshape(a, (1,) * (n - a.ndim) + a.shape))
         return res[0] if len(res) == 1 else tuple(res)
 
     return handler
@@ -299,14 +322,14 @@ implements(np.atleast_3d)(_atleast_nd(3))
 def _concatenate(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
     xs = [_traced(a, arrays) for a in arrays]
     if axis is None:
-        xs, axis = [T.ravel(x) for x in xs], 0
+        xs, axis = [ravel(x) for x in xs], 0
     if not xs:
         raise ValueError("need at least one array to concatenate")
-    axis = T._norm_axis(axis, xs[0].ndim)[0]
+    axis = norm_axis(axis, xs[0].ndim)[0]
     if dtype is not None:
-        xs = [T.astype(x, dtype, False) for x in xs]
+        xs = [astype(x, dtype, False) for x in xs]
     res = xs[0]._ctx.emit("concatenate", xs, {"axis": axis})
-    return T._maybe_out(res, out)
+    return maybe_out(res, out)
 
 
 @implements(np.stack)
@@ -316,14 +339,14 @@ def _stack(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
         raise ValueError("need at least one array to stack")
     if len({x.shape for x in xs}) != 1:
         raise ValueError("all input arrays must have the same shape")
-    axis = T._norm_axis(axis, xs[0].ndim + 1)[0]
-    return _concatenate([T.expand_dims(x, axis) for x in xs], axis, out, dtype)
+    axis = norm_axis(axis, xs[0].ndim + 1)[0]
+    return _concatenate([expand_dims(x, axis) for x in xs], axis, out, dtype)
 
 
 @implements(np.hstack)
 def _hstack(tup, dtype=None, casting="same_kind"):
     xs = [_traced(a, tup) for a in tup]
-    xs = [T.reshape(x, (1,)) if x.ndim == 0 else x for x in xs]
+    xs = [reshape(x, (1,)) if x.ndim == 0 else x for x in xs]
     return _concatenate(xs, 0 if xs[0].ndim == 1 else 1, dtype=dtype)
 
 
@@ -336,7 +359,7 @@ def _vstack(tup, dtype=None, casting="same_kind"):
 @implements(np.column_stack)
 def _column_stack(tup):
     xs = [_traced(a, tup) for a in tup]
-    xs = [T.reshape(x, (x.size, 1)) if x.ndim < 2 else x for x in xs]
+    xs = [reshape(x, (x.size, 1)) if x.ndim < 2 else x for x in xs]
     return _concatenate(xs, 1)
 
 
@@ -344,7 +367,7 @@ def _column_stack(tup):
 def _split_equal(ary, indices_or_sections, axis=0):
     if isinstance(indices_or_sections, int | np.integer):
         x = _traced(ary)
-        if x.shape[T._norm_axis(axis, x.ndim)[0]] % int(indices_or_sections):
+        if x.shape[norm_axis(axis, x.ndim)[0]] % int(indices_or_sections):
             raise ValueError("array split does not result in an equal division")
     return _split(ary, indices_or_sections, axis)
 
@@ -352,7 +375,7 @@ def _split_equal(ary, indices_or_sections, axis=0):
 @implements(np.array_split)
 def _split(ary, indices_or_sections, axis=0):
     x = _traced(ary)
-    axis = T._norm_axis(axis, x.ndim)[0]
+    axis = norm_axis(axis, x.ndim)[0]
     n = x.shape[axis]
     if isinstance(indices_or_sections, int | np.integer):
         k = int(indices_or_sections)
@@ -379,7 +402,7 @@ def _repeat(a, repeats, axis=None):
         raise TraceError("np.repeat with traced repeat counts has a data-dependent shape")
     repeats = int(repeats) if np.ndim(repeats) == 0 else tuple(int(r) for r in np.ravel(repeats))
     if axis is not None:
-        axis = T._norm_axis(axis, x.ndim)[0]
+        axis = norm_axis(axis, x.ndim)[0]
     return x._ctx.emit("repeat", [x], {"repeats": repeats, "axis": axis})
 
 
@@ -395,7 +418,7 @@ def _roll(a, shift, axis=None):
 @implements(np.flip)
 def _flip(m, axis=None):
     x = _traced(m)
-    axes = range(x.ndim) if axis is None else T._norm_axis(axis, x.ndim)
+    axes = range(x.ndim) if axis is None else norm_axis(axis, x.ndim)
     idx = tuple(slice(None, None, -1) if i in axes else slice(None) for i in range(x.ndim))
     return x[idx]
 
@@ -414,12 +437,10 @@ def _flipud(m):
 def _pad(array, pad_width, mode="constant", **kw):
     x = _traced(array)
     if mode != "constant" or set(kw) - {"constant_values"}:
-        raise T.unsupported(
-            types.SimpleNamespace(__name__=f"pad(mode={mode!r})", __module__="numpy")
-        )
+        raise unsupported(types.SimpleNamespace(__name__=f"pad(mode={mode!r})", __module__="numpy"))
     cv = kw.get("constant_values", 0)
     if np.ndim(cv) != 0 or isinstance(cv, TracedArray):
-        raise T.unsupported(
+        raise unsupported(
             types.SimpleNamespace(__name__="pad(per-axis constant_values)", __module__="numpy")
         )
     pw = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (x.ndim, 2))
@@ -431,7 +452,7 @@ def _pad(array, pad_width, mode="constant", **kw):
 @implements(np.diff)
 def _diff(a, n=1, axis=-1, prepend=np._NoValue, append=np._NoValue):
     x = _traced(a)
-    axis = T._norm_axis(axis, x.ndim)[0]
+    axis = norm_axis(axis, x.ndim)[0]
     parts = [x]
     if prepend is not np._NoValue:
         parts.insert(0, _edge(prepend, x, axis))
@@ -451,13 +472,13 @@ def _edge(v, x, axis):
     if v.ndim == 0:
         shape = list(x.shape)
         shape[axis] = 1
-        v = T.broadcast_to(v, tuple(shape))
+        v = broadcast_to(v, tuple(shape))
     return v
 
 
 @implements(np.copy)
 def _copy(a, order="K", subok=False):
-    return T.copy(_traced(a))
+    return copy(_traced(a))
 
 
 @implements(np.shape)
@@ -480,20 +501,20 @@ def _size(a, axis=None):
 def _take(a, indices, axis=None, out=None, mode="raise"):
     x = _traced(a)
     if mode != "raise":
-        raise T.unsupported(
+        raise unsupported(
             types.SimpleNamespace(__name__=f"take(mode={mode!r})", __module__="numpy")
         )
     if axis is None:
-        x, axis = T.ravel(x), 0
-    axis = T._norm_axis(axis, x.ndim)[0]
-    return T._maybe_out(x[(slice(None),) * axis + (indices,)], out)
+        x, axis = ravel(x), 0
+    axis = norm_axis(axis, x.ndim)[0]
+    return maybe_out(x[(slice(None),) * axis + (indices,)], out)
 
 
 @implements(np.nonzero, np.argwhere, np.flatnonzero, np.extract, np.unique, np.compress)
 def _data_dependent(*args, **kw):
     raise TraceError(
         f"this function's output shape depends on the data, so it cannot be traced "
-        f"(at {T.user_source(3)}). Use np.where(mask, a, b) to select elementwise, or a "
+        f"(at {user_source(3)}). Use np.where(mask, a, b) to select elementwise, or a "
         "masked reduction such as (mask * a).sum()."
     )
 
@@ -503,7 +524,7 @@ def _data_dependent(*args, **kw):
 def _where(condition, x=None, y=None):
     if x is None and y is None:
         return _data_dependent()
-    ctx = T._ctx_of(condition, x, y)
+    ctx = ctx_of(condition, x, y)
     return ctx.emit("where", [condition, x, y])
 
 
@@ -514,21 +535,21 @@ def _clip(
     lo = a_min if a_min is not np._NoValue else (None if min is np._NoValue else min)
     hi = a_max if a_max is not np._NoValue else (None if max is np._NoValue else max)
     if kw:
-        raise T.unsupported(
+        raise unsupported(
             types.SimpleNamespace(__name__=f"clip({', '.join(kw)}=)", __module__="numpy")
         )
-    ctx = T._ctx_of(a, lo, hi)
-    return T._maybe_out(ctx.emit("clip", [a, lo, hi]), out)
+    ctx = ctx_of(a, lo, hi)
+    return maybe_out(ctx.emit("clip", [a, lo, hi]), out)
 
 
 @implements(np.real)
 def _real(val):
-    return T.real(_traced(val))
+    return real(_traced(val))
 
 
 @implements(np.imag)
 def _imag(val):
-    return T.imag(_traced(val))
+    return imag(_traced(val))
 
 
 @implements(np.angle)
@@ -543,12 +564,12 @@ def _round(a, decimals=0, out=None):
     decimals = operator.index(decimals)
     np.round(x._value, decimals)  # NumPy's own errors (bool with decimals > 0)
     if x.dtype.kind == "c":  # real and imaginary parts rounded apart
-        res = T.copy(x)
-        res.real = _round_real(T.real(x), decimals)
-        res.imag = _round_real(T.imag(x), decimals)
+        res = copy(x)
+        res.real = _round_real(real(x), decimals)
+        res.imag = _round_real(imag(x), decimals)
     else:
         res = _round_real(x, decimals)
-    return T._maybe_out(res, out)
+    return maybe_out(res, out)
 
 
 def _round_real(x, decimals):
@@ -560,7 +581,7 @@ def _round_real(x, decimals):
     op1, op2 = (np.multiply, np.true_divide) if decimals > 0 else (np.true_divide, np.multiply)
     f = _power_of_ten(abs(decimals))
     res = op2(np.rint(op1(x, f)), f)
-    return T.astype(res, x.dtype, False) if x.dtype.kind in "iu" else res
+    return astype(res, x.dtype, False) if x.dtype.kind in "iu" else res
 
 
 def _power_of_ten(n: int) -> float:
@@ -578,7 +599,7 @@ def _isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     x = a if _is_scalar(a) else _traced(a, b)
     y = b if _is_scalar(b) else _traced(b, a)
     if isinstance(y, TracedArray) and not y.weak:
-        y = T.astype(y, np.result_type(y.dtype, 1.0), False)
+        y = astype(y, np.result_type(y.dtype, 1.0), False)
     elif isinstance(y, int):
         y = float(y)
     result = np.less_equal(abs(x - y), atol + rtol * abs(y)) & np.isfinite(y) | (x == y)
@@ -593,7 +614,7 @@ def _is_scalar(v) -> bool:
 
 @implements(np.allclose)
 def _allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
-    return bool(T.reduce("all", _isclose(a, b, rtol, atol, equal_nan)))
+    return bool(reduce("all", _isclose(a, b, rtol, atol, equal_nan)))
 
 
 @implements(np.array_equal)
@@ -601,7 +622,7 @@ def _array_equal(a1, a2, equal_nan=False):
     a, b = _traced(a1, a2), _traced(a2, a1)
     if a.shape != b.shape:
         return False
-    return bool(T.reduce("all", a == b))
+    return bool(reduce("all", a == b))
 
 
 # ---------------------------------------------------------------------- creation
@@ -611,9 +632,7 @@ def _full_like(a, fill, dtype=None, shape=None):
     shape = x.shape if shape is None else ((shape,) if isinstance(shape, int) else tuple(shape))
     if isinstance(fill, TracedArray):
         return (
-            T.astype(T.broadcast_to(fill, shape), dtype)
-            if fill.shape != shape
-            else T.astype(fill, dtype)
+            astype(broadcast_to(fill, shape), dtype) if fill.shape != shape else astype(fill, dtype)
         )
     fill = np.asarray(fill).astype(dtype)[()]
     return x._ctx.emit("full", [], {"shape": shape, "fill_value": fill, "dtype": dtype})
@@ -636,7 +655,7 @@ def _full_like_np(a, fill_value, dtype=None, order="K", subok=True, shape=None, 
 
 @implements(np.array, np.asarray, np.asanyarray, np.ascontiguousarray)
 def _array(obj, dtype=None, *a, copy=True, **kw):
-    return T.array_from(obj, dtype)
+    return array_from(obj, dtype)
 
 
 @implements(np.result_type)

@@ -108,7 +108,11 @@ class Op:
     input, without copying: a backend can leave it to NumPy), ``may_view`` (its NumPy result
     may share memory with its first input: a write into that input can reach it), ``update``
     (a functionalised in-place write: its result is its first input with some elements
-    replaced). ``type_rule(input_types, attrs)`` gives its output shapes and dtypes without
+    replaced), ``unview`` (for a view: how a write into it reaches its input;
+    ``unview(base, new, attrs)`` is the ``(op, inputs, attrs)`` of the node giving the input's
+    new contents: ``x.T[...] = v`` writes ``transpose(v)`` into ``x``), ``may_copy`` (a view
+    that NumPy makes only where its input's strides allow, else a copy: reshape).
+    ``type_rule(input_types, attrs)`` gives its output shapes and dtypes without
     running it (:mod:`tracekit.type_rules`; ``register`` fills in the op's family rule).
     """
 
@@ -126,6 +130,8 @@ class Op:
     view: bool = False
     may_view: bool = False
     update: bool = False
+    unview: Callable | None = None
+    may_copy: bool = False
     type_rule: Callable | None = None  # (input types, attrs) -> [(shape, dtype)]: type_rules.py
 
     @property
@@ -244,6 +250,11 @@ def _angle(x, deg=False):
     return np.angle(x, deg=deg)
 
 
+def _unview_into(update: str):
+    """``unview`` of a view written back by the update op ``update(base, new, **attrs)``."""
+    return lambda base, new, attrs: (update, [base, new], dict(attrs))
+
+
 register(Op("where", "elementwise", _where, call_code("np.where")))
 register(Op("clip", "elementwise", np.clip, call_code("np.clip")))
 register(
@@ -254,8 +265,9 @@ register(
         lambda a, at: f"np.asarray({a[0]}).astype({py_literal(at['dtype'])})",
     )
 )
-register(Op("real", "elementwise", _real, call_code("np.real"), may_view=True))
-register(Op("imag", "elementwise", _imag, call_code("np.imag"), may_view=True))
+_REAL, _IMAG = _unview_into("update_real"), _unview_into("update_imag")
+register(Op("real", "elementwise", _real, call_code("np.real"), may_view=True, unview=_REAL))
+register(Op("imag", "elementwise", _imag, call_code("np.imag"), may_view=True, unview=_IMAG))
 register(Op("angle", "elementwise", _angle, call_code("np.angle")))
 
 
@@ -334,9 +346,27 @@ def _pad(x, pad_width, constant_value):
     return np.pad(x, pad_width, mode="constant", constant_values=constant_value)
 
 
+def _reshape_back(base, new, attrs):
+    return "reshape", [new], {"shape": base.shape}
+
+
+def _transpose_back(base, new, attrs):
+    return "transpose", [new], {"axes": tuple(int(i) for i in np.argsort(attrs["axes"]))}
+
+
 _VIEW = {"view": True, "may_view": True}
-register(Op("reshape", "movement", np.reshape, call_code("np.reshape"), **_VIEW))
-register(Op("transpose", "movement", np.transpose, call_code("np.transpose"), **_VIEW))
+_RESHAPE = {"unview": _reshape_back, "may_copy": True}
+register(Op("reshape", "movement", np.reshape, call_code("np.reshape"), **_VIEW, **_RESHAPE))
+register(
+    Op(
+        "transpose",
+        "movement",
+        np.transpose,
+        call_code("np.transpose"),
+        **_VIEW,
+        unview=_transpose_back,
+    )
+)
 register(Op("broadcast_to", "movement", np.broadcast_to, call_code("np.broadcast_to"), **_VIEW))
 register(
     Op(
@@ -423,7 +453,8 @@ def _idx_literal(idx):
     return py_literal(tuple(idx))
 
 
-register(Op("index", "index", index, _index_code, view=True, may_view=True))
+_INDEX = {"view": True, "may_view": True, "unview": _unview_into("index_update")}
+register(Op("index", "index", index, _index_code, **_INDEX))
 for _name, _impl, _code in (
     ("index_update", index_update, _index_update_code),
     ("update_real", update_real, call_code("update_real")),

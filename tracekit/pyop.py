@@ -421,6 +421,7 @@ class PyOp:
         (['python_op', 'multiply'], array([0., 0.]))
         """
         from . import tracer as T
+        from .tracer.active import _state
 
         ctx = next((a._ctx for a in args if isinstance(a, T.TracedArray)), None) or T.current()
         if ctx is None:
@@ -428,7 +429,7 @@ class PyOp:
             return outs if was_tuple else outs[0]
         tins = [ctx.lift(a) for a in args]
         vals = [_readonly(t._value) if isinstance(t, T.TracedArray) else t for t in tins]
-        prev, T._state.ctx = T._state.ctx, None  # f runs on plain values: np.zeros & co. too
+        prev, _state.ctx = _state.ctx, None  # f runs on plain values: np.zeros & co. too
         try:
             outs, was_tuple = _outputs(self.fn(*vals), self.name)
         except TraceError:
@@ -438,7 +439,7 @@ class PyOp:
             e.add_note(f"tracekit: in python op {self.name!r}" + (f" at {src}" if src else ""))
             raise
         finally:
-            T._state.ctx = prev
+            _state.ctx = prev
         vars_ = [ctx.new_var(o.shape, o.dtype) for o in outs]
         ins = [t.ir_var if isinstance(t, T.TracedArray) else t for t in tins]
         ctx.record("python_op", ins, {"pyop": self, "name": self.name}, vars_)
@@ -597,17 +598,18 @@ class GradPyOp(PyOp):
 
     def __call__(self, *args):
         from . import tracer as T
+        from .tracer.active import _state
 
         ctx = next((a._ctx for a in args if isinstance(a, T.TracedArray)), None) or T.current()
         if ctx is None:
             return self.run(*args)
         tins = [ctx.lift(a) for a in args]
         vals = [t._value if isinstance(t, T.TracedArray) else t for t in tins]
-        prev, T._state.ctx = T._state.ctx, None  # grad_f runs on plain values
+        prev, _state.ctx = _state.ctx, None  # grad_f runs on plain values
         try:
             res = self.run(*vals)
         finally:
-            T._state.ctx = prev
+            _state.ctx = prev
         outs = res if isinstance(res, tuple) else (res,)
         vars_ = [ctx.new_var(np.shape(o), np.asarray(o).dtype) for o in outs]
         ins = [t.ir_var if isinstance(t, T.TracedArray) else t for t in tins]

@@ -18,6 +18,7 @@ from .errors import GuardError, TraceError
 from .interpret import run
 from .ir import Graph, InputSpec, Var
 from .ops import OPS
+from .tracer.active import _state
 
 
 def trace(fn, *example_args, strict: bool = False, keep_values: bool = False, name=None):
@@ -45,7 +46,7 @@ def trace(fn, *example_args, strict: bool = False, keep_values: bool = False, na
     names = _leaf_names(fn, paths)
     args = []
     for leaf, nm in zip(leaves, names):
-        weak = T._is_python_scalar(leaf)
+        weak = T.is_python_scalar(leaf)
         if isinstance(leaf, np.ndarray):
             if leaf.dtype.kind not in "biufc":
                 raise TraceError(
@@ -76,12 +77,12 @@ def trace(fn, *example_args, strict: bool = False, keep_values: bool = False, na
 
 def _call_user(ctx, fn, args):
     prev = T.current()
-    T._state.ctx = ctx
+    _state.ctx = ctx
     try:
         with creation_functions_traced(ctx):
             return fn(*args)
     finally:
-        T._state.ctx = prev
+        _state.ctx = prev
 
 
 def _fn_name(fn) -> str:
@@ -101,7 +102,7 @@ def _leaf_names(fn, paths):
         head, _, rest = p[1:].partition("]")
         i = int(head)
         base = pos[i] if i < len(pos) else f"{star}{i - len(pos)}"
-        nm = T._ident(base + rest)
+        nm = T.identifier(base + rest)
         while nm in used:
             nm += "_"
         used.add(nm)
@@ -348,7 +349,7 @@ def _as_traced_array(obj, dtype, copy):
             return T.astype(obj, obj.dtype, False)
         return T.copy(obj) if copy else obj
     if isinstance(obj, list | tuple) and any(
-        isinstance(e, T.TracedArray) for e in T._iter_deep(obj)
+        isinstance(e, T.TracedArray) for e in T.iter_deep(obj)
     ):
         return T.array_from(obj, dtype)
     return NotImplemented

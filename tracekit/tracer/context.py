@@ -1,0 +1,294 @@
+"""The trace context: everything one trace accumulates, and how it records.
+
+A :class:`TraceContext` names Vars, finds the user's source line and scope of each op it records
+(``where``), computes every op on the real values and records it as a node (``emit``), makes
+plain arrays that reach the trace inputs (``lift``: a captured array or a constant, copied with
+its strides by :func:`same_layout_copy`), and records the guards of values that Python read and
+baked into the trace (``guard``, ``layout_guards``).
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+import numpy as np
+from numpy.lib.array_utils import byte_bounds
+
+from ..errors import TraceError, TracerWarning
+from ..ir import Guard, InputSpec, Node, Var
+from ..ops import OPS
+from .array import Buffer, TracedArray, ViewStep, dtype_of, iter_deep
+from .captures import find_capture
+from .movement import array_from
+from .source import is_user_frame, short_qualname, source_of, user_source
+
+
+class Scope:
+    """An explicit named scope entered in a user frame (``tk.scope``)."""
+
+    __slots__ = ("name", "frame", "suppress", "label")
+
+    def __init__(self, name, frame, suppress):
+        self.name, self.frame, self.suppress, self.label = name, frame, suppress, name
+
+
+class TraceContext:
+    """Everything one trace accumulates."""
+
+    def __init__(self, strict=False):
+        self.strict = strict
+        self.nodes: list[Node] = []
+        self.inputs: list[Var] = []
+        self.specs: list = []
+        self.buffers: list[Buffer] = []  # one per input, same order
+        self.capture_getters: list = []
+        self.constants: dict = {}
+        self.guards: list[Guard] = []
+        self.layout_choices: list = []  # see note_layout_choice
+        self.by_id: dict = {}  # id(plain ndarray) -> TracedArray
+        self.keepalive: list = []
+        self.capture_index: dict = {}  # id(array) -> (label, getter)
+        self.scopes: list[Scope] = []
+        self.counter = 0
+        self.stop_code = None
+        self._frame_names: dict = {}  # id(frame) -> (frame, name) for frames on the stack
+        self._name_counts: dict = {}
+        self._scope_counts: dict = {}
+
+    # -- names
+    def new_var(self, shape, dtype, weak=False, name=None) -> Var:
+        if name is None:
+            name, self.counter = str(self.counter), self.counter + 1
+        return Var(name, shape, dtype, weak)
+
+    # -- where are we in the user's code
+    def where(self):
+        """(source, scope) of the op being recorded now."""
+        chain = []
+        f = sys._getframe(2)
+        while f is not None and f.f_code is not self.stop_code:
+            if is_user_frame(f):
+                chain.append(f)
+            f = f.f_back
+        chain.reverse()
+        src = source_of(chain[-1]) if chain else None
+        return src, self._scope_path(chain)
+
+    def _scope_path(self, chain):
+        names, seen = [], {}
+        parent: tuple = ()
+        by_frame: dict = {}
+        for s in self.scopes:
+            by_frame.setdefault(id(s.frame), []).append(s)
+        suppress = None
+        for s in by_frame.get(id(None), ()):  # entered outside the user's frames (a decorator
+            names.append(s.label)  # on the traced function itself)
+            suppress = s.suppress
+        parent = tuple(names)
+        for f in chain:
+            entry = self._frame_names.get(id(f))
+            if entry is None or entry[0] is not f:
+                base = short_qualname(f.f_code)
+                key = (parent, base)
+                k = self._name_counts[key] = self._name_counts.get(key, 0) + 1
+                entry = (f, base if k == 1 else f"{base}#{k}")
+            seen[id(f)] = entry
+            if f.f_code is not suppress:
+                names.append(entry[1])
+                parent = tuple(names)
+            suppress = None
+            for s in by_frame.get(id(f), ()):
+                names.append(s.label)
+                suppress = s.suppress
+            parent = tuple(names)
+        self._frame_names = seen
+        return tuple(names)
+
+    def push_scope(self, name, suppress=None):
+        f = sys._getframe(2)
+        while f is not None and not is_user_frame(f):
+            f = None if f.f_code is self.stop_code else f.f_back
+        s = Scope(name, f, suppress)
+        chain_names = self.where()[1] if f is not None else ()
+        key = (chain_names, name)
+        k = self._scope_counts[key] = self._scope_counts.get(key, 0) + 1
+        s.label = name if k == 1 else f"{name}#{k}"
+        self.scopes.append(s)
+        return s
+
+    # -- recording
+    def record(self, op, inputs, attrs, outputs, where=None):
+        src, scope = where or self.where()
+        node = Node(op, tuple(inputs), attrs, tuple(outputs), src, scope)
+        self.nodes.append(node)
+        return node
+
+    def emit(self, op, inputs, attrs=None, *, n_out=1, weak=False, view=False):
+        """Compute ``op`` on the real values and record it; returns TracedArray(s)."""
+        attrs = dict(attrs or {})
+        tins = [self.lift(x) for x in inputs]
+        vals = [x._value if isinstance(x, TracedArray) else x for x in tins]
+        try:
+            out = OPS[op].impl(*vals, **attrs)
+        except TraceError:
+            raise
+        except Exception as e:
+            src = user_source(2)
+            if src is not None:
+                e.add_note(f"tracekit: in {op} at {src} `{src.text}`")
+            raise
+        if view:
+            base = tins[0]
+            if _shares(out, base._value):
+                step = ViewStep(op, attrs, out, self.where())
+                res = TracedArray(self, base._buf, base._chain + (step,), out)
+                self.note_layout_choice(op, attrs, base, res)
+                return res
+        outs = [out] if n_out == 1 else list(out)
+        vars_ = [self.new_var(np.shape(v), dtype_of(v), weak) for v in outs]
+        ins = [x.ir_var if isinstance(x, TracedArray) else x for x in tins]
+        self.record(op, ins, attrs, vars_)
+        res = [
+            TracedArray(self, Buffer(v), (), (np.asarray(o).item() if weak else o))
+            for v, o in zip(vars_, outs)
+        ]
+        if view:
+            self.note_layout_choice(op, attrs, tins[0], res[0])
+        return res[0] if n_out == 1 else res
+
+    def note_layout_choice(self, op, attrs, base, res):
+        """Remember a reshape of (a view of) an input that NumPy made a view or a copy of by
+        the input's strides; ``layout_guards`` keeps those that a later write makes matter."""
+        buf = base._buf
+        if not OPS[op].may_copy or buf.origin is None or self.specs[buf.origin].kind == "const":
+            return
+        steps = tuple((st.op, st.attrs) for st in base._chain if st.op is not None)
+        steps += ((op, attrs),)
+        self.layout_choices.append(
+            (buf, buf.version, res._buf, res._buf is buf, steps, user_source(3))
+        )
+
+    def layout_guards(self) -> list:
+        """Guards on the reshapes whose view-or-copy choice decides what a write reaches: the
+        input was written after the reshape, or the reshaped array was (a copy, when traced).
+        An array of other strides in a later call could make NumPy choose the other way."""
+        guards = []
+        for buf, version, res_buf, is_view, steps, src in self.layout_choices:
+            written = buf.version > version or (not is_view and res_buf.version > 0)
+            if written:
+                guards.append(Guard(self.inputs[buf.origin], (is_view, steps), "layout", src))
+        return guards
+
+    def emit_var(self, op, inputs, attrs, like, where=None) -> Var:
+        """Record a node whose output has the shape and dtype of the NumPy value ``like``."""
+        v = self.new_var(np.shape(like), dtype_of(like))
+        self.record(op, inputs, attrs, [v], where)
+        return v
+
+    # -- plain arrays reaching the trace
+    def lift(self, x):
+        """TracedArrays pass; plain arrays become captured inputs or constants; scalars stay."""
+        if isinstance(x, TracedArray):
+            if x._ctx is not self:
+                raise TraceError("a traced array from another trace was used in this one")
+            return x
+        if isinstance(x, np.ndarray):
+            hit = self.by_id.get(id(x))
+            if hit is not None:
+                return hit
+            return self._new_input_for(x)
+        if isinstance(x, list | tuple) and any(isinstance(e, TracedArray) for e in iter_deep(x)):
+            return array_from(x)
+        if x is None or isinstance(x, bool | int | float | complex | np.generic | str):
+            return x
+        if isinstance(x, np.dtype) or (isinstance(x, type) and issubclass(x, np.generic)):
+            return x
+        if isinstance(x, list | tuple):
+            return self.lift(np.asarray(x))
+        if isinstance(x, np.ma.MaskedArray | np.matrix):
+            raise TraceError(f"{type(x).__name__} inputs are not supported; pass a plain ndarray")
+        raise TypeError(f"cannot use a {type(x).__name__} in a traced computation")
+
+    def _new_input_for(self, arr: np.ndarray):
+        if arr.dtype.kind not in "biufc":
+            raise TraceError(
+                f"arrays of dtype {arr.dtype} cannot be traced (at {user_source(3)}); "
+                "tracekit supports bool, integer, float and complex arrays"
+            )
+        found = self.capture_index.get(id(arr)) or find_capture(arr)
+        if found is not None:
+            label, getter = found
+            kind = "capture"
+        else:
+            label, getter, kind = "const", None, "const"
+        t = self.add_input(same_layout_copy(arr), kind, label, getter)
+        self.by_id[id(arr)] = t
+        self.keepalive.append(arr)
+        return t
+
+    def add_input(self, value, kind, label, getter=None, name=None, weak=False):
+        name = base = name or identifier(label)
+        taken, k = {v.name for v in self.inputs}, 1
+        while name in taken:  # two constants (or two captures with one label): names stay unique
+            name, k = f"{base}_{k}", k + 1
+        var = self.new_var(np.shape(value), dtype_of(value), weak, name=name)
+        self.inputs.append(var)
+        self.specs.append(InputSpec(kind, label))
+        buf = Buffer(var, origin=len(self.inputs) - 1)
+        self.buffers.append(buf)
+        self.capture_getters.append(getter)
+        if kind == "const":
+            self.constants[var] = value
+        return TracedArray(self, buf, (), value)
+
+    # -- baked values
+    def guard(self, t: TracedArray, value, how):
+        src = user_source(3)
+        where = f"{src} `{src.text}`" if src else "an unknown line"
+        msg = (
+            f"{where}: {how}() read a traced value ({value!r}) and baked it into the trace: "
+            "the graph is only valid for data that gives the same value. Use np.where for "
+            "data-dependent choices, or tk.jit, which checks this and retraces."
+        )
+        if self.strict:
+            raise TraceError(msg + " (strict=True)")
+        self.guards.append(Guard(t.ir_var, value, how, src))
+        warnings.warn_explicit(
+            msg, TracerWarning, src.file if src else "<unknown>", src.line if src else 0
+        )
+        return value
+
+
+def identifier(label: str) -> str:
+    out = "".join(c if c.isalnum() else "_" for c in label).strip("_")
+    while "__" in out:
+        out = out.replace("__", "_")
+    return out if out and not out[0].isdigit() else f"a_{out}"
+
+
+LAYOUT_COPY_LIMIT = 1 << 26  # bytes a strided input's copy may span (see same_layout_copy)
+
+
+def same_layout_copy(arr: np.ndarray) -> np.ndarray:
+    """A copy of ``arr`` with its strides, so that NumPy makes the same view-or-copy choices on
+    it while tracing (``x[:, ::2].reshape(-1)`` copies, the same values made contiguous would
+    give a view, and a later write through an alias would then reach it). A strided array
+    whose copy would span more than ``LAYOUT_COPY_LIMIT`` bytes (and 16x its own size) is
+    copied compactly instead: its reshapes are traced as for a contiguous array."""
+    if arr.ndim == 0 or arr.size == 0 or arr.flags.c_contiguous:
+        return np.array(arr, copy=True)
+    if any(s == 0 and n > 1 for n, s in zip(arr.shape, arr.strides)):
+        return np.array(arr, copy=True)  # a broadcast: its elements share memory; a copy not
+    lo, hi = byte_bounds(arr)
+    if hi - lo > max(16 * arr.nbytes, LAYOUT_COPY_LIMIT):
+        return np.array(arr, copy=True)
+    base = np.empty(hi - lo, np.uint8)
+    offset = arr.ctypes.data - lo
+    out = np.ndarray(arr.shape, arr.dtype, buffer=base, offset=offset, strides=arr.strides)
+    out[...] = arr
+    return out
+
+
+def _shares(a, b) -> bool:
+    return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and np.may_share_memory(a, b)

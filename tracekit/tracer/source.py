@@ -1,0 +1,81 @@
+"""Where in the user's code an op is recorded: which frames are the user's (not tracekit's, not
+NumPy's), the :class:`~tracekit.ir.Source` of a line, and the error that names a NumPy function
+the tracer does not follow at the user's line."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import linecache
+import os
+import sys
+
+import numpy as np
+
+from ..errors import UnsupportedOperation
+from ..ir import Source
+
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tracekit/
+_NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__))
+_SKIP_FILES = {os.path.abspath(contextlib.__file__), os.path.abspath(functools.__file__)}
+
+
+def _is_user_file(filename: str) -> bool:
+    if filename.startswith("<frozen"):
+        return False
+    path = os.path.abspath(filename) if not filename.startswith("<") else filename
+    return not (
+        path.startswith(_PKG_DIR + os.sep) or path.startswith(_NUMPY_DIR) or path in _SKIP_FILES
+    )
+
+
+_user_file_cache: dict = {}
+
+
+def is_user_frame(frame) -> bool:
+    fn = frame.f_code.co_filename
+    hit = _user_file_cache.get(fn)
+    if hit is None:
+        hit = _user_file_cache[fn] = _is_user_file(fn)
+    return hit
+
+
+def short_qualname(code) -> str:
+    q = getattr(code, "co_qualname", code.co_name)
+    return q.split(".<locals>.")[-1]
+
+
+_sources: dict = {}
+
+
+def source_of(frame) -> Source:
+    code, line = frame.f_code, frame.f_lineno
+    key = (code, line)  # one Source per line: unrolled loops record thousands of nodes there
+    src = _sources.get(key)
+    if src is None:
+        fn = code.co_filename
+        src = Source(fn, line, short_qualname(code), linecache.getline(fn, line).strip())
+        if len(_sources) > 100_000:
+            _sources.clear()
+        _sources[key] = src
+    return src
+
+
+def user_source(depth: int = 1) -> Source | None:
+    """The innermost frame outside tracekit and NumPy."""
+    f = sys._getframe(depth)
+    while f is not None and not is_user_frame(f):
+        f = f.f_back
+    return source_of(f) if f is not None else None
+
+
+def unsupported(func) -> UnsupportedOperation:
+    mod = getattr(func, "__module__", "") or ""
+    mod = "np" if mod.startswith("numpy") and mod.count(".") <= 1 else mod.replace("numpy", "np")
+    name = f"{mod}.{getattr(func, '__name__', func)}"
+    src = user_source(3)
+    where = f" at {src} `{src.text}`" if src else ""
+    return UnsupportedOperation(
+        f"{name} is not supported by tracekit's tracer{where}. Wrap the code that needs it "
+        f"in tk.python_op(...) to run it as one opaque Python op in the graph."
+    )
