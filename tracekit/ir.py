@@ -706,9 +706,11 @@ def _graph_to_obj(g: Graph):
 def check_types(g: Graph) -> Graph:
     """Raise ``ValueError`` unless every shape is valid and every node's outputs have the shape
     and dtype its op gives on inputs of the recorded types (python ops are taken at their word).
-    """
-    import warnings
 
+    The op's type rule (``OPS[name].type_rule``, :mod:`tracekit.type_rules`) says what it gives:
+    nothing runs. A constant input is passed as its value (an index array's values decide a
+    shape).
+    """
     for v in list(g.inputs) + [o for n in g.nodes for o in n.outputs]:
         if any(d < 0 for d in v.shape) or v.dtype.kind not in "biufcU":
             raise ValueError(f"%{v.name} has an invalid type {v.type}")
@@ -716,26 +718,24 @@ def check_types(g: Graph) -> Graph:
         if np.shape(a) != v.shape or np.asarray(a).dtype != v.dtype:
             raise ValueError(f"constant %{v.name} is declared {v.type} but holds {np.shape(a)}")
 
-    def stand_in(x):
-        if not isinstance(x, Var):
-            return x
-        zero = np.zeros((), x.dtype)
-        return zero.item() if x.weak else np.broadcast_to(zero, x.shape)
-
     for n in g.nodes:
-        if OPS[n.op].kind == "opaque":  # user code: taken at its word
+        op = OPS[n.op]
+        if op.kind == "opaque":  # user code: taken at its word
             continue
+        ins = [g.constants.get(x, x) if isinstance(x, Var) else x for x in n.inputs]
         try:
-            with np.errstate(all="ignore"), warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                out = OPS[n.op].impl(*map(stand_in, n.inputs), **n.attrs)
+            out = op.type_rule(ins, dict(n.attrs))
         except Exception as e:
             raise ValueError(
                 f"{format_node(n, False)}: {n.op} fails on inputs of these types "
                 f"({type(e).__name__}: {e})"
             ) from e
-        for o, val in zip(n.outputs, (out,) if len(n.outputs) == 1 else tuple(out)):
-            shape, dtype = np.shape(val), np.asarray(val).dtype
+        if len(out) != len(n.outputs):
+            raise ValueError(
+                f"{format_node(n, False)}: {n.op} gives {len(out)} outputs here, not the "
+                f"recorded {len(n.outputs)}"
+            )
+        for o, (shape, dtype) in zip(n.outputs, out):
             if shape != o.shape or dtype != o.dtype:
                 raise ValueError(
                     f"{format_node(n, False)}: {n.op} gives {type_str(shape, dtype)} here, not "
