@@ -630,7 +630,8 @@ def _traced_cases():
 @pytest.mark.parametrize("shard", range(4))
 def test_rules_agree_with_every_traced_case(shard):
     """Every node of every program of test_ops, traced on every dtype: the rule gives the
-    types that tracing recorded (NumPy's, on the real values)."""
+    types that tracing recorded (NumPy's, on the real values), and check_types accepts the
+    graph loaded back from its JSON."""
     from helpers.run import quiet
 
     test_ops = _traced_cases()
@@ -643,6 +644,11 @@ def test_rules_agree_with_every_traced_case(shard):
             except Exception:  # noqa: BLE001 - NumPy refuses this case: nothing recorded
                 continue
             g = t.graph
+            loaded = tk.Graph.from_json(g.to_json())  # attributes as JSON gives them back
+            try:
+                ir.check_types(loaded)
+            except ValueError as e:
+                failures.append(f"{c.name} [{dt}]: check_types of its JSON graph: {e}")
             for n in _all_nodes(g):
                 if OPS[n.op].kind == "opaque":
                     continue
