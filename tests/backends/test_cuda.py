@@ -297,8 +297,19 @@ def ptx_program(x, w, i):
     )
 
 
+def loop_program(u, w):
+    """A rolled loop (tracekit.loops): in-place stencil steps and a carried matmul chain."""
+    for _ in range(40):
+        u[1:-1] = u[1:-1] + 0.25 * (u[2:] - 2 * u[1:-1] + u[:-2])
+    h = w
+    for _ in range(40):
+        h = np.tanh(h @ w) + 0.5 * h
+    return u.sum(), h
+
+
 PROGRAMS = {
     **{f"ufunc_{d.name}": ufunc_program(d) for d in DTYPES},
+    "loops": (loop_program, None),
     "reductions": (reduction_program, None),
     "rows": (row_program, None),
     "scans": (scan_program, None),
@@ -346,6 +357,8 @@ def _args(name, seed=0, dtype=np.float64):
         return [r.standard_normal((64, 4000)) + 1j]
     if name == "ptx_rows":
         return [r.standard_normal((64, 1000)).astype(dtype)]
+    if name == "loops":
+        return [r.standard_normal(40).astype(dtype), 0.3 * r.standard_normal((4, 4)).astype(dtype)]
     if name == "writes":
         return [
             r.standard_normal((4, 6)),
@@ -365,6 +378,14 @@ def test_elementwise_op_table(dtype):
     assert kernels, c.program.notes
     host = " ".join(c.program.notes)
     assert "k0: runs on the host" not in host, host
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=str)
+def test_rolled_loops(dtype):
+    """Loops (tracekit.loops) on the device target agree with the interpreter, which runs the
+    rolled graph, and stay loops in what the target compiles."""
+    c = check(loop_program, _args("loops", 0, dtype), new_args=_args("loops", 1, dtype))
+    assert sum(n.op == "loop" for n in c.graph.nodes) == 2, str(c.graph)
 
 
 @pytest.mark.parametrize(
@@ -922,6 +943,294 @@ def test_simulated_shared_memory_is_one_array_per_block():
             for t in threads:
                 t.join()
             assert len({id(a) for a in got}) == 1
+
+
+# ---------------------------------------------------------------------- races
+class _RaceCheck:
+    """Every memory access of the simulated kernels, checked for races between threads.
+
+    Each access of a shared array or of a kernel argument (global memory, by element address)
+    is recorded with the thread and its barrier interval (how many ``syncthreads`` it has
+    passed); after each launch, two threads touching one address where at least one writes are
+    a race unless they are in the same block and in different barrier intervals (global memory
+    has no barrier between blocks). A shared slot read before its block wrote it is reported
+    too. This does not depend on how the simulator happened to schedule the threads: a missing
+    barrier is found on every run, whatever values came out."""
+
+    def __init__(self, monkeypatch):
+        from numba.cuda.simulator import kernel, kernelapi
+        from numba.cuda.simulator.cudadrv.devicearray import FakeWithinKernelCUDAArray as FA
+
+        self.lock = threading.Lock()
+        self.log = None  # the launch being recorded: {address: {thread: {(write?, interval)}}}
+        self.unset = {}  # shared slots read before their block wrote them
+        self.races: list[str] = []
+        self.launches = 0
+        check = self
+        sync, call = kernel.BlockThread.syncthreads, kernel.FakeCUDAKernel.__call__
+        get, put = FA.__getitem__, FA.__setitem__
+
+        def syncthreads(th):
+            sync(th)
+            th.tk_epoch = getattr(th, "tk_epoch", 0) + 1
+
+        def launch(k, *args):
+            if k._device or kernel._kernel_context is not None:
+                return call(k, *args)
+            check.log, check.unset = {}, {}
+            try:
+                return call(k, *args)
+            finally:
+                check.launches += 1
+                check.races += check.conflicts(k.fn.__name__)
+                check.log = None
+
+        def shared_array(sh, shape, dtype, alignment=None):
+            if isinstance(dtype, kernelapi.types.Type):
+                dtype = kernelapi.numpy_support.as_dtype(dtype)
+            f = sys._getframe(1)
+            where = (f.f_code.co_filename, f.f_lineno)
+            with check.lock:
+                res = sh._allocations.get(where)
+                if res is None:
+                    res = sh._allocations[where] = _Shared(check, np.empty(shape, dtype), where)
+            return res
+
+        def getitem(a, idx):
+            check.touch(("g", check.address(a._item._ary, idx)), False)
+            return get(a, idx)
+
+        def setitem(a, idx, val):
+            check.touch(("g", check.address(a._item._ary, idx)), True)
+            put(a, idx, val)
+
+        shared_array._tracekit_locked = True  # the simulator session keeps it
+        monkeypatch.setattr(kernel.BlockThread, "syncthreads", syncthreads)
+        monkeypatch.setattr(kernel.FakeCUDAKernel, "__call__", launch)
+        monkeypatch.setattr(kernelapi.FakeCUDAShared, "array", shared_array)
+        monkeypatch.setattr(FA, "__getitem__", getitem)
+        monkeypatch.setattr(FA, "__setitem__", setitem)
+
+    @staticmethod
+    def address(ary, idx):
+        idx = idx if isinstance(idx, tuple) else (idx,)
+        if len(idx) != ary.ndim or not all(isinstance(i, int | np.integer) for i in idx):
+            return ("whole", id(ary))  # not an element: kernels here never do this
+        off = sum(int(i % n) * s for i, n, s in zip(idx, ary.shape, ary.strides))
+        return ary.__array_interface__["data"][0] + off
+
+    def touch(self, key, write):
+        th = threading.current_thread()
+        if self.log is None or not hasattr(th, "blockIdx"):
+            return
+        b, t = th.blockIdx, th.threadIdx
+        who = ((b.x, b.y, b.z), (t.x, t.y, t.z))
+        epoch = getattr(th, "tk_epoch", 0)
+        with self.lock:
+            self.log.setdefault(key, {}).setdefault(who, set()).add((write, epoch))
+            if key[0] == "s" and not write and (key[:3], who[0]) not in self.unset:
+                written = any(w for acc in self.log[key].values() for w, _ in acc)
+                if not written:
+                    self.unset[(key[:3], who[0])] = f"{key[1][1]}:{key[2]}"
+
+    def conflicts(self, kernel_name) -> list[str]:
+        out = [f"{kernel_name}: shared slot read before written ({w})" for w in self.unset.values()]
+        for key, acc in self.log.items():
+            if len(acc) < 2 or not any(w for a in acc.values() for w, _ in a):
+                continue
+            items = list(acc.items())
+            for i, (t1, a1) in enumerate(items):
+                for t2, a2 in items[i + 1 :]:
+                    hit = [
+                        (w1 and w2, e1)
+                        for w1, e1 in a1
+                        for w2, e2 in a2
+                        if (w1 or w2) and (t1[0] != t2[0] or e1 == e2)
+                    ]
+                    if hit:
+                        kind = "write/write" if hit[0][0] else "read/write"
+                        where = f"shared line {key[1][1]}" if key[0] == "s" else "global memory"
+                        out.append(
+                            f"{kernel_name}: {kind} race on {where} between threads {t1} and "
+                            f"{t2} (barrier interval {hit[0][1]})"
+                        )
+        return out
+
+
+class _Shared:
+    """A simulated shared array whose element accesses the race check records."""
+
+    def __init__(self, check, ary, where):
+        self.check, self.ary, self.where = check, ary, where
+
+    def _key(self, idx):
+        th = threading.current_thread()
+        b = th.blockIdx
+        idx = idx if isinstance(idx, tuple) else (idx,)
+        return ("s", self.where, tuple(int(i) for i in idx), (b.x, b.y, b.z))
+
+    def __getitem__(self, idx):
+        self.check.touch(self._key(idx), False)
+        return self.ary[idx]
+
+    def __setitem__(self, idx, val):
+        self.check.touch(self._key(idx), True)
+        self.ary[idx] = val
+
+
+def _exact_values(r, shape, dtype=np.float64):
+    """Small integers: every sum, mean over a power of two, product and scan of them is exact
+    in any order, so a compiled result must equal the interpreter's bit for bit."""
+    return r.integers(-8, 9, shape).astype(dtype)
+
+
+def race_program(x, i, a, b, bias, w):
+    c = x - x.mean(axis=1, keepdims=True)  # 128 columns: exact means and variances
+    return (
+        c * (c * c).mean(axis=1, keepdims=True),  # three passes over each row
+        x.sum(axis=1),
+        x.max(axis=0),
+        x.argmax(axis=1),  # ties: the first index wins
+        x.sum(),
+        i.min(axis=1),  # 150 columns: every block size leaves a tail
+        i.sum(),
+        np.cumsum(x, axis=1),
+        np.cumsum(i, axis=1),
+        np.cumsum(i, axis=0),
+        np.maximum(a @ b + bias, 0),
+        w @ b,
+        x.T * 2,
+    )
+
+
+def _race_args(seed):
+    r = np.random.default_rng(seed)
+    return [
+        _exact_values(r, (3, 128)),
+        _exact_values(r, (3, 150), np.int64),
+        _exact_values(r, (5, 7)),
+        _exact_values(r, (7, 6)),
+        _exact_values(r, (6,)),
+        _exact_values(r, (2, 5, 7)),
+    ]
+
+
+def _shuffles(monkeypatch):
+    from numba.cuda.simulator import kernelapi
+
+    monkeypatch.setattr(
+        kernelapi.FakeCUDAModule, "shfl_down_sync", _emulated_shfl_down_sync, raising=False
+    )
+    return Profile(simulator=True, sim_row_threads=64, force_shuffle=True)
+
+
+@pytest.mark.skipif(not SIM, reason="records the simulator's memory accesses")
+@pytest.mark.parametrize("threads", [8, 64])
+@pytest.mark.parametrize("mode", [None, *emit_cuda.ROW_MODES])
+def test_kernels_have_no_races(mode, threads, monkeypatch):
+    """Every kernel of a program with multi-pass rows, index and whole-array reductions, scans
+    longer than a block, tiled and batched matmuls (an epilogue too) and a gather, in every row
+    shape, with 8-thread blocks (trees of 3 levels) and 64-thread ones (warp shuffles, two
+    warps): no two threads touch one shared slot or global element, one of them writing,
+    without a barrier between them, and no shared slot is read before it is written (see
+    ``_RaceCheck``). Three rows: a block loops over rows. Two calls, each equal to the
+    interpreter bit for bit (the values are exact in any order)."""
+    prof = _shuffles(monkeypatch) if threads == 64 else Profile(simulator=True)
+    monkeypatch.setattr(emit_cuda, "FORCE_ROW_MODE", mode)
+    check = _RaceCheck(monkeypatch)
+    args = _race_args(threads)
+    args[0][:, 7] = args[0][:, 90] = 9.0  # argmax ties
+    t = tk.trace(race_program, *args)
+    prog = CudaProgram(make_plan(lower(optimize(t).graph).check()), "fast", profile=prof)
+    assert not [it for it in prog.items if it.kind == "host"], prog.notes
+    if threads == 64 and mode in (None, "block", "split"):
+        assert "cuda.shfl_down_sync" in prog.source
+    runner = prog.runner()
+    expected = t(*args)
+    for _ in range(2):
+        got, _ = runner.fn(_copy(args), None, {})
+        for k, (g, e) in enumerate(zip(got, expected)):
+            g, e = np.asarray(g), np.asarray(e)
+            assert g.dtype == e.dtype and np.array_equal(g, e), (k, g, e)
+    assert check.launches >= 2 * len(prog.kernel_sources)
+    assert not check.races, check.races[:10]
+
+
+@pytest.mark.skipif(not SIM, reason="records the simulator's memory accesses")
+def test_race_check_sees_global_memory_between_blocks(monkeypatch):
+    """Two blocks writing one element race (no barrier orders blocks); a barrier orders a
+    block's threads; threads writing elements of their own do not race."""
+    check = _RaceCheck(monkeypatch)
+
+    @cuda.jit
+    def shared_slot(out):
+        out[cuda.threadIdx.x] = cuda.blockIdx.x
+
+    @cuda.jit
+    def own_slot(out):
+        i = cuda.grid(1)
+        out[i] = i
+
+    @cuda.jit
+    def after_barrier(out):
+        t = cuda.threadIdx.x
+        if t == 0:
+            out[0] = 7
+        v = out[0] if t == 1 else 0  # before the barrier: races with thread 0's write
+        cuda.syncthreads()
+        out[1 + t] = out[0] + v  # after it: ordered
+
+    shared_slot[2, 4](np.zeros(4))
+    assert check.races and all("race on global memory" in r for r in check.races), check.races
+    check.races = []
+    own_slot[2, 4](np.zeros(8))
+    assert not check.races, check.races
+    after_barrier[1, 4](np.zeros(5))
+    assert len(check.races) == 1 and "read/write" in check.races[0], check.races
+
+
+_BARRIER = "cuda.syncthreads()"
+
+
+@pytest.mark.skipif(not SIM, reason="records the simulator's memory accesses")
+@pytest.mark.parametrize("what", ["tree reduction", "warp-shuffle reduction", "scan", "matmul"])
+def test_race_check_finds_each_missing_barrier(what, monkeypatch):
+    """The race check reports a race for each barrier of a block reduction (8 threads, a tree of
+    three levels; 64 threads: warp shuffles), a scan (three tiles) and a matmul (two k tiles)
+    taken out of the generated source, one at a time (as ``pass``), in a kernel that loops over
+    more rows than blocks (the barrier guarding the next row's writes is needed too)."""
+    r = np.random.default_rng(5)
+    prof = Profile(simulator=True)
+    if what == "tree reduction":
+        fn, args = (lambda x: x.sum(axis=1)), [_exact_values(r, (3, 20))]
+    elif what == "warp-shuffle reduction":
+        prof = _shuffles(monkeypatch)
+        fn, args = (lambda x: x.sum(axis=1)), [_exact_values(r, (3, 150))]
+    elif what == "scan":
+        fn, args = (lambda x: np.cumsum(x, axis=1)), [_exact_values(r, (3, 20))]
+    else:
+        fn, args = (lambda a, b: a @ b), [_exact_values(r, (5, 7)), _exact_values(r, (7, 6))]
+    monkeypatch.setattr(emit_cuda, "FORCE_ROW_MODE", "block" if "reduction" in what else None)
+    t = tk.trace(fn, *args)
+    plan = make_plan(lower(optimize(t).graph).check())
+    source = CudaProgram(plan, "fast", profile=prof).source
+    lines = source.split("\n")
+    barriers = [k for k, line in enumerate(lines) if line.strip() == _BARRIER]
+    assert len(barriers) == {"scan": 4, "matmul": 2}.get(what, 3), source
+    check = _RaceCheck(monkeypatch)
+    for k in [None, *barriers]:
+        prog = CudaProgram(plan, "fast", profile=prof)
+        if k is not None:
+            cut = lines.copy()
+            cut[k] = cut[k].replace(_BARRIER, "pass")
+            prog.source = "\n".join(cut)
+        prog.load(disk=False)
+        check.races = []
+        got, _ = prog.runner().fn(_copy(args), None, {})
+        if k is None:
+            assert not check.races and np.array_equal(got[0], t(*args)), check.races
+        else:
+            assert check.races, f"no race found without the barrier at line {k}:\n{source}"
 
 
 # ---------------------------------------------------------------------- fast math
