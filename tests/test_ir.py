@@ -238,7 +238,9 @@ def _assert_graphs_equal(g2, g):
 
 def _assert_attr_equal(a, b):
     assert type(a) is type(b), (a, b)
-    if isinstance(b, np.ndarray):
+    if isinstance(b, Graph):  # a loop's body
+        _assert_graphs_equal(a, b)
+    elif isinstance(b, np.ndarray):
         assert_same(a, b)
     elif isinstance(b, tuple | list):
         assert len(a) == len(b)

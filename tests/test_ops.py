@@ -572,6 +572,41 @@ case("eye", "eye-rect-k", lambda dt: lambda x: np.eye(3, 4, k=1, dtype=dt), A(()
 case("eye", "identity", lambda x: np.identity(3) @ x, A((3,)))
 
 
+# ---------------------------------------------------------------------- loops (tracekit.loops)
+def _loop_carried(x, y):
+    for _ in range(4):
+        x = np.maximum(x, y) - (x != y)
+    return x
+
+
+def _loop_in_place(a, b):
+    for _ in range(3):
+        a[1:] = a[:-1] + b[1:]
+        b[0] = a[-1]
+    return a.sum()
+
+
+def _loop_nested(x):
+    for _ in range(3):
+        for _ in range(2):
+            x = x[::-1] * 2 - x
+        x = x + 1
+    return x
+
+
+def _loop_last_value(x):
+    for _ in range(3):
+        y = x * x
+        x = y + x
+    return y, x
+
+
+case("loop", "loop-carried", _loop_carried, A(M), A(M[1:]))
+case("loop", "loop-in-place", _loop_in_place, A((5,)), A((5,)), layouts=True)
+case("loop", "loop-nested", _loop_nested, A((4,)))
+case("loop", "loop-last-value", _loop_last_value, A((2, 3)))
+
+
 # ---------------------------------------------------------------------- the tests
 def _run_case(c, dt, failures):
     layouts = ("c", "nc", "neg") if c.layouts is True else c.layouts or ("c",)

@@ -33,6 +33,7 @@ from . import pytree
 from . import tracer as T
 from .errors import GuardError, TraceError
 from .ir import Graph, Guard, Var
+from .loops import unroll
 from .ops import NON_DIFFERENTIABLE, OPS, sum_to
 from .passes import dce
 from .traced import Traced, check_value, trace
@@ -138,7 +139,7 @@ def backward(t: Traced, wrt=None, *, seed: bool = False, with_value: bool = Fals
     one). ``seed``: the output cotangent is 1 (a constant), not an input (``tk.grad``).
     ``with_value``: the forward results come first in the outputs, then the gradients.
     """
-    g = t.graph
+    g = unroll(t.graph)  # a loop is differentiated through its iterations
     arg_pos = _leaf_args(g)
     if wrt is None:
         wrt = [k for k, i in enumerate(arg_pos) if _inexact(g.inputs[i])]

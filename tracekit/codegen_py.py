@@ -22,7 +22,7 @@ def graph_to_python(graph: Graph, name: str | None = None) -> str:
     generated name, module, helper or builtin has them (see :func:`parameter_names`).
     """
     helpers = []
-    for n in graph.nodes:
+    for n in _all_nodes(graph):
         src = helper_source(OPS[n.op])
         if src and src not in helpers:
             helpers.append(src)
@@ -41,11 +41,7 @@ def graph_to_python(graph: Graph, name: str | None = None) -> str:
     lines.append(f"def {name}({', '.join(params)}):")
     for v, s in extra:
         lines.append(f"    # {ids[v]}: {s.kind} {s.label} {v.type}")
-    for n in graph.nodes:
-        lines.append(f"    # {format_node(n)}")
-        ins = [ids[x] if isinstance(x, Var) else _literal(x) for x in n.inputs]
-        targets = ", ".join(ids[o] for o in n.outputs)
-        lines.append(f"    {targets} = {OPS[n.op].code(ins, dict(n.attrs))}")
+    lines += _statements(graph.nodes, ids, taken=set(ids.values()) | reserved, indent="    ")
     returned = [ids[o] for o in graph.outputs[: graph.n_results]]
     written = {graph.inputs[ii] for _, ii in graph.writebacks}
     for i, o in enumerate(graph.outputs[: graph.n_results]):
@@ -59,6 +55,59 @@ def graph_to_python(graph: Graph, name: str | None = None) -> str:
     else:
         lines.append(f"    return ({', '.join(returned)}{',' if len(returned) == 1 else ''})")
     return "\n".join(lines) + "\n"
+
+
+def _all_nodes(graph: Graph):
+    """The nodes of ``graph`` and of the bodies of its loops."""
+    for n in graph.nodes:
+        yield n
+        for body in (a for a in n.attrs.values() if isinstance(a, Graph)):
+            yield from _all_nodes(body)
+
+
+def _statements(nodes, ids: dict, taken: set, indent: str) -> list[str]:
+    """The lines computing ``nodes``; ``ids`` (Var -> identifier) grows with their values."""
+    lines = []
+    for n in nodes:
+        lines.append(f"{indent}# {format_node(n)}")
+        ins = [ids[x] if isinstance(x, Var) else _literal(x) for x in n.inputs]
+        if OPS[n.op].kind == "control":
+            lines += _loop(n, ins, ids, taken, indent)
+            continue
+        targets = ", ".join(ids[o] for o in n.outputs)
+        lines.append(f"{indent}{targets} = {OPS[n.op].code(ins, dict(n.attrs))}")
+    return lines
+
+
+def _loop(node, ins, ids, taken, indent) -> list[str]:
+    """A loop node as a ``for`` statement: the carried values are variables the body updates."""
+    body, carried = node.attrs["body"], node.attrs["carried"]
+    for v in (o for m in body.nodes for o in m.outputs):
+        ids[v] = _fresh(v.ident, taken)
+    for v, o in zip(body.inputs[:carried], node.outputs):
+        ids[v] = ids[o]  # a carried value's variable holds the loop's result at the end
+    for v, x in zip(body.inputs[carried:], ins[carried:]):
+        ids[v] = x  # an invariant is the value from before the loop
+    lines = [f"{indent}{ids[v]} = {x}" for v, x in zip(body.inputs[:carried], ins[:carried])]
+    counter = _fresh("k", taken)
+    lines.append(f"{indent}for {counter} in range({node.attrs['trips']}):")
+    lines += _statements(body.nodes, ids, taken, indent + "    ")
+    nexts = [ids[o] for o in body.outputs[:carried]]
+    if carried:
+        state = ", ".join(ids[v] for v in body.inputs[:carried])
+        lines.append(f"{indent}    {state} = {', '.join(nexts)}")
+    for o, b in zip(node.outputs[carried:], body.outputs[carried:]):
+        lines.append(f"{indent}{ids[o]} = {ids[b]}")
+    return lines
+
+
+def _fresh(name: str, taken: set) -> str:
+    k, fresh = 0, name
+    while fresh in taken:
+        k += 1
+        fresh = f"{name}_{k}"
+    taken.add(fresh)
+    return fresh
 
 
 # Names generated code reads: a parameter named like one of them would shadow it.

@@ -416,6 +416,8 @@ class Graph:
         for n in self.nodes:
             if n.op not in OPS:
                 raise ValueError(f"unknown op {n.op!r} in: {n}")
+            if OPS[n.op].check is not None:  # a loop: its body, and how the node matches it
+                OPS[n.op].check(n)
             for v in n.var_inputs:
                 if v not in defined:
                     raise ValueError(f"%{v.name} used before it is defined in: {n}")
@@ -458,7 +460,9 @@ class Graph:
 
         nodes = []
         for n in self.nodes:
-            attrs = _canonical(dict(n.attrs), lambda v: {"var": num[v]})
+            attrs = _canonical(
+                dict(n.attrs), lambda v: {"var": num[v]}, lambda body: {"body": body._structure()}
+            )
             nodes.append([n.op, [ref(x) for x in n.inputs], attrs])
             for o in n.outputs:
                 num[o] = len(num)
@@ -559,7 +563,8 @@ def fmt_slice(s: slice) -> str:
 def format_node(n: Node, comment: bool = True) -> str:
     outs = ", ".join(f"%{o.name}: {o.type}" for o in n.outputs)
     args = [fmt_value(x) for x in n.inputs]
-    args += [f"{k}={fmt_value(v)}" for k, v in n.attrs.items() if v is not None]
+    shown = {k: v for k, v in n.attrs.items() if v is not None and not isinstance(v, Graph)}
+    args += [f"{k}={fmt_value(v)}" for k, v in shown.items()]
     line = f"{outs} = {n.op}({', '.join(args)})"
     if comment:
         where = []
@@ -572,13 +577,30 @@ def format_node(n: Node, comment: bool = True) -> str:
     return line
 
 
+def format_bodies(n: Node) -> list[str]:
+    """The lines of the graphs a node holds (a loop's body), under its header."""
+    lines = []
+    for body in (a for a in n.attrs.values() if isinstance(a, Graph)):
+        ins = ", ".join(f"%{v.name}: {v.type}" for v in body.inputs)
+        lines.append(f"{body.name}:  # ({ins})")
+        for m in body.nodes:
+            lines.append("  " + format_node(m))
+            lines += ["    " + line for line in format_bodies(m)]
+        for gd in body.guards:
+            lines.append("  " + str(gd))
+        lines.append("  next " + ", ".join(f"%{o.name}" for o in body.outputs))
+    return lines
+
+
 def format_graph(g: Graph) -> str:
     ins = [f"%{v.name}: {v.type}" for v, s in zip(g.inputs, g.specs) if s.kind == "arg"]
     lines = [f"{g.name}({', '.join(ins)}) {{"]
     for v, s in zip(g.inputs, g.specs):
         if s.kind != "arg":
             lines.append(f"  {s.kind} %{v.name}: {v.type} = {s.label}")
-    lines += ["  " + format_node(n) for n in g.nodes]
+    for n in g.nodes:
+        lines.append("  " + format_node(n))
+        lines += ["    " + line for line in format_bodies(n)]
     for gd in g.guards:
         lines.append("  " + str(gd))
     res = [f"%{o.name}" for o in g.outputs[: g.n_results]]
@@ -590,15 +612,18 @@ def format_graph(g: Graph) -> str:
 
 
 # ---------------------------------------------------------------------- canonical values / JSON
-def _canonical(x, var=lambda v: {"var": v.name}):
+def _canonical(x, var=lambda v: {"var": v.name}, graph=None):
     """A JSON-able, order-stable form of an attribute or constant value; ``var`` gives a Var's
-    (by name in JSON, by position in ``Graph.key``)."""
+    (by name in JSON, by position in ``Graph.key``), ``graph`` a loop body's (its JSON form, or
+    its structure in ``Graph.key``)."""
     if isinstance(x, Var):
         return var(x)
+    if isinstance(x, Graph):
+        return graph(x) if graph is not None else {"graph": _graph_to_obj(x)}
     if isinstance(x, bool | type(None) | str):
         return x
     if isinstance(x, np.generic):  # before float/complex: np.float64 subclasses float
-        return {"np": np.dtype(x.dtype).str, "v": _canonical(x.item(), var)}
+        return {"np": np.dtype(x.dtype).str, "v": _canonical(x.item(), var, graph)}
     if isinstance(x, int):
         return {"int": x}
     if isinstance(x, float):
@@ -616,15 +641,15 @@ def _canonical(x, var=lambda v: {"var": v.name}):
             "b64": base64.b64encode(np.ascontiguousarray(x).tobytes()).decode(),
         }
     if isinstance(x, slice):
-        return {"slice": [_canonical(e, var) for e in (x.start, x.stop, x.step)]}
+        return {"slice": [_canonical(e, var, graph) for e in (x.start, x.stop, x.step)]}
     if x is Ellipsis:
         return {"ellipsis": True}
     if isinstance(x, tuple):
-        return {"tuple": [_canonical(e, var) for e in x]}
+        return {"tuple": [_canonical(e, var, graph) for e in x]}
     if isinstance(x, list):
-        return {"list": [_canonical(e, var) for e in x]}
+        return {"list": [_canonical(e, var, graph) for e in x]}
     if isinstance(x, dict):
-        return {"dict": [[k, _canonical(v, var)] for k, v in sorted(x.items())]}
+        return {"dict": [[k, _canonical(v, var, graph)] for k, v in sorted(x.items())]}
     if hasattr(x, "__tracekit_json__"):
         return {"object": x.__tracekit_json__()}
     raise TypeError(f"cannot serialise attribute value {x!r} of type {type(x).__name__}")
@@ -657,6 +682,8 @@ def _uncanonical(x):
         return [_uncanonical(e) for e in v["list"]]
     if k == "dict":
         return {kk: _uncanonical(e) for kk, e in v["dict"]}
+    if k == "graph":
+        return _graph_from_obj(v["graph"])
     if k == "object":
         d = v["object"]
         load = _JSON_LOADERS.get(d.get("type")) if isinstance(d, dict) else None

@@ -25,7 +25,17 @@ from .ir import OPS as _IR_OPS
 from .ir import Var, fmt_slice
 from .type_rules import rule_for
 
-KINDS = ("elementwise", "reduce", "scan", "matmul", "movement", "index", "create", "opaque")
+KINDS = (
+    "elementwise",
+    "reduce",
+    "scan",
+    "matmul",
+    "movement",
+    "index",
+    "create",
+    "opaque",
+    "control",
+)
 
 
 @dataclass(frozen=True)
@@ -114,6 +124,8 @@ class Op:
     that NumPy makes only where its input's strides allow, else a copy: reshape).
     ``type_rule(input_types, attrs)`` gives its output shapes and dtypes without
     running it (:mod:`tracekit.type_rules`; ``register`` fills in the op's family rule).
+    ``check(node)`` raises ``ValueError`` where a node of the op is malformed in ways
+    ``Graph.check`` cannot see (a loop: its body, and how the node's values match it).
     """
 
     name: str
@@ -130,6 +142,7 @@ class Op:
     view: bool = False
     may_view: bool = False
     update: bool = False
+    check: Callable | None = None
     unview: Callable | None = None
     may_copy: bool = False
     type_rule: Callable | None = None  # (input types, attrs) -> [(shape, dtype)]: type_rules.py

@@ -17,17 +17,24 @@ from . import tracer as T
 from .errors import GuardError, TraceError
 from .interpret import run
 from .ir import Graph, InputSpec, Var
+from .loops import roll
 from .ops import OPS
 from .tracer.active import _state
 
 
-def trace(fn, *example_args, strict: bool = False, keep_values: bool = False, name=None):
+def trace(
+    fn, *example_args, strict: bool = False, keep_values: bool = False, name=None, loops="roll"
+):
     """Trace ``fn`` on example inputs into a graph; returns a callable :class:`Traced`.
 
     Arrays, NumPy scalars and Python floats/complexes (also inside tuples, lists and dicts) are
     traced; other arguments (ints, bools, strings, objects) are static and baked in. Python
     control flow on traced values is baked in too, with a ``TracerWarning`` naming the line
     (``strict=True`` raises ``TraceError`` instead).
+
+    Iterations of a Python loop that repeat the same computation are rolled into one ``loop``
+    node (:mod:`tracekit.loops`); ``loops="unroll"`` keeps every iteration's nodes, and
+    ``Traced.notes`` says which loops did not roll, and why.
 
     >>> import numpy as np, tracekit as tk
     >>> t = tk.trace(lambda x: np.tanh(x) * 2.0, np.zeros(3, np.float32))
@@ -40,6 +47,8 @@ def trace(fn, *example_args, strict: bool = False, keep_values: bool = False, na
     >>> t(np.ones(3, np.float32))
     array([1.5231884, 1.5231884, 1.5231884], dtype=float32)
     """
+    if loops not in ("roll", "unroll"):
+        raise ValueError(f"tk.trace: loops must be 'roll' or 'unroll', not {loops!r}")
     ctx = T.TraceContext(strict=strict)
     paths: list[str] = []
     leaves, in_tree = pytree.flatten(list(example_args), paths=paths)
@@ -68,8 +77,9 @@ def trace(fn, *example_args, strict: bool = False, keep_values: bool = False, na
         T.restore_captures(ctx, slots, record=False)
         raise
     T.restore_captures(ctx, slots)
-    graph, out_tree = _finish(ctx, result, len(args), name or _fn_name(fn))
+    graph, out_tree, notes = _finish(ctx, result, len(args), name or _fn_name(fn), loops)
     traced = Traced(graph, in_tree, out_tree, ctx.capture_getters, leaves, fn=fn)
+    traced.notes = [str(n) for n in notes]
     if keep_values:
         traced.values = traced.run_values(*example_args)
     return traced
@@ -110,7 +120,7 @@ def _leaf_names(fn, paths):
     return names
 
 
-def _finish(ctx, result, n_args, name):
+def _finish(ctx, result, n_args, name, loops="unroll"):
     from .passes import dce
 
     out_leaves, out_tree = pytree.flatten(result, extra_types=(T.TracedArray,))
@@ -145,8 +155,11 @@ def _finish(ctx, result, n_args, name):
     )
     ctx.capture_getters = [ctx.capture_getters[i] for i in order]
     graph = dce(graph)
+    notes = []
+    if loops == "roll":
+        graph, notes = roll(graph)
     graph, ctx.capture_getters = _drop_unused_inputs(graph, ctx.capture_getters)
-    return graph.check(), out_tree
+    return graph.check(), out_tree, notes
 
 
 def _drop_unused_inputs(graph, getters):
@@ -379,6 +392,7 @@ class Traced:
         self.fn = fn
         self.values: dict | None = None
         self.history: list = []
+        self.notes: list[str] = []  # loops that did not roll, and why
 
     # -- calling
     def flatten_args(self, args) -> list:
@@ -528,6 +542,7 @@ class Traced:
             graph, self.in_tree, self.out_tree, self.capture_getters, self.example_leaves, self.fn
         )
         t.history = list(self.history) + ([history_entry] if history_entry else [])
+        t.notes = list(self.notes)
         return t
 
 

@@ -349,7 +349,7 @@ BIG = textwrap.dedent(
             x = np.tanh(x * 1.01 + 0.5) - x * 0.1
         return x
 
-    t = tk.trace(long_chain, np.ones(8))
+    t = tk.trace(long_chain, np.ones(8), loops="unroll")  # 2,000 nodes, not one loop
     assert len(t.graph.nodes) == 2000
     """
 )

@@ -17,6 +17,7 @@ import numpy as np
 from .. import pytree
 from ..passes import optimize
 from ..traced import Traced, check_guards, check_layout_guards
+from .control import unroll_small_loops
 from .lowering import lower
 from .planner import plan as make_plan
 from .runtime import check_out_types
@@ -63,7 +64,7 @@ class Compiled:
             from ..ir import check_types  # generated code trusts every recorded shape
 
             check_types(traced.graph)
-        opt = optimize(traced)
+        opt = optimize(traced.with_graph(unroll_small_loops(traced.graph)))
         self.history = opt.history
         self.graph = g = lower(opt.graph).check()
         self.plan = make_plan(self.graph)

@@ -22,8 +22,10 @@ from ..ops import OPS, build_index
 from ..pyop import check_results
 from . import cache
 from . import scalar as S
+from .control import loop_runner, prepared
 from .emit_cpu import PARALLEL_MIN_WORK, PARALLEL_MIN_WORK_BESIDE_BLAS, kernel_source
 from .planner import Plan, escaping, in_place_updates
+from .planner import plan as make_plan
 
 
 class CompileError(RuntimeError):
@@ -100,6 +102,14 @@ class CpuProgram:
         self.module = None
 
     def load(self, disk=True, progress=None):
+        self.loops = {  # the body of each loop, compiled once
+            node: loop_runner(
+                node, compile_body(node.attrs["body"], node.attrs["carried"], self.math, disk)
+            )
+            for step in self.plan.steps
+            for node in step.nodes
+            if OPS[node.op].kind == "control"
+        }
         mod = cache.load(self.source, disk=disk)
         try:
             return self._compile(mod, progress)
@@ -343,6 +353,10 @@ class Runner:
             return f"np.matmul({ins[0]}, {ins[1]}, out={self._alloc(node.out, result_pos)})"
         impl = f"impl_{node.op}"
         self.ns[impl] = OPS[node.op].impl
+        if OPS[node.op].kind == "control":  # a loop: its body's compiled program, trips times
+            impl = f"loop{len(self.ns)}"
+            self.ns[impl] = self.program.loops[node]
+            return f"{impl}({', '.join(ins)})"
         attrs = f"attrs{len(self.ns)}"
         self.ns[attrs] = dict(node.attrs)
         call = f"{impl}({', '.join([*ins, f'**{attrs}'])})"  # no inputs: eye, arange...
@@ -351,6 +365,24 @@ class Runner:
             self.ns[k], self.ns["_check_pyop"] = node, check_results
             return f"_check_pyop({k}, {call})"
         return call
+
+
+def compile_body(body, carried: int, math: str, disk: bool):
+    """``run(values) -> outputs`` of a loop body compiled for the CPU."""
+    g = prepared(body)
+    plan = make_plan(g)
+    plan.owned = frozenset(g.inputs[:carried])  # the loop hands over its state's buffers
+    program = CpuProgram(plan, math)
+    program.load(disk=disk)
+    runner = Runner(plan, program)
+    runner.ns.update(RUNTIME)
+    consts = [g.constants[v] for v, s in zip(g.inputs, g.specs) if s.kind == "const"]
+    fn, pool = runner.fn, {}
+
+    def run(values):
+        return fn(values + consts if consts else values, None, pool)[0]
+
+    return run
 
 
 def _out(i, outs, pool, shape, dtype):

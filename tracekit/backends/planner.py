@@ -80,6 +80,7 @@ class Plan:
     graph: Graph
     steps: list
     refusals: list
+    owned: frozenset = frozenset()  # inputs the runner may write into (a loop's carried state)
 
     @property
     def kernels(self) -> list:
@@ -513,8 +514,9 @@ def plan(graph: Graph) -> Plan:
 
 def in_place_updates(plan: Plan) -> set:
     """Indices of ``index_update`` host steps that may write into their base's buffer: the base
-    is a fresh buffer of this run (a kernel's or a copying host op's result, not an input, a
-    view or a Python op's value) and nothing reads it afterwards."""
+    is a fresh buffer of this run (a kernel's or a copying host op's result, or an input the
+    plan owns; not another input, a view or a Python op's value) and nothing reads it
+    afterwards."""
     g = plan.graph
     producer, last, root = {}, {}, {}
     for i, st in enumerate(plan.steps):
@@ -535,8 +537,12 @@ def in_place_updates(plan: Plan) -> set:
             continue
         base = st.nodes[0].inputs[0]
         src = producer.get(base)
-        fresh = src is not None and (
-            src.kind == "kernel" or (src.kind == "host" and OPS[src.nodes[0].op].kind != "opaque")
+        fresh = base in plan.owned or (
+            src is not None
+            and (
+                src.kind == "kernel"
+                or (src.kind == "host" and OPS[src.nodes[0].op].kind != "opaque")
+            )
         )
         if fresh and last.get(root.get(base, base)) == i and st.nodes[0].inputs.count(base) == 1:
             out.add(i)

@@ -1,0 +1,73 @@
+"""Control ops on a target: a loop runs its body, compiled once for the target, ``trips`` times.
+
+A target compiles a loop's body like any graph (optimised, lowered, planned and fused) and
+calls it once per iteration with the carried values and the invariants; compile time is the
+body's, not the unrolled trace's. Buffers of carried values alternate between two of the body
+program's result buffers: a result the loop still holds is never reused, so the body writes
+the next state into the buffer the state before last had.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Graph
+from ..loops import unroll
+from ..ops import OPS
+from ..passes import PIPELINE
+from .lowering import lower
+
+# A loop of at most this many nodes unrolled is compiled unrolled: its iterations fuse into
+# few kernels, and a host call per iteration would cost more than they compute.
+UNROLL_AT_MOST = 128
+
+
+def unroll_small_loops(graph: Graph) -> Graph:
+    """``graph`` with each loop of at most ``UNROLL_AT_MOST`` unrolled nodes unrolled."""
+    return unroll(
+        graph, which=lambda n: n.attrs["trips"] * _unrolled_size(n.attrs["body"]) <= UNROLL_AT_MOST
+    )
+
+
+def _unrolled_size(body: Graph) -> int:
+    return sum(
+        n.attrs["trips"] * _unrolled_size(n.attrs["body"]) if OPS[n.op].kind == "control" else 1
+        for n in body.nodes
+    )
+
+
+def prepared(body: Graph) -> Graph:
+    """``body`` through the passes and the lowering every compiled graph goes through."""
+    for _, run_pass in PIPELINE:
+        body = run_pass(body).check()
+    return lower(body).check()
+
+
+def loop_runner(node, run_body):
+    """``run(*inputs)`` computing loop ``node``; ``run_body(values)`` runs its body once and
+    returns its outputs (a list), and may write into the buffers of the carried values it is
+    given (they are the loop's own)."""
+    trips, carried = node.attrs["trips"], node.attrs["carried"]
+
+    def run(*inputs):
+        # the body may write into the state's buffers: the first are copies of the inputs
+        state = [x.copy() if isinstance(x, np.ndarray) else x for x in inputs[:carried]]
+        invariants = list(inputs[carried:])
+        outs = state
+        for _ in range(trips):
+            outs = run_body(state + invariants)
+            state = outs[:carried]
+        outs = [_unshared(o, inputs) for o in outs]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    return run
+
+
+def _unshared(value, inputs):
+    """``value``, or a copy where it may share memory with an input (the body passed a
+    carried value through, or returned a view of an invariant)."""
+    if isinstance(value, np.ndarray) and any(
+        isinstance(x, np.ndarray) and np.may_share_memory(value, x) for x in inputs
+    ):
+        return value.copy()
+    return value

@@ -1,0 +1,282 @@
+"""Rolling: consecutive identical iterations of a Python loop in a trace become one loop node.
+
+Tracing records every iteration of a loop. A run of consecutive iterations rolls when the
+iterations agree node by node (op, attributes, literals, types, source line, all inside one
+loop statement of the user's source) and their dataflow is consistent: each value a body
+position reads is, in every iteration, the same value from before the loop (an invariant), a
+value of the same iteration (internal), or the previous iteration's value at one body position
+(carried state; the first iteration reads its initial value from before the loop). Values used
+after the loop must be the last iteration's. An iteration that differs (a sum that starts from
+the Python float ``0.0``) stays outside, before the loop. Loops nest: a body is rolled too.
+
+>>> import numpy as np, tracekit as tk
+>>> def f(x, w):
+...     for _ in range(10):
+...         x = np.tanh(x @ w)
+...     return x
+>>> t = tk.trace(f, np.ones((2, 2)), np.eye(2))
+>>> node = t.graph.nodes[0]
+>>> node.op, node.attrs["trips"], [n.op for n in node.attrs["body"].nodes]
+('loop', 10, ['matmul', 'tanh'])
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ir import Graph, Node, Source, Var, _canonical
+from .source import enclosing_loops
+
+MAX_CANDIDATES = 16  # periods tried from one position: the next occurrences of its node
+
+
+@dataclass(frozen=True)
+class RollNote:
+    """Iterations that could not be rolled, and why (shown in ``Traced.notes``)."""
+
+    source: Source | None
+    trips: int
+    reason: str
+
+    def __str__(self):
+        where = f"{self.source}: `{self.source.text}`" if self.source else "a loop"
+        return f"{where}: {self.trips} iterations not rolled: {self.reason}"
+
+
+def roll(graph: Graph, stacks: dict | None = None) -> tuple[Graph, list[RollNote]]:
+    """``graph`` with its runs of identical loop iterations rolled, and notes on the runs that
+    could not be. ``stacks`` maps a node to the sources of its whole call chain (outermost
+    first), so that a loop calling a function rolls too; without it a node's own source is
+    its only one."""
+    notes: list[RollNote] = []
+    guarded = {g.var for g in graph.guards}
+    nodes = _roll_all(graph.nodes, set(graph.outputs) | guarded, guarded, graph, stacks, notes)
+    if len(nodes) == len(graph.nodes):
+        return graph, notes
+    return graph.replace(nodes=nodes), notes
+
+
+def _roll_all(nodes, live_out, guarded, graph, stacks, notes) -> list:
+    while True:  # an outer loop may match only once its inner loops are nodes
+        rolled = _roll_once(nodes, live_out, guarded, graph, stacks, notes)
+        if len(rolled) == len(nodes):
+            return rolled
+        nodes = rolled
+
+
+def _roll_once(nodes, live_out, guarded, graph, stacks, notes) -> list:
+    sigs = [_signature(n) for n in nodes]
+    loops = [_loops_of(n, stacks) for n in nodes]
+    at: dict = {}
+    for i, s in enumerate(sigs):
+        at.setdefault(s, []).append(i)
+    last_use: dict = {}
+    for i, n in enumerate(nodes):
+        for v in n.var_inputs:
+            last_use[v] = i
+    out, i, n_nodes = [], 0, len(nodes)
+    while i < n_nodes:
+        best = _best_run(i, sigs, loops, at) if loops[i] else None
+        if best is None:
+            out.append(nodes[i])
+            i += 1
+            continue
+        period, trips, loop = best
+        run = nodes[i : i + period * trips]
+        end = i + period * trips
+        made = _build(run, period, trips, loop, end, last_use, live_out, guarded, graph, stacks)
+        if isinstance(made, str):
+            notes.append(RollNote(Source(loop[0], loop[1], "", loop[2]), trips, made))
+            out.extend(run)
+        else:
+            body, body_notes = roll(made.attrs["body"], stacks)
+            notes.extend(body_notes)
+            out.append(made.replace(attrs={**made.attrs, "body": body}))
+        i = end
+    return out
+
+
+def _best_run(i, sigs, loops, at):
+    """(period, trips, loop) of the longest run of repeats starting at node ``i``, or None."""
+    same = at[sigs[i]]
+    k = bisect.bisect_right(same, i)
+    best = None
+    for j in same[k : k + MAX_CANDIDATES]:
+        period = j - i
+        if i + 2 * period > len(sigs):
+            break
+        loop = _common_loop(loops[i : i + period])
+        if loop is None:
+            continue
+        window, trips = sigs[i:j], 1
+        while sigs[i + trips * period : i + (trips + 1) * period] == window:
+            if _common_loop(loops[i + trips * period : i + (trips + 1) * period]) != loop:
+                break
+            trips += 1
+        if trips >= 2 and (best is None or trips * period > best[0] * best[1]):
+            best = (period, trips, loop)
+    return best
+
+
+def _common_loop(chains):
+    """The innermost loop statement that holds every node of a window, or None."""
+    common = None
+    for chain in chains:
+        common = set(chain) if common is None else common & set(chain)
+        if not common:
+            return None
+    return next(loop for loop in chains[0] if loop in common)
+
+
+def _loops_of(node, stacks) -> tuple:
+    sources = (stacks or {}).get(node) or ((node.source,) if node.source else ())
+    found = ()
+    for src in reversed(sources):  # innermost frame first
+        found += enclosing_loops(src.file, src.line)
+    return found
+
+
+def _signature(n: Node):
+    """What two iterations' nodes at one body position must share."""
+    if _has_var_attr(n.attrs):
+        return ("unique", id(n))
+    ins = tuple(
+        ("v", x.shape, x.dtype.str, x.weak)
+        if isinstance(x, Var)
+        else ("c", json.dumps(_canonical(x)))
+        for x in n.inputs
+    )
+    attrs = json.dumps(_canonical(dict(n.attrs), graph=lambda b: {"body": b.key()}))
+    outs = tuple((o.shape, o.dtype.str, o.weak) for o in n.outputs)
+    src = (n.source.file, n.source.line) if n.source else None
+    return (n.op, ins, attrs, outs, src)
+
+
+def _has_var_attr(x) -> bool:
+    if isinstance(x, Var):
+        return True
+    if isinstance(x, dict):
+        return any(_has_var_attr(v) for v in x.values())
+    if isinstance(x, tuple | list):
+        return any(_has_var_attr(v) for v in x)
+    if isinstance(x, slice):
+        return any(_has_var_attr(v) for v in (x.start, x.stop, x.step))
+    return False
+
+
+def _build(run, period, trips, loop, end, last_use, live_out, guarded, graph, stacks):
+    """The loop node of ``run`` (``trips`` iterations of ``period`` nodes), or why not."""
+    where = {}
+    for idx, node in enumerate(run):
+        t, j = divmod(idx, period)
+        for o, v in enumerate(node.outputs):
+            where[v] = (t, j, o)
+            if v in guarded:
+                return "a value inside the iterations is guarded (control flow on it)"
+    roles, carried, invariants = {}, {}, {}
+    for j in range(period):
+        for s, first in enumerate(run[j].inputs):
+            if not isinstance(first, Var):
+                continue
+            values = [run[t * period + j].inputs[s] for t in range(trips)]
+            role = _role(values, [where.get(v) for v in values], j, graph)
+            if role is None:
+                return (
+                    f"{run[j].op} at {run[j].source} reads a different value in each iteration "
+                    "(neither one from before the loop, nor this or the previous iteration's)"
+                )
+            kind, what = role
+            if kind == "carried" and carried.setdefault(what, first) is not first:
+                return "a carried value starts from two different values"
+            if kind == "invariant":
+                invariants.setdefault(what, None)
+            roles[(j, s)] = role
+    extras = set()
+    for v, (t, j, o) in where.items():
+        if last_use.get(v, -1) >= end or v in live_out:
+            if t != trips - 1:
+                return (
+                    f"%{v.name} of iteration {t + 1} is used after the loop (values of every "
+                    "iteration, such as a list stacked afterwards, are not rolled yet)"
+                )
+            extras.add((j, o))
+    carried_slots = sorted(carried)
+    slots = carried_slots + sorted(extras - set(carried_slots))
+    state = {
+        slot: _like(run[slot[0]].outputs[slot[1]], run[slot[0]].outputs[slot[1]].name + "'")
+        for slot in carried_slots
+    }
+    inner = {v: _like(v, v.name) for v in invariants}
+    body_nodes = []
+    for j in range(period):
+        ins = []
+        for s, x in enumerate(run[j].inputs):
+            kind, what = roles.get((j, s), ("literal", x))
+            ins.append(
+                x
+                if kind in ("literal", "internal")
+                else state[what]
+                if kind == "carried"
+                else inner[what]
+            )
+        body_nodes.append(run[j].replace(inputs=tuple(ins)))
+        if stacks is not None and run[j] in stacks:
+            stacks[body_nodes[-1]] = stacks[run[j]]
+    header = loop[2].rstrip(":").strip()
+    body = Graph(
+        inputs=[state[s] for s in carried_slots] + list(inner.values()),
+        nodes=body_nodes,
+        outputs=[run[j].outputs[o] for j, o in slots],
+        name=header,
+    )
+    last = (trips - 1) * period
+    return Node(
+        "loop",
+        tuple(carried[s] for s in carried_slots) + tuple(invariants),
+        {"body": body, "trips": trips, "carried": len(carried_slots)},
+        tuple(run[last + j].outputs[o] for j, o in slots),
+        Source(loop[0], loop[1], run[0].source.function if run[0].source else "", loop[2]),
+        _common_prefix([n.scope for n in run]),
+    )
+
+
+def _role(values, locs, j, graph):
+    """How body position ``j`` gets one of its inputs, ``values`` in each iteration."""
+    first, t_first = values[0], locs[0]
+    if t_first is not None and all(
+        loc is not None and loc[0] == t and loc[1:] == t_first[1:] for t, loc in enumerate(locs)
+    ):
+        return ("internal", t_first[1:])
+    if t_first is None and all(v is first for v in values):
+        return ("invariant", first)
+    if t_first is None and all(
+        loc is not None and loc[0] == t - 1 and loc[1:] == locs[1][1:]
+        for t, loc in enumerate(locs[1:], 1)
+    ):
+        return ("carried", locs[1][1:])
+    if all(v in graph.constants for v in values) and all(
+        _same_constant(graph.constants[first], graph.constants[v]) for v in values
+    ):
+        return ("invariant", first)  # one literal array lifted in every iteration
+    return None
+
+
+def _same_constant(a, b) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def _like(v: Var, name: str) -> Var:
+    return Var(name, v.shape, v.dtype, v.weak)
+
+
+def _common_prefix(scopes) -> tuple:
+    first = scopes[0]
+    n = len(first)
+    for s in scopes[1:]:
+        n = next((k for k in range(min(n, len(s))) if s[k] != first[k]), min(n, len(s)))
+    return first[:n]

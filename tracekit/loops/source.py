@@ -1,0 +1,56 @@
+"""Which Python loop of the user's source a recorded line belongs to.
+
+>>> import linecache
+>>> lines = ["def f(x):\\n", "    for _ in range(3):\\n", "        x = x + 1\\n", "    return x\\n"]
+>>> linecache.cache["<demo>"] = (0, None, lines, "<demo>")
+>>> enclosing_loop("<demo>", 3)
+('<demo>', 2, 'for _ in range(3):')
+>>> enclosing_loop("<demo>", 4) is None
+True
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+
+_LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.DictComp)
+_LOOPS += (ast.GeneratorExp,)
+_spans: dict = {}  # file -> (its lines, [(first, last, loop line)] innermost last)
+
+
+def _loop_spans(file: str) -> list:
+    lines = linecache.getlines(file)
+    cached = _spans.get(file)
+    if cached is not None and cached[0] is lines:
+        return cached[1]
+    try:
+        tree = ast.parse("".join(lines))
+    except (SyntaxError, ValueError):
+        tree = None
+    spans = []
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, _LOOPS):
+            statement = isinstance(node, ast.For | ast.AsyncFor | ast.While)
+            first = node.body[0].lineno if statement else node.lineno
+            spans.append((first, node.end_lineno, node.lineno))
+    spans.sort(key=lambda s: s[1] - s[0])  # the innermost loop first
+    _spans[file] = (lines, spans)
+    return spans
+
+
+def enclosing_loop(file: str, line: int):
+    """``(file, line of the loop, its first line's text)`` of the innermost loop of ``file``
+    whose body holds ``line``; None where no loop does."""
+    loops = enclosing_loops(file, line)
+    return loops[0] if loops else None
+
+
+def enclosing_loops(file: str, line: int) -> tuple:
+    """Every loop of ``file`` whose body holds ``line``, innermost first, each as
+    :func:`enclosing_loop` gives it."""
+    return tuple(
+        (file, at, linecache.getline(file, at).strip())
+        for first, last, at in _loop_spans(file)
+        if first <= line <= last
+    )

@@ -1,0 +1,63 @@
+"""Unrolling: every loop node replaced by its iterations, the flat graph tracing recorded.
+
+The values of iteration ``t`` of a body are named ``<name>@<t>``.
+
+>>> import numpy as np, tracekit as tk
+>>> def f(x):
+...     for _ in range(3):
+...         x = np.sin(x)
+...     return x
+>>> t = tk.trace(f, np.ones(2))
+>>> [n.op for n in unroll(t.graph).nodes]
+['sin', 'sin', 'sin']
+"""
+
+from __future__ import annotations
+
+from ..ir import Graph, Var
+from ..ops import OPS
+
+
+def unroll(graph: Graph, which=None) -> Graph:
+    """``graph`` with its loop nodes (those ``which(node)`` is true of, default all) replaced
+    by their iterations, nested loops too."""
+    which = which or (lambda node: True)
+    if not any(OPS[n.op].kind == "control" and which(n) for n in graph.nodes):
+        return graph
+    env: dict = {}
+    nodes: list = []
+    for n in graph.nodes:
+        n = n.replace(inputs=tuple(env.get(x, x) if isinstance(x, Var) else x for x in n.inputs))
+        if OPS[n.op].kind != "control" or not which(n):
+            nodes.append(n)
+            continue
+        outs = _iterations(n, nodes)
+        env.update(dict(zip(n.outputs, outs)))
+    rename = lambda v: env.get(v, v)  # noqa: E731
+    return graph.replace(
+        nodes=nodes,
+        outputs=[rename(o) for o in graph.outputs],
+        guards=[g.__class__(rename(g.var), g.value, g.how, g.source) for g in graph.guards],
+    )
+
+
+def _iterations(node, nodes: list) -> list:
+    """Append the iterations of loop ``node`` to ``nodes``; the values of its outputs."""
+    body = unroll(node.attrs["body"])
+    carried, trips = node.attrs["carried"], node.attrs["trips"]
+    state, invariants = list(node.inputs[:carried]), list(node.inputs[carried:])
+    outs = state
+    for t in range(trips):
+        env = dict(zip(body.inputs, state + invariants))
+        for m in body.nodes:
+            ins = tuple(env.get(x, x) if isinstance(x, Var) else x for x in m.inputs)
+            new = tuple(_renamed(o, t) for o in m.outputs)
+            env.update(zip(m.outputs, new))
+            nodes.append(m.replace(inputs=ins, outputs=new))
+        outs = [env.get(o, o) for o in body.outputs]
+        state = outs[:carried]
+    return outs
+
+
+def _renamed(v: Var, t: int) -> Var:
+    return Var(f"{v.name}@{t}", v.shape, v.dtype, v.weak)
