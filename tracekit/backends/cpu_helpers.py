@@ -9,8 +9,6 @@ freed, so defining the helpers in every module kept a copy per compiled graph al
 Imported by generated code only (it imports numba).
 """
 
-import math
-
 import numba
 import numpy as np
 
@@ -31,6 +29,19 @@ _wneg = _inline(_shared._wneg)
 _wabs = _inline(_shared._wabs)
 _ireciprocal = _inline(_shared._ireciprocal)
 _iremainder = _inline(_shared._iremainder)
+_rshift = _inline(_shared._rshift)
+_ifloor_divide = _inline(_shared._ifloor_divide)
+_cdiv = _inline(_shared._cdiv)
+_creciprocal = _inline(_shared._creciprocal)
+_csign = _inline(_shared._csign)
+_cge = _inline(_shared._cge)
+_cle = _inline(_shared._cle)
+_cgt = _inline(_shared._cgt)
+_clt = _inline(_shared._clt)
+_cmaximum = _inline(_shared._cmaximum)
+_cminimum = _inline(_shared._cminimum)
+_cfmax = _inline(_shared._cfmax)
+_cfmin = _inline(_shared._cfmin)
 
 
 @numba.njit(inline="always")
@@ -41,13 +52,6 @@ def _floor_divide(a, b):
 @numba.njit(inline="always")
 def _remainder(a, b):
     return np.remainder(a, b)
-
-
-@numba.njit(inline="always")
-def _rshift(a, b):
-    if 0 <= b < 64:
-        return a >> b
-    return (a >> 63) >> 1  # -1 for negative a, else 0 (in a's own type: uint64 stays exact)
 
 
 @numba.njit
@@ -102,15 +106,6 @@ def _fremainder(a, b, one):
 
 
 @numba.njit(inline="always")
-def _ifloor_divide(a, b):
-    if b == 0:
-        return a - a
-    if b == -1:
-        return _wneg(a)
-    return a // b
-
-
-@numba.njit(inline="always")
 def _uremainder(a, b):
     if b == 0:
         return a - a
@@ -140,119 +135,6 @@ def _cabs(z, one):
         return larger
     ratio = smaller / larger
     return np.sqrt(_fma(ratio, ratio, one)) * larger
-
-
-@numba.njit(inline="always")
-def _csign(z, one):
-    re = z.real
-    im = z.imag
-    r = math.hypot(re, im)
-    zero = one - one
-    if r != r:
-        return complex(zero / zero, zero / zero)
-    if r == one / zero:
-        if abs(re) == r:
-            if abs(im) == r:
-                return complex(zero / zero, zero / zero)
-            return complex(one if re > zero else -one, zero)
-        return complex(zero, one if im > zero else -one)
-    if r == zero:
-        return complex(zero, zero)
-    return complex(re / r, im / r)
-
-
-@numba.njit(inline="always")
-def _cdiv(a, b, one):
-    # NumPy's complex division (Smith's method, scaled by a reciprocal)
-    ar = a.real
-    ai = a.imag
-    br = b.real
-    bi = b.imag
-    abs_br = abs(br)
-    abs_bi = abs(bi)
-    if abs_br >= abs_bi:
-        if abs_br == 0 and abs_bi == 0:
-            return complex(ar / abs_br, ai / abs_br)
-        rat = bi / br
-        scl = one / (br + bi * rat)
-        return complex((ar + ai * rat) * scl, (ai - ar * rat) * scl)
-    rat = br / bi
-    scl = one / (bi + br * rat)
-    return complex((ar * rat + ai) * scl, (ai * rat - ar) * scl)
-
-
-@numba.njit(inline="always")
-def _creciprocal(z, one):
-    re = z.real
-    im = z.imag
-    if abs(im) <= abs(re):
-        r = im / re
-        d = re + im * r
-        return complex(one / d, -r / d)
-    r = re / im
-    d = re * r + im
-    return complex(r / d, -one / d)
-
-
-@numba.njit(inline="always")
-def _cge(a, b):
-    ar = a.real
-    ai = a.imag
-    br = b.real
-    bi = b.imag
-    return (ar > br and ai == ai and bi == bi) or (ar == br and ai >= bi)
-
-
-@numba.njit(inline="always")
-def _cle(a, b):
-    ar = a.real
-    ai = a.imag
-    br = b.real
-    bi = b.imag
-    return (ar < br and ai == ai and bi == bi) or (ar == br and ai <= bi)
-
-
-@numba.njit(inline="always")
-def _cgt(a, b):
-    ar = a.real
-    ai = a.imag
-    br = b.real
-    bi = b.imag
-    return (ar > br and ai == ai and bi == bi) or (ar == br and ai > bi)
-
-
-@numba.njit(inline="always")
-def _clt(a, b):
-    ar = a.real
-    ai = a.imag
-    br = b.real
-    bi = b.imag
-    return (ar < br and ai == ai and bi == bi) or (ar == br and ai < bi)
-
-
-@numba.njit(inline="always")
-def _cisnan(z):
-    return z.real != z.real or z.imag != z.imag
-
-
-@numba.njit(inline="always")
-def _cmaximum(a, b):
-    return a if (_cisnan(a) or _cge(a, b)) else b
-
-
-@numba.njit(inline="always")
-def _cminimum(a, b):
-    return a if (_cisnan(a) or _cle(a, b)) else b
-
-
-@numba.njit(inline="always")
-def _cfmax(a, b):
-    return a if (_cisnan(b) or _cge(a, b)) else b
-
-
-@numba.njit(inline="always")
-def _cfmin(a, b):
-    return a if (_cisnan(b) or _cle(a, b)) else b
 
 
 @numba.njit(inline="always")

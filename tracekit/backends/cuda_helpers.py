@@ -62,24 +62,8 @@ HELPERS = (
     _shared_helpers()
     + """
 @cuda.jit(device=True)
-def _ifloordiv(a, b):
-    if b == 0:
-        return a - a
-    if b == -1:
-        return -a
-    return a // b
-
-
-@cuda.jit(device=True)
-def _rshift(a, b):
-    if 0 <= b < 64:
-        return a >> b
-    return a - a - 1 if a < 0 else a - a
-
-
-@cuda.jit(device=True)
 def _ipow(a, b):
-    if b < 0:
+    if b < 0:  # NumPy raises; a kernel cannot: 1 ** b, (-1) ** b, else 0
         return a - a + (1 if a == 1 else (0 if a != -1 else (1 if b % 2 == 0 else -1)))
     r = a - a + 1
     while b:
@@ -90,8 +74,6 @@ def _ipow(a, b):
     return r
 
 
-# int64 arithmetic that wraps as NumPy's does (numba's signed ops carry LLVM's nsw flag): the
-# CPU templates call these for int64
 @cuda.jit(device=True)
 def _fsign(x):
     if x > 0:
@@ -99,94 +81,6 @@ def _fsign(x):
     if x < 0:
         return -1.0
     return x if x != x else 0.0  # NumPy: sign(-0.0) is 0.0
-
-
-@cuda.jit(device=True)
-def _cgt(a, b):
-    if a.real == b.real:
-        return a.imag > b.imag
-    return a.real > b.real and a.imag == a.imag and b.imag == b.imag
-
-
-@cuda.jit(device=True)
-def _cge(a, b):
-    if a.real == b.real:
-        return a.imag >= b.imag
-    return a.real > b.real and a.imag == a.imag and b.imag == b.imag
-
-
-@cuda.jit(device=True)
-def _clt(a, b):
-    return _cgt(b, a)
-
-
-@cuda.jit(device=True)
-def _cle(a, b):
-    return _cge(b, a)
-
-
-@cuda.jit(device=True)
-def _cmaximum(a, b):
-    return a if (a.real != a.real or a.imag != a.imag or _cge(a, b)) else b
-
-
-@cuda.jit(device=True)
-def _cminimum(a, b):
-    return a if (a.real != a.real or a.imag != a.imag or _cle(a, b)) else b
-
-
-@cuda.jit(device=True)
-def _cfmax(a, b):
-    return a if (b.real != b.real or b.imag != b.imag or _cge(a, b)) else b
-
-
-@cuda.jit(device=True)
-def _cfmin(a, b):
-    return a if (b.real != b.real or b.imag != b.imag or _cle(a, b)) else b
-
-
-@cuda.jit(device=True)
-def _cdiv(a, b):
-    # NumPy's complex division (Smith's method), so infinities and NaNs come out as NumPy's
-    br, bi = b.real, b.imag
-    if abs(br) >= abs(bi):
-        if br == 0 and bi == 0:
-            return complex(a.real / abs(br), a.imag / abs(br))
-        rat = bi / br
-        scl = 1.0 / (br + bi * rat)
-        return complex((a.real + a.imag * rat) * scl, (a.imag - a.real * rat) * scl)
-    rat = br / bi
-    scl = 1.0 / (bi + br * rat)
-    return complex((a.real * rat + a.imag) * scl, (a.imag * rat - a.real) * scl)
-
-
-@cuda.jit(device=True)
-def _creciprocal(z):
-    zr, zi = z.real, z.imag
-    if abs(zi) <= abs(zr):
-        r = zi / zr
-        d = zr + zi * r
-        return complex(1.0 / d, -r / d)
-    r = zr / zi
-    d = zr * r + zi
-    return complex(r / d, -1.0 / d)
-
-
-@cuda.jit(device=True)
-def _csign(z):
-    r = abs(z)
-    if r == 0:
-        return complex(0.0, 0.0)
-    if r == np.inf:
-        if abs(z.real) == np.inf:
-            if abs(z.imag) == np.inf:
-                return complex(np.nan, np.nan)
-            return complex(1.0 if z.real > 0 else -1.0, 0.0)
-        return complex(0.0, 1.0 if z.imag > 0 else -1.0)
-    if r != r:
-        return complex(np.nan, np.nan)
-    return z / r
-
 
 """
     + _FLOAT_HELPERS.format(b="32", f="f")

@@ -203,7 +203,7 @@ def _complex_ordered(fn, helper):
 
 def _sign(a, dt):
     if dt.kind == "c":
-        return f"_csign({a[0]})"
+        return f"_csign({a[0]}, {S._one(dt)})"
     if dt.kind == "f":
         return f"_fsign({a[0]})"
     if dt.kind == "u":
@@ -238,7 +238,7 @@ def _signbit(a, dt):
 
 def _floor_divide(a, dt):
     if dt.kind in "iu":
-        return f"_ifloordiv({a[0]}, {a[1]})"
+        return f"_ifloor_divide({a[0]}, {a[1]})"
     if dt.kind == "f":
         return f"_ffloordiv{_float_suffix(dt)}({a[0]}, {a[1]})"
     raise DeviceUnsupported(f"floor_divide on {dt}")
@@ -266,12 +266,12 @@ def _reciprocal(a, dt):
     if dt.kind == "b":
         raise DeviceUnsupported("reciprocal on bool")
     if dt.kind == "c":
-        return f"_creciprocal({a[0]})"
+        return f"_creciprocal({a[0]}, {S._one(dt)})"
     return f"({S.literal(1, dt)} / {a[0]})"
 
 
 def _divide(a, dt):
-    return f"_cdiv({a[0]}, {a[1]})" if dt.kind == "c" else f"({a[0]} / {a[1]})"
+    return f"_cdiv({a[0]}, {a[1]}, {S._one(dt)})" if dt.kind == "c" else f"({a[0]} / {a[1]})"
 
 
 def _conjugate(a, dt):
