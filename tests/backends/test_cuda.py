@@ -945,6 +945,20 @@ def test_simulated_shared_memory_is_one_array_per_block():
             assert len({id(a) for a in got}) == 1
 
 
+@pytest.mark.skipif(not SIM, reason="the simulator's session")
+def test_simulator_session_for_any_profile():
+    """A program emitted for a GPU's profile and run on the simulator gets the simulator's
+    session too (its shared-memory lock above), not only a simulator profile."""
+    import contextlib
+    import types
+
+    from tracekit.backends.cuda import CudaRunner
+
+    for prof in (Profile(simulator=True), Profile(simulator=False, name="sm_90", cc=(9, 0))):
+        session = CudaRunner._session(types.SimpleNamespace(profile=prof))
+        assert not isinstance(session, contextlib.nullcontext), prof
+
+
 # ---------------------------------------------------------------------- races
 class _RaceCheck:
     """Every memory access of the simulated kernels, checked for races between threads.

@@ -593,7 +593,10 @@ class CudaRunner:
 
     # -- public entry points
     def _session(self):
-        return _simulator_session() if self.profile.simulator else contextlib.nullcontext()
+        # the simulator, not the profile, decides: a program emitted for a GPU's profile still
+        # runs on the simulator when it is active, and needs its shared-memory lock there
+        sim = self.profile.simulator or simulator_active()
+        return _simulator_session() if sim else contextlib.nullcontext()
 
     def fn(self, inputs, outs, pool):
         with self._session():
