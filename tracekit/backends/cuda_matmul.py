@@ -1,5 +1,7 @@
-"""The CUDA matmul kernel: ``t x t`` tiles of both operands in shared memory, with the
-elementwise kernel that reads its result optionally fused in as an epilogue."""
+"""The CUDA matmul kernel: ``t x t`` tiles of both operands in shared memory (each thread
+loads one element of each, sync, accumulates over the tiles, sync before the next k tile
+overwrites them), with the elementwise kernel that reads its result optionally fused in as an
+epilogue."""
 
 from __future__ import annotations
 

@@ -6,7 +6,11 @@ shuffles for the last levels).
 Shared memory: each reduction has its own shared arrays; a block reduction writes every
 thread's slot, syncs, halves (one sync per level, the writes of a level never touching a slot
 another thread reads in that level), reads the result, and syncs again before any slot is
-written for the next row."""
+written for the next row. With warp shuffles: lane 0 of each warp writes its warp's slot, sync,
+warp 0 reduces them and writes slot 0, sync, every thread reads it, sync. Every barrier is
+outside any branch a thread may skip (the loops over rows and elements have the same trip
+count in all threads of a block). ``tests/backends/test_cuda.py`` checks each kernel for races
+on the simulator (``_RaceCheck``)."""
 
 from __future__ import annotations
 

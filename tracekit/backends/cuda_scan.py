@@ -1,6 +1,10 @@
 """Scan kernels (cumsum, cumprod, ...) of the CUDA emitter: one block per row, a Hillis-Steele
 scan of each tile in shared memory plus a carry; or one thread per row, in NumPy's order
-(``CudaKernelSource`` chooses)."""
+(``CudaKernelSource`` chooses).
+
+Shared memory in the block scan: every thread writes its slot, sync; each level reads, syncs,
+writes, syncs (a thread's write would otherwise reach a slot another is still to read); the
+tile's last slot gives the carry, and a sync protects it from the next tile's writes."""
 
 from __future__ import annotations
 
