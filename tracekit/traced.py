@@ -157,7 +157,7 @@ def _finish(ctx, result, n_args, name, loops="unroll"):
     graph = dce(graph)
     notes = []
     if loops == "roll":
-        graph, notes = roll(graph)
+        graph, notes = roll(graph, ctx.stacks)
     graph, ctx.capture_getters = _drop_unused_inputs(graph, ctx.capture_getters)
     return graph.check(), out_tree, notes
 

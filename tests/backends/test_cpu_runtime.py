@@ -428,6 +428,7 @@ def _recorded_ops() -> set:
     """The ops the backend test programs record (traced, not compiled)."""
     import test_cpu
     import test_cpu_programs as progs
+    import test_loops
 
     seen = set()
     with quiet():
@@ -443,6 +444,8 @@ def _recorded_ops() -> set:
             seen |= {n.op for n in tk.trace(fn, x).graph.nodes}
         t = tk.trace(progs.movement_program, *progs.movement_inputs("complex128"))
         seen |= {n.op for n in t.graph.nodes}
+        for fn, make in test_loops.PROGRAMS.values():  # compiled in test_loops
+            seen |= {n.op for n in tk.trace(fn, *make(0)).graph.nodes}
     return seen
 
 

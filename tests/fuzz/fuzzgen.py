@@ -257,8 +257,23 @@ def run_step(regs, st):
         regs.append(a.copy())
     elif k == "pyop":
         regs.append(_pyop(st["fn"])(a))
+    elif k == "loop":
+        run_loop(regs, st)
     else:
         raise ValueError(f"unknown step kind {k!r}")
+
+
+def run_loop(regs, st):
+    """A Python loop: ``trips`` times, the body's steps on the registers before the loop and
+    the carried value (register ``base``); the body's last register is carried on. Tracing
+    records every iteration and rolls them back into a loop node."""
+    carry = regs[st["carry"]]
+    for _ in range(st["trips"]):
+        local = regs[: st["base"]] + [carry]
+        for body_step in st["body"]:
+            run_step(local, body_step)
+        carry = local[-1]
+    regs.append(carry)
 
 
 def _axis(a):
@@ -410,6 +425,7 @@ class _Gen:
         self.seed, self.profile = seed, profile
         self.prog = {"seed": seed, "profile": profile, "inputs": [], "steps": [], "outputs": []}
         self.approx: list[bool] = []
+        self.depth = 0  # loops the step being made is in
 
     # -- registers
     def regs(self):
@@ -844,6 +860,8 @@ class _Gen:
         return {"k": "getitem", "a": a, "idx": idx}, self.approx[a]
 
     def _getitem_by_register(self, regs, a, ints, n):
+        if self.depth:  # it adds a step of its own to the program: not inside a loop's body
+            return None
         st = {"k": "binary", "fn": "remainder", "a": ints, "b": {"t": "int", "v": n}}
         if not self.try_step(st, False):
             return None
@@ -920,6 +938,54 @@ class _Gen:
             self.approx[a] or _kind(regs[a]) == "f"
         )
 
+    def _loop(self, regs):
+        """A loop carrying one array register through one to three steps, two to four
+        times."""
+        if self.depth >= 1:
+            return None
+        c = self.pick(regs, lambda r: isinstance(r, np.ndarray) and r.ndim > 0)
+        if c is None:
+            return None
+        base, trips, outer_approx = len(regs), int(self.rng.integers(2, 5)), self.approx
+        self.approx = list(outer_approx[:base]) + [outer_approx[c]]
+        self.depth += 1
+        body, approx = [], outer_approx[c]
+        try:
+            for _ in range(int(self.rng.integers(1, 4))):
+                local = self._body_regs(c, body)
+                kinds, weights = zip(*self.kinds.items())
+                k = kinds[int(self.rng.choice(len(kinds), p=np.array(weights) / sum(weights)))]
+                res = getattr(self, f"_{k}")(local)
+                if res is None:
+                    continue
+                st, ap = res
+                try:
+                    with quiet():
+                        run_step(local, st)
+                except Exception:
+                    continue
+                body.append(st)
+                approx = approx or ap
+                self.approx += [ap] * (len(local) - len(self.approx))
+        finally:
+            self.approx, self.depth = outer_approx, self.depth - 1
+        if not body:
+            return None
+        last = self._body_regs(c, body)[-1]
+        if not isinstance(last, np.ndarray) or last.shape != regs[c].shape:
+            return None
+        if last.dtype != regs[c].dtype:
+            return None
+        return {"k": "loop", "carry": c, "base": base, "trips": trips, "body": body}, approx
+
+    def _body_regs(self, c, body):
+        regs = self.regs()
+        local = regs + [regs[c]]
+        with quiet():
+            for st in body:
+                run_step(local, st)
+        return local
+
     # -- the whole program
     def build(self, n_steps):
         rng, prof = self.rng, self.profile
@@ -949,14 +1015,14 @@ class _Gen:
             self.kinds = {
                 "unary": 4, "binary": 5, "inplace": 1, "where": 1, "compare": 1, "clip": 1,
                 "reduce": 3, "scan": 1, "matmul": 2, "reshape": 3, "join": 2, "getitem": 3,
-                "setitem": 2, "create": 1, "copy": 1,
+                "setitem": 2, "create": 1, "copy": 1, "loop": 2,
             }  # fmt: skip
         else:
             self.kinds = {
                 "unary": 6, "binary": 8, "inplace": 3, "uout": 1, "where": 1, "clip": 1,
-                "astype": 2, "complexpart": 1, "setpart": 1, "reduce": 4, "arg": 1, "scan": 1,
+                "astype": 2, "complexpart": 1.5, "setpart": 1, "reduce": 4, "arg": 1, "scan": 1,
                 "matmul": 2, "reshape": 4, "join": 3, "getitem": 4, "setitem": 4, "create": 1,
-                "copy": 1, "pyop": 0.3,
+                "copy": 1, "pyop": 0.3, "loop": 3,
             }  # fmt: skip
         tries = 0
         while len(self.prog["steps"]) < n_steps and tries < n_steps * 8:

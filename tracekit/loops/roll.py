@@ -89,6 +89,10 @@ def _roll_once(nodes, live_out, guarded, graph, stacks, notes) -> list:
         run = nodes[i : i + period * trips]
         end = i + period * trips
         made = _build(run, period, trips, loop, end, last_use, live_out, guarded, graph, stacks)
+        if isinstance(made, int):  # a value of iteration ``made`` is used after the loop
+            trips, end = made, i + period * made  # the loop ends there; the rest follows it
+            run = run[: period * trips]
+            made = _build(run, period, trips, loop, end, last_use, live_out, guarded, graph, stacks)
         if isinstance(made, str):
             notes.append(RollNote(Source(loop[0], loop[1], "", loop[2]), trips, made))
             out.extend(run)
@@ -169,7 +173,8 @@ def _has_var_attr(x) -> bool:
 
 
 def _build(run, period, trips, loop, end, last_use, live_out, guarded, graph, stacks):
-    """The loop node of ``run`` (``trips`` iterations of ``period`` nodes), or why not."""
+    """The loop node of ``run`` (``trips`` iterations of ``period`` nodes), or why not, or the
+    number of its first iterations that would roll (a value of the next is used after it)."""
     where = {}
     for idx, node in enumerate(run):
         t, j = divmod(idx, period)
@@ -195,15 +200,18 @@ def _build(run, period, trips, loop, end, last_use, live_out, guarded, graph, st
             if kind == "invariant":
                 invariants.setdefault(what, None)
             roles[(j, s)] = role
-    extras = set()
+    extras, earliest = set(), trips - 1
     for v, (t, j, o) in where.items():
         if last_use.get(v, -1) >= end or v in live_out:
-            if t != trips - 1:
-                return (
-                    f"%{v.name} of iteration {t + 1} is used after the loop (values of every "
-                    "iteration, such as a list stacked afterwards, are not rolled yet)"
-                )
+            earliest = min(earliest, t)
             extras.add((j, o))
+    if earliest < trips - 1:
+        if earliest >= 1:
+            return earliest + 1  # roll the iterations up to that one
+        return (
+            "values of every iteration are used after the loop (a list stacked afterwards, "
+            "say): stacked outputs are not rolled yet"
+        )
     carried_slots = sorted(carried)
     slots = carried_slots + sorted(extras - set(carried_slots))
     state = {

@@ -39,6 +39,8 @@ class TraceContext:
     def __init__(self, strict=False):
         self.strict = strict
         self.nodes: list[Node] = []
+        self.stacks: dict = {}  # node -> the sources of its call chain, outermost first
+        self.last_stack: tuple = ()
         self.inputs: list[Var] = []
         self.specs: list = []
         self.buffers: list[Buffer] = []  # one per input, same order
@@ -73,6 +75,7 @@ class TraceContext:
             f = f.f_back
         chain.reverse()
         src = source_of(chain[-1]) if chain else None
+        self.last_stack = tuple(source_of(f) for f in chain)  # for rolling loops in callees
         return src, self._scope_path(chain)
 
     def _scope_path(self, chain):
@@ -122,6 +125,8 @@ class TraceContext:
         src, scope = where or self.where()
         node = Node(op, tuple(inputs), attrs, tuple(outputs), src, scope)
         self.nodes.append(node)
+        if where is None:
+            self.stacks[node] = self.last_stack
         return node
 
     def emit(self, op, inputs, attrs=None, *, n_out=1, weak=False, view=False):

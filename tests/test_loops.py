@@ -1,0 +1,332 @@
+"""Loops that stay loops (tracekit.loops): each program rolled vs unrolled vs NumPy, on the
+interpreter, in ``t.code``, on the CPU target, and through grad; programs that must not roll
+roll nothing and say why."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from helpers.compare import assert_same
+from helpers.run import quiet
+
+import tracekit as tk
+from tracekit.ir import Graph
+from tracekit.loops import unroll
+
+
+# ---------------------------------------------------------------------- programs that roll
+def jacobi(A, B, steps=30):
+    for _ in range(steps):
+        B[1:-1, 1:-1] = 0.2 * (
+            A[1:-1, 1:-1] + A[1:-1, :-2] + A[1:-1, 2:] + A[2:, 1:-1] + A[:-2, 1:-1]
+        )
+        A[1:-1, 1:-1] = 0.2 * (
+            B[1:-1, 1:-1] + B[1:-1, :-2] + B[1:-1, 2:] + B[2:, 1:-1] + B[:-2, 1:-1]
+        )
+    return A.sum()
+
+
+def heat(u, steps=40):
+    for _ in range(steps):
+        u[1:-1, 1:-1] += 0.1 * (
+            u[2:, 1:-1] + u[:-2, 1:-1] + u[1:-1, 2:] + u[1:-1, :-2] - 4 * u[1:-1, 1:-1]
+        )
+    return u
+
+
+def ping_pong(a, b, steps=30):
+    for _ in range(steps):
+        b = 0.5 * (a + np.roll(a, 1))
+        a, b = b, a
+    return a, b
+
+
+def recurrent(x, w, steps=25):
+    for _ in range(steps):
+        x = np.tanh(x @ w) + 0.1 * x
+    return (x * x).sum()
+
+
+def sum_from_zero(a, steps=30):
+    s = 0.0  # the first iteration adds to a Python float: it stays outside the loop
+    for _ in range(steps):
+        s = s + np.tanh(a).sum() * 0.01
+        a = a * 0.99
+    return s
+
+
+def nested(x, outer=6, inner=5):
+    for _ in range(outer):
+        for _ in range(inner):
+            x = 0.5 * x + np.sin(x)
+        x = x - x.mean()
+    return x
+
+
+def last_values(x, steps=30):
+    for _ in range(steps):
+        y = np.exp(-x * x)
+        x = x + 0.1 * y
+    return x, y
+
+
+def kmeans(points, centers, steps=12):
+    for _ in range(steps):
+        d = ((points[:, None, :] - centers[None, :, :]) ** 2).sum(axis=-1)
+        nearest = d.argmin(axis=1)
+        onehot = (nearest[:, None] == np.arange(centers.shape[0])[None, :]).astype(points.dtype)
+        counts = onehot.sum(axis=0)[:, None]
+        centers = (onehot.T @ points + centers) / (counts + 1)
+    return centers
+
+
+def with_invariant_work(x, w, steps=30):
+    for _ in range(steps):
+        x = x + np.cos(w) * 0.1  # np.cos(w) is the same every iteration
+    return x
+
+
+def _r(seed, *shape):
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+PROGRAMS = {
+    "jacobi": (jacobi, lambda s: (_r(s, 12, 12), _r(s + 1, 12, 12))),
+    "heat": (heat, lambda s: (_r(s, 10, 10),)),
+    "ping_pong": (ping_pong, lambda s: (_r(s, 16), _r(s + 1, 16))),
+    "recurrent": (recurrent, lambda s: (_r(s, 3, 4), 0.3 * _r(s + 1, 4, 4))),
+    "sum_from_zero": (sum_from_zero, lambda s: (_r(s, 8),)),
+    "nested": (nested, lambda s: (_r(s, 7),)),
+    "last_values": (last_values, lambda s: (_r(s, 5),)),
+    "kmeans": (kmeans, lambda s: (_r(s, 40, 2), _r(s + 1, 3, 2))),
+    "with_invariant_work": (with_invariant_work, lambda s: (_r(s, 6), _r(s + 1, 6))),
+}
+DIFFERENTIABLE = ["jacobi", "heat", "recurrent", "sum_from_zero", "nested", "with_invariant_work"]
+
+
+def _copies(args):
+    return [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+
+
+def _trace(name, **kw):
+    fn, make = PROGRAMS[name]
+    with quiet():
+        return tk.trace(fn, *make(0), **kw)
+
+
+def _loops(graph) -> list:
+    return [n for n in graph.nodes if n.op == "loop"]
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_rolled_unrolled_and_numpy_agree(name):
+    fn, make = PROGRAMS[name]
+    rolled, flat = _trace(name), _trace(name, loops="unroll")
+    assert _loops(rolled.graph), str(rolled.graph)
+    assert not _loops(flat.graph)
+    assert len(rolled.graph.nodes) < len(flat.graph.nodes)
+    args = make(1)
+    want_args, rolled_args, flat_args = _copies(args), _copies(args), _copies(args)
+    with quiet():
+        want = fn(*want_args)
+        assert_same(rolled(*rolled_args), want)
+        assert_same(flat(*flat_args), want)
+    assert_same(rolled_args, want_args, "arguments after the call (writes into inputs)")
+    assert_same(flat_args, want_args, "arguments after the call (writes into inputs)")
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_unrolling_the_rolled_graph_gives_the_flat_one_back(name):
+    rolled, flat = _trace(name), _trace(name, loops="unroll")
+    back = unroll(rolled.graph).check()
+    assert [n.op for n in back.nodes] == [n.op for n in flat.graph.nodes]
+
+
+@pytest.mark.parametrize("name", ["jacobi", "heat", "recurrent", "nested", "kmeans"])
+def test_the_rolled_graph_does_not_grow_with_the_trip_count(name):
+    fn, make = PROGRAMS[name]
+    sizes = set()
+    for steps in (10, 100):
+        kw = {"outer": steps} if name == "nested" else {"steps": steps}
+        with quiet():
+            t = tk.trace(lambda *a, _kw=kw: fn(*a, **_kw), *make(0))
+        sizes.add(len(t.graph.nodes))
+        (loop,) = _loops(t.graph)
+        assert loop.attrs["trips"] == steps
+    assert len(sizes) == 1, sizes
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_code_is_a_for_loop_computing_the_same(name):
+    fn, make = PROGRAMS[name]
+    t = _trace(name)
+    assert "for k in range(" in t.code
+    ns: dict = {}
+    exec(compile(t.code, "<code>", "exec"), ns)
+    args = make(2)
+    want_args, got_args = _copies(args), _copies(args)
+    with quiet():
+        want = fn(*want_args)
+        got = ns[t.graph.name](*got_args)
+    assert_same(got, want)
+    assert_same(got_args, want_args)
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_cpu_target_agrees_with_the_interpreter(name):
+    fn, make = PROGRAMS[name]
+    t = _trace(name)
+    with quiet():
+        c = tk.compile(t, target="cpu", progress=False)
+        args = make(3)
+        want_args, got_args = _copies(args), _copies(args)
+        want = t(*want_args)
+        got = c(*got_args)
+        again = c(*_copies(args))  # the second call reuses the loop's buffers
+    np.testing.assert_allclose(np.asarray(got, dtype=object).tolist(), want, rtol=1e-9)
+    assert_same(again, got)
+    for a, b in zip(got_args, want_args):
+        np.testing.assert_allclose(a, b, rtol=1e-9)
+
+
+def test_large_loops_stay_loops_on_the_cpu_target():
+    t = _trace("jacobi")
+    c = tk.compile(t, target="cpu", progress=False)
+    assert len(_loops(c.graph)) == 1
+    assert len(c.kernels) <= 2  # the sum; the body's kernels are compiled once, apart
+
+
+@pytest.mark.parametrize("name", DIFFERENTIABLE)
+def test_gradients_through_loops_match_finite_differences(name):
+    """Directional derivatives of the gradient of each loop program (in every argument) equal
+    central differences of NumPy's own program."""
+    fn, make = PROGRAMS[name]
+
+    def scalar(*a):
+        return np.sum(fn(*[np.copy(x) for x in a]) ** 2)
+
+    args = make(4)
+    with quiet():
+        grads = tk.grad(scalar, argnums=tuple(range(len(args))))(*args)
+    rng, eps = np.random.default_rng(7), 1e-6
+    for _ in range(3):
+        ds = [rng.standard_normal(np.shape(a)) for a in args]
+        plus = scalar(*[a + eps * d for a, d in zip(args, ds)])
+        minus = scalar(*[a - eps * d for a, d in zip(args, ds)])
+        numeric = (plus - minus) / (2 * eps)
+        exact = sum(np.sum(g * d) for g, d in zip(grads, ds))
+        np.testing.assert_allclose(exact, numeric, rtol=1e-5, atol=1e-7)
+
+
+def test_gradient_through_a_loop_matches_finite_differences():
+    x, w = PROGRAMS["recurrent"][1](5)
+    g = tk.grad(recurrent, argnums=1)(x, w)
+    eps, num = 1e-6, np.zeros_like(w)
+    for i in np.ndindex(w.shape):
+        d = np.zeros_like(w)
+        d[i] = eps
+        num[i] = (recurrent(x, w + d) - recurrent(x, w - d)) / (2 * eps)
+    np.testing.assert_allclose(g, num, rtol=1e-5, atol=1e-8)
+
+
+# ---------------------------------------------------------------------- the graph of a loop
+def test_listing_shows_the_body_under_the_loop_header():
+    text = str(_trace("recurrent").graph)
+    assert "loop(" in text and "trips=25" in text
+    assert "for _ in range(steps):" in text
+    assert "next %" in text
+
+
+def test_json_round_trip_of_nested_loops():
+    t = _trace("nested")
+    (outer,) = _loops(t.graph)
+    (inner,) = _loops(outer.attrs["body"])
+    assert inner.attrs["trips"] == 5
+    text = t.graph.to_json()
+    json.loads(text)
+    back = Graph.from_json(text)
+    assert back.key() == t.graph.key()
+    assert str(back) == str(t.graph)
+    x = PROGRAMS["nested"][1](6)[0]
+    assert_same(tk.trace(nested, x).with_graph(back)(x), nested(x))
+
+
+def test_graph_check_rejects_a_loop_that_does_not_match_its_body():
+    t = _trace("recurrent")
+    (loop,) = _loops(t.graph)
+    bad = loop.replace(attrs={**loop.attrs, "carried": 2})
+    with pytest.raises(ValueError, match="loop"):
+        t.graph.replace(nodes=[bad if n is loop else n for n in t.graph.nodes]).check()
+
+
+def test_key_ignores_names_and_sees_the_body():
+    a, b = _trace("recurrent"), _trace("recurrent")
+    assert a.graph.key() == b.graph.key()
+    x, w = PROGRAMS["recurrent"][1](0)
+    with quiet():
+        other = tk.trace(lambda x, w: recurrent(x, w, steps=26), x, w)
+    assert other.graph.key() != a.graph.key()
+
+
+# ---------------------------------------------------------------------- what must not roll
+def grows(x, steps=5):
+    for _ in range(steps):
+        x = np.concatenate([x, x[-1:] + 1])  # a new shape every iteration
+    return x
+
+
+def alternates(x, steps=6):
+    for i in range(steps):
+        x = np.sin(x) if i % 2 else np.cos(x)  # another op every other iteration
+    return x
+
+
+def stacked(x, steps=6):
+    history = []
+    for _ in range(steps):
+        x = np.tanh(x) + 1
+        history.append(x)
+    return np.stack(history)
+
+
+def guarded(x, steps=6):
+    for _ in range(steps):
+        if x.sum() > 0:  # control flow on a traced value: one guard per iteration
+            x = x - 1
+    return x
+
+
+def not_a_loop(x):
+    return np.tanh(np.tanh(np.tanh(x)))  # repeats, but no Python loop
+
+
+@pytest.mark.parametrize(
+    "fn,why",
+    [
+        (grows, None),
+        (alternates, None),
+        (stacked, "used after the loop"),
+        (guarded, "guarded"),
+        (not_a_loop, None),
+    ],
+    ids=["shape", "op", "stacked", "guard", "no-loop"],
+)
+def test_iterations_that_differ_do_not_roll(fn, why):
+    x = np.linspace(0.5, 1.5, 4)
+    with quiet():
+        t = tk.trace(fn, x)
+    assert (
+        not _loops(t.graph) or fn is alternates  # sin, cos, sin, cos: pairs of iterations repeat
+    ), str(t.graph)
+    if why is not None:
+        assert any(why in note for note in t.notes), t.notes
+    new = x if fn is guarded else x + 0.25  # the guarded branches hold for x itself
+    with quiet():
+        assert_same(t(new), fn(new))
+
+
+def test_unknown_loops_option_is_refused():
+    with pytest.raises(ValueError, match="loops must be"):
+        tk.trace(heat, np.ones((4, 4)), loops="fold")
