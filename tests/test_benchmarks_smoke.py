@@ -98,3 +98,15 @@ def test_scripts_have_help(script):
         timeout=120,
     )
     assert p.returncode == 0 and "--quick" in p.stdout
+
+
+def test_loops_quick_runs_and_checks_its_results():
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "loops.py"), "--quick", "--only", "kmeans",
+         "--peers", "numpy", "--budget", "0.2", "--no-json"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    (row,) = [line for line in p.stdout.splitlines() if line.startswith("kmeans")]
+    assert row.split()[1] == "1/1"  # one loop node at 10 and at 100 steps
+    assert row.split()[-1] == "yes"  # the compiled loop computes NumPy's result

@@ -375,7 +375,7 @@ def test_large_graph_collapses_and_selection_maps_to_the_group():
             x = block(x, w)
         return x
 
-    t = tk.trace(big, np.ones((2, 2)), np.eye(2) * 0.1)
+    t = tk.trace(big, np.ones((2, 2)), np.eye(2) * 0.1, loops="unroll")  # 1,600 nodes
     assert len(t.graph.nodes) == 1600 > importlib.import_module("tracekit.render").LARGE_GRAPH
     w = tk.explore(t)
     assert "collapsed" in w.message  # the renderer's note is shown

@@ -60,8 +60,8 @@ def deep(x, w):
     return x
 
 
-def deep_traced():
-    return tk.trace(deep, np.ones((2, 4)), np.eye(4))
+def deep_traced(loops="unroll"):  # every layer's nodes, which collapse_repeats draws once
+    return tk.trace(deep, np.ones((2, 4)), np.eye(4), loops=loops)
 
 
 # ---------------------------------------------------------------------- reading the SVG back
@@ -663,3 +663,29 @@ def test_the_scene_is_what_the_svg_draws(make, options):
         if d.classes(gid) & {"node", "cluster"} and not gid.startswith("graph-")
     }
     assert drawn and {k: " ".join(sorted(v.split())) for k, v in dot.scene.items()} == drawn
+
+
+def test_a_crashing_dot_falls_back_to_graphviz_pure(tmp_path, monkeypatch):
+    """The system dot has crashed (SIGSEGV) on large graphs: the drawing is made by
+    graphviz-pure instead, with a warning naming the crashed command."""
+    crashing = tmp_path / "dot"
+    crashing.write_text('#!/bin/sh\n[ "$1" = -V ] && exit 0\nkill -SEGV $$\n')
+    crashing.chmod(0o755)
+    monkeypatch.setenv("TRACEKIT_DOT", str(crashing))
+    with pytest.warns(RuntimeWarning, match="crashed"):
+        svg = tk.render(mlp_traced()).pipe(format="svg", encoding="utf-8")
+    assert "<svg" in svg and "matmul" in svg
+
+
+def test_a_rolled_loop_is_drawn_once_in_a_cluster_with_back_edges():
+    t = deep_traced(loops="roll")
+    (loop,) = [n for n in t.graph.nodes if n.op == "loop"]
+    d = draw(t)
+    cluster = f"node-{loop.outputs[0].name}"
+    assert "loop" in d.classes(cluster)
+    assert "\u00d712" in d.text(cluster) and "for " in d.text(cluster)
+    body_ops = [g for g in d.ids("op") if g.startswith(cluster + "/")]
+    assert len(body_ops) == len(loop.attrs["body"].nodes) == 3
+    assert d.edges("carried"), "no edge from a next value back to the carried value"
+    x = f"input-{t.graph.inputs[0].name}"
+    assert any(tail == x and head.startswith(cluster + "/input-") for tail, head in d.edges("data"))

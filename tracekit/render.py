@@ -82,6 +82,7 @@ import textwrap
 import threading
 import warnings
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import graphviz
@@ -233,15 +234,49 @@ def _with_engine(fn, binary=None):
     def call(*args, **kwargs):
         exe = binary or find_engine()
         kwargs["quiet"] = True
+        # the DOT lines are read again where the engine crashes (_crash_fallback)
+        lines_at = [i for i, a in enumerate(args) if isinstance(a, Iterator)]
+        lines_kw = [k for k, a in kwargs.items() if isinstance(a, Iterator)]
+        args = [list(a) if i in lines_at else a for i, a in enumerate(args)]
+        kwargs = {k: list(a) if k in lines_kw else a for k, a in kwargs.items()}
+
+        def attempt():
+            a = [iter(x) if i in lines_at else x for i, x in enumerate(args)]
+            return fn(*a, **{k: iter(x) if k in lines_kw else x for k, x in kwargs.items()})
+
         with _ENGINE_LOCK:
             saved = dot_command.DOT_BINARY
             dot_command.DOT_BINARY = pathlib.Path(exe)
             try:
-                return fn(*args, **kwargs)
+                try:
+                    return attempt()
+                except subprocess.CalledProcessError as e:
+                    fallback = _crash_fallback(exe, e)
+                    if fallback is None:
+                        raise
+                    dot_command.DOT_BINARY = pathlib.Path(fallback)
+                    return attempt()
             finally:
                 dot_command.DOT_BINARY = saved
 
     return call
+
+
+def _crash_fallback(exe: str, error) -> str | None:
+    """graphviz-pure, when the command ``exe`` was killed by a signal (the system ``dot`` can
+    crash on large graphs) and is not graphviz-pure itself; a warning says so."""
+    if error.returncode >= 0:
+        return None
+    pure = next((p for p in _graphviz_pure_candidates() if _executable(p)), None)
+    if pure is None or os.path.samefile(pure, exe):
+        return None
+    warnings.warn(
+        f"the graphviz command {exe} crashed (signal {-error.returncode}) laying out this "
+        f"graph; it was drawn with {pure} instead",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    return pure
 
 
 class Digraph(graphviz.Digraph):
@@ -430,8 +465,10 @@ class _Builder:
     """Adds one graph's nodes, clusters and edges to a DOT graph (or a subgraph)."""
 
     def __init__(self, graph: Graph, opts: _Options, prefix="", values=None, kernels=None,
-                 refusals=None, backward=False):  # fmt: skip
+                 refusals=None, backward=False, body_of=None):  # fmt: skip
         self.g = graph
+        self.body_of = body_of  # the loop node whose body this graph is
+        self.loop_inputs: dict = {}  # a loop's drawn id -> {its input Var: its body input's id}
         self.o = opts
         self.prefix = prefix
         self.values = values or {}
@@ -654,6 +691,9 @@ class _Builder:
             if guarded.get(src[v]):
                 classes.append("guarded")
             lines = [s.label if s.kind != "const" else "const", _vtype(v)]
+            if self.body_of is not None:  # a loop body's input: carried, or read every iteration
+                k = g.inputs.index(v)
+                lines[0] = ("carried " if k < self.body_of.attrs["carried"] else "") + f"%{v.name}"
             if s.kind == "const" and v in g.constants:
                 lines[0] = "const " + _short(g.constants[v], 20)
             vl = self._value(v)
@@ -708,15 +748,19 @@ class _Builder:
                     s = src.get(x)
                     if s is None or s == u.id:
                         continue
-                    key = (s, u.id, x)
+                    head = self.loop_inputs.get(u.id, {}).get(x, u.id)
+                    key = (s, head, x)
                     if key in seen:
                         continue
                     seen.add(key)
-                    self._data_edge(dot, s, u.id, x, n if u.kind == "op" else None)
+                    self._data_edge(dot, s, head, x, n if u.kind == "op" else None)
         # ---- outputs
         for oi, v in enumerate(g.outputs):
             oid = self.pid(f"output-{oi}")
             classes = ["return"]
+            if self.body_of is not None:
+                self._body_output(dot, oi, v, src, hidden)
+                continue
             if oi >= g.n_results:
                 ii = dict(g.writebacks)[oi]
                 target = g.inputs[ii]
@@ -754,6 +798,40 @@ class _Builder:
                     },
                 )
         return {v: s for v, s in src.items() if s in self.drawn}
+
+    def _body_output(self, dot, k, v, src, hidden):
+        """Output ``k`` of a loop body: the next value of a carried input (a dashed edge back to
+        it) or a value the loop gives after its last iteration."""
+        carried = k < self.body_of.attrs["carried"]
+        text = "next" if carried else "after the loop"
+        oid = self.pid(f"output-{k}")
+        self._node(
+            dot,
+            oid,
+            _label([text], self.width),
+            _tooltip([f"body output {k}: %{v.name}: {_vtype(v)}", text]),
+            ["return", "next" if carried else "last"],
+            shape="box",
+            style="rounded",
+            color="#333333",
+            fontsize="9",
+        )
+        if v in src and v not in hidden:
+            self._data_edge(dot, src[v], oid, v, None)
+        if carried:
+            _add_edge(
+                dot,
+                oid,
+                self.input_id(self.g.inputs[k]),
+                {
+                    "class": "carried",
+                    "style": "dashed",
+                    "color": "#2e75b6",
+                    "constraint": "false",
+                    "arrowhead": "vee",
+                    "tooltip": f"%{v.name} is %{self.g.inputs[k].name} in the next iteration",
+                },
+            )
 
     def _value(self, v):
         if not self.o.show_values or v not in self.values:
@@ -804,6 +882,36 @@ class _Builder:
             labeljust="l",
             _attributes={"class": "scope"},
         )
+
+    def _loop(self, dot, u: _Unit, node):
+        """A loop: its body drawn once in a cluster labelled with the Python loop and its trip
+        count; the loop's inputs enter the body's inputs, carried values go back from each
+        ``next`` output to the value it replaces (dashed), the loop's results leave from the
+        body's outputs."""
+        body = node.attrs["body"]
+        sub = graphviz.Digraph(name=f"cluster_{u.id}")
+        where = f"  {node.source}" if node.source else ""
+        title = f"{body.name}  \u00d7{node.attrs['trips']}"
+        self.scene[u.id] = "cluster loop"
+        sub.attr(
+            id=u.id,
+            label=_label([title + where], self.width * 2),
+            tooltip=_tooltip([format_node(node)]),
+            style="rounded,dashed,filled",
+            fillcolor="#f7f7f7",
+            color="#7f7f7f",
+            fontcolor="#404040",
+            penwidth="1.5",
+            _attributes={"class": "loop"},
+        )
+        inner = _Builder(body, self.o, prefix=f"{u.id}/", body_of=node)
+        inner.build(sub)
+        dot.subgraph(sub)
+        self.drawn |= inner.drawn
+        self.scene.update(inner.scene)
+        self.loop_inputs[u.id] = dict(zip(node.inputs, map(inner.input_id, body.inputs)))
+        for k, o in enumerate(node.outputs):
+            self.src[o] = inner.pid(f"output-{k}")
 
     def _unit(self, dot, u: _Unit, refused, guarded, output_vars):
         width = self.width
@@ -867,6 +975,9 @@ class _Builder:
             )
             return
         n = u.nodes[0]
+        if OPS[n.op].kind == "control":
+            self._loop(dot, u, n)
+            return
         kind = _kind(n.op)
         fill, border = KIND_COLORS.get(kind, KIND_COLORS["opaque"])
         classes = ["op", kind]

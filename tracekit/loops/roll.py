@@ -149,15 +149,23 @@ def _signature(n: Node):
     if _has_var_attr(n.attrs):
         return ("unique", id(n))
     ins = tuple(
-        ("v", x.shape, x.dtype.str, x.weak)
-        if isinstance(x, Var)
-        else ("c", json.dumps(_canonical(x)))
+        ("v", x.shape, x.dtype.str, x.weak) if isinstance(x, Var) else _literal_key(x)
         for x in n.inputs
     )
-    attrs = json.dumps(_canonical(dict(n.attrs), graph=lambda b: {"body": b.key()}))
+    attrs = json.dumps(_canonical(dict(n.attrs), graph=_body_key)) if n.attrs else ""
     outs = tuple((o.shape, o.dtype.str, o.weak) for o in n.outputs)
     src = (n.source.file, n.source.line) if n.source else None
     return (n.op, ins, attrs, outs, src)
+
+
+def _body_key(body: Graph) -> dict:
+    return {"body": body.key()}
+
+
+def _literal_key(x):
+    if type(x) in (float, int, bool, complex):  # 0.0 and -0.0, 1 and True stay apart
+        return ("c", type(x).__name__, repr(x))
+    return ("c", json.dumps(_canonical(x)))
 
 
 def _has_var_attr(x) -> bool:

@@ -1,0 +1,297 @@
+"""Loop workloads: tracekit's rolled loops against NumPy, a hand-written ``numba.njit`` loop of
+the same program, and ``jax.jit`` with ``lax.fori_loop``, measured side by side in one run.
+
+For each workload: the nodes of the rolled graph at 10, 100 and 1,000 steps (they must not
+grow), trace + roll + compile time (cold, no disk cache) at each, and warm medians with ratios
+(tracekit's speed relative to the faster of numba and jax: above 1 is faster). Programs tracekit
+does not roll yet are listed with the reason it gives (``Traced.notes``).
+
+    .venv/bin/python benchmarks/loops.py               # every workload
+    .venv/bin/python benchmarks/loops.py --only jacobi,heat3d --budget 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import tracekit as tk  # noqa: E402
+from benchmarks.common import interleaved, load_average, summarize, table  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results" / "loops.json"
+
+
+# ---------------------------------------------------------------------- the workloads (NumPy)
+def jacobi(A, B, steps):
+    for _ in range(steps):
+        B[1:-1, 1:-1] = 0.2 * (
+            A[1:-1, 1:-1] + A[1:-1, :-2] + A[1:-1, 2:] + A[2:, 1:-1] + A[:-2, 1:-1]
+        )
+        A[1:-1, 1:-1] = 0.2 * (
+            B[1:-1, 1:-1] + B[1:-1, :-2] + B[1:-1, 2:] + B[2:, 1:-1] + B[:-2, 1:-1]
+        )
+    return A
+
+
+def heat3d(u, steps):
+    for _ in range(steps):
+        c = u[1:-1, 1:-1, 1:-1]
+        lap = (
+            u[2:, 1:-1, 1:-1] + u[:-2, 1:-1, 1:-1] + u[1:-1, 2:, 1:-1] + u[1:-1, :-2, 1:-1]
+            + u[1:-1, 1:-1, 2:] + u[1:-1, 1:-1, :-2] - 6.0 * c
+        )  # fmt: skip
+        u[1:-1, 1:-1, 1:-1] = c + 0.1 * lap
+    return u
+
+
+def gray_scott(U, V, steps):
+    for _ in range(steps):
+        u, v = U[1:-1, 1:-1], V[1:-1, 1:-1]
+        lu = U[2:, 1:-1] + U[:-2, 1:-1] + U[1:-1, 2:] + U[1:-1, :-2] - 4.0 * u
+        lv = V[2:, 1:-1] + V[:-2, 1:-1] + V[1:-1, 2:] + V[1:-1, :-2] - 4.0 * v
+        uvv = u * v * v
+        U[1:-1, 1:-1] = u + 0.16 * lu - uvv + 0.06 * (1.0 - u)
+        V[1:-1, 1:-1] = v + 0.08 * lv + uvv - 0.122 * v
+    return U, V
+
+
+def recurrent(x, w, steps):
+    for _ in range(steps):
+        x = np.tanh(x @ w) + 0.5 * x
+    return x
+
+
+def kmeans(points, centers, steps):
+    for _ in range(steps):
+        d = ((points[:, None, :] - centers[None, :, :]) ** 2).sum(axis=-1)
+        onehot = (d.argmin(axis=1)[:, None] == np.arange(centers.shape[0])).astype(np.float64)
+        centers = (onehot.T @ points + centers) / (onehot.sum(axis=0)[:, None] + 1.0)
+    return centers
+
+
+def diagonal(a, steps):
+    s = 0.0
+    for i in range(steps):
+        s += np.tanh(a[i, i])
+    return s
+
+
+def stacked(x, steps):
+    history = []
+    for _ in range(steps):
+        x = np.tanh(x) * 0.9
+        history.append(x)
+    return np.stack(history)
+
+
+def _r(seed, *shape):
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+WORKLOADS = {  # name: (program, inputs, steps for the warm timing)
+    "jacobi": (jacobi, lambda: (_r(0, 150, 150), _r(1, 150, 150)), 50),
+    "heat3d": (heat3d, lambda: (_r(2, 32, 32, 32),), 50),
+    "gray_scott": (gray_scott, lambda: (_r(3, 96, 96) * 0.1 + 1, _r(4, 96, 96) * 0.1), 50),
+    "recurrent": (recurrent, lambda: (_r(5, 64, 64), 0.1 * _r(6, 64, 64)), 100),
+    "kmeans": (kmeans, lambda: (_r(7, 2000, 2), _r(8, 4, 2)), 20),
+}
+NOT_ROLLED = {  # what tracekit does not roll yet, with its own reason
+    "diagonal": (diagonal, lambda: (_r(9, 300, 300),), 300),
+    "stacked": (stacked, lambda: (_r(10, 256),), 100),
+}
+
+
+# ---------------------------------------------------------------------- peers
+def numba_version(fn):
+    import numba
+
+    return numba.njit(fn)
+
+
+def jax_version(name):
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    jax.config.update("jax_enable_x64", True)
+
+    def fori(step):
+        return lambda steps, *state: lax.fori_loop(0, steps, lambda _, s: step(*s), state)
+
+    def jacobi_step(A, B):
+        B = B.at[1:-1, 1:-1].set(
+            0.2 * (A[1:-1, 1:-1] + A[1:-1, :-2] + A[1:-1, 2:] + A[2:, 1:-1] + A[:-2, 1:-1])
+        )
+        A = A.at[1:-1, 1:-1].set(
+            0.2 * (B[1:-1, 1:-1] + B[1:-1, :-2] + B[1:-1, 2:] + B[2:, 1:-1] + B[:-2, 1:-1])
+        )
+        return A, B
+
+    def heat_step(u):
+        c = u[1:-1, 1:-1, 1:-1]
+        lap = (
+            u[2:, 1:-1, 1:-1] + u[:-2, 1:-1, 1:-1] + u[1:-1, 2:, 1:-1] + u[1:-1, :-2, 1:-1]
+            + u[1:-1, 1:-1, 2:] + u[1:-1, 1:-1, :-2] - 6.0 * c
+        )  # fmt: skip
+        return (u.at[1:-1, 1:-1, 1:-1].set(c + 0.1 * lap),)
+
+    def gs_step(U, V):
+        u, v = U[1:-1, 1:-1], V[1:-1, 1:-1]
+        lu = U[2:, 1:-1] + U[:-2, 1:-1] + U[1:-1, 2:] + U[1:-1, :-2] - 4.0 * u
+        lv = V[2:, 1:-1] + V[:-2, 1:-1] + V[1:-1, 2:] + V[1:-1, :-2] - 4.0 * v
+        uvv = u * v * v
+        U = U.at[1:-1, 1:-1].set(u + 0.16 * lu - uvv + 0.06 * (1.0 - u))
+        V = V.at[1:-1, 1:-1].set(v + 0.08 * lv + uvv - 0.122 * v)
+        return U, V
+
+    def recurrent_step(x, w):
+        return jnp.tanh(x @ w) + 0.5 * x, w
+
+    def kmeans_step(points, centers):
+        d = ((points[:, None, :] - centers[None, :, :]) ** 2).sum(axis=-1)
+        onehot = (d.argmin(axis=1)[:, None] == jnp.arange(centers.shape[0])).astype(jnp.float64)
+        return points, (onehot.T @ points + centers) / (onehot.sum(axis=0)[:, None] + 1.0)
+
+    steps = {
+        "jacobi": jacobi_step,
+        "heat3d": heat_step,
+        "gray_scott": gs_step,
+        "recurrent": recurrent_step,
+        "kmeans": kmeans_step,
+    }
+    run = jax.jit(fori(steps[name]), static_argnums=0)
+
+    def call(*args):
+        steps_, *state = args[-1:] + args[:-1]
+        out = run(steps_, *(jnp.asarray(a) for a in state))
+        jax.block_until_ready(out)
+        return out
+
+    return call
+
+
+# ---------------------------------------------------------------------- measuring
+def _copies(args):
+    return [np.array(a, copy=True) for a in args]
+
+
+def trace_and_compile(fn, args, steps):
+    """(nodes of the rolled graph, trace + roll seconds, compile seconds, the Compiled)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t0 = time.perf_counter()
+        t = tk.trace(fn, *_copies(args), steps)
+        t1 = time.perf_counter()
+        c = tk.compile(t, target="cpu", cache=False, progress=False)
+        t2 = time.perf_counter()
+    return len(t.graph.nodes), t1 - t0, t2 - t1, c, t
+
+
+def _final(x):
+    return [np.asarray(v) for v in (x if isinstance(x, tuple | list) else (x,))]
+
+
+def measure(name, fn, make, steps, budget, peers, counts=(10, 100, 1000)):
+    args = make()
+    sizes = {}
+    for n in counts:
+        nodes, tt, ct, _, _ = trace_and_compile(fn, args, n)
+        sizes[n] = {"nodes": nodes, "trace_s": tt, "compile_s": ct}
+    nodes, tt, ct, c, t = trace_and_compile(fn, args, steps)
+    want = _final(fn(*_copies(args), steps))
+    got = _final(c(*_copies(args), steps))
+    ok = all(np.allclose(g, w, rtol=1e-9, atol=1e-12) for g, w in zip(got, want))
+    fns = {
+        "numpy": lambda: fn(*_copies(args), steps),
+        "tracekit": lambda: c(*_copies(args), steps),
+    }
+    if "numba" in peers:
+        nb = numba_version(fn)
+        nb(*_copies(args), steps)
+        fns["numba"] = lambda: nb(*_copies(args), steps)
+    if "jax" in peers:
+        jx = jax_version(name)
+        jx(*args, steps)
+        fns["jax"] = lambda: jx(*args, steps)
+    samples = interleaved(fns, budget_s=budget, min_rounds=5, max_rounds=50)
+    med = {k: summarize(v)["median_s"] for k, v in samples.items()}
+    best_peer = min((med[k] for k in ("numba", "jax") if k in med), default=None)
+    return {
+        "workload": name,
+        "steps": steps,
+        "sizes": sizes,
+        "rolled_nodes": nodes,
+        "correct": bool(ok),
+        "median_s": med,
+        "ratio_vs_best_compiled_peer": None if best_peer is None else best_peer / med["tracekit"],
+        "ratio_vs_numpy": med["numpy"] / med["tracekit"],
+        "loops": sum(n.op == "loop" for n in c.graph.nodes),
+    }
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="")
+    ap.add_argument("--peers", default="numpy,numba,jax")
+    ap.add_argument("--budget", type=float, default=3.0)
+    ap.add_argument("--quick", action="store_true", help="10 and 100 steps only, short timing")
+    ap.add_argument("--json", default=str(RESULTS))
+    ap.add_argument("--no-json", action="store_true")
+    a = ap.parse_args(argv)
+    only = [w for w in a.only.split(",") if w]
+    unknown = set(only) - set(WORKLOADS)
+    if unknown:
+        ap.error(f"unknown workload(s) {sorted(unknown)}; choose from {sorted(WORKLOADS)}")
+    counts = (10, 100) if a.quick else (10, 100, 1000)
+    peers = set(a.peers.split(","))
+    print(f"load average {load_average()}")
+    rows, results = [], []
+    for name, (fn, make, steps) in WORKLOADS.items():
+        if only and name not in only:
+            continue
+        r = measure(name, fn, make, steps, a.budget, peers, counts)
+        results.append(r)
+        m, sz = r["median_s"], r["sizes"]
+        best = r["ratio_vs_best_compiled_peer"]
+        rows.append(
+            [
+                name,
+                "/".join(str(sz[n]["nodes"]) for n in counts),
+                "/".join(f"{sz[n]['trace_s'] + sz[n]['compile_s']:.2f}" for n in counts),
+                f"{m['numpy'] * 1e3:.2f}",
+                f"{m.get('numba', float('nan')) * 1e3:.2f}",
+                f"{m.get('jax', float('nan')) * 1e3:.2f}",
+                f"{m['tracekit'] * 1e3:.2f}",
+                f"{r['ratio_vs_numpy']:.2f}x",
+                "-" if best is None else f"{best:.2f}x",
+                "yes" if r["correct"] else "NO",
+            ]
+        )  # fmt: skip
+    steps_label = "/".join(map(str, counts))
+    head = ["workload", f"nodes {steps_label}", "trace+compile s", "numpy ms", "numba ms",
+            "jax ms", "tracekit ms", "vs numpy", "vs best(numba,jax)", "correct"]  # fmt: skip
+    print(table(head, rows, right=set(range(1, 10))))
+    for name, (fn, make, steps) in NOT_ROLLED.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            t = tk.trace(fn, *make(), steps)
+        rolled = any(n.op == "loop" for n in t.graph.nodes)
+        why = "; ".join(t.notes) or "its iterations differ (an index that changes every step)"
+        print(f"{name}: {len(t.graph.nodes)} nodes, {'rolled' if rolled else 'not rolled: ' + why}")
+    if not a.no_json:
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        Path(a.json).write_text(
+            json.dumps({"load_average": load_average(), "rows": results}, indent=2)
+        )
+        print(f"wrote {a.json}")
+
+
+if __name__ == "__main__":
+    main()
