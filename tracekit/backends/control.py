@@ -44,9 +44,9 @@ def prepared(body: Graph) -> Graph:
 
 
 def loop_runner(node, run_body):
-    """``run(*inputs)`` computing loop ``node``; ``run_body(values)`` runs its body once and
-    returns its outputs (a list), and may write into the buffers of the carried values it is
-    given (they are the loop's own)."""
+    """``run(*inputs)`` computing loop ``node``; ``run_body(values, k)`` runs its body's
+    iteration ``k`` and returns its outputs (a list); it may write into the buffers of the
+    carried values it is given (they are the loop's own)."""
     trips, carried = node.attrs["trips"], node.attrs["carried"]
 
     def run(*inputs):
@@ -54,8 +54,8 @@ def loop_runner(node, run_body):
         state = [x.copy() if isinstance(x, np.ndarray) else x for x in inputs[:carried]]
         invariants = list(inputs[carried:])
         outs = state
-        for _ in range(trips):
-            outs = run_body(state + invariants)
+        for k in range(trips):
+            outs = run_body(state + invariants, k)
             state = outs[:carried]
         outs = [_unshared(o, inputs) for o in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)

@@ -18,6 +18,7 @@ import time
 import numpy as np
 
 from ..ir import Var
+from ..loops.op import at_iteration, moves
 from ..ops import OPS, build_index
 from ..pyop import check_results
 from . import cache
@@ -235,6 +236,9 @@ class Runner:
         self.plan, self.program = plan, program
         g = plan.graph
         self.ns = {"np": np, "_empty": np.empty, "_ndarray": np.ndarray}
+        # the iteration a loop body runs (set by its loop before each call), for moving indices
+        self.iteration = [0]
+        self.ns.update(_iteration=self.iteration, _at_iteration=at_iteration)
         self.escaping = escaping(plan)
         self.in_place = in_place_updates(plan)
         self.local = threading.local()
@@ -347,6 +351,8 @@ class Runner:
             self.ns[idx] = node.attrs["idx"]
             self.ns["_build_index"] = build_index
             arrs = "".join(a + ", " for a in arrays)
+            if moves(node.attrs):  # a loop body's index moving with the iteration
+                idx = f"_at_iteration({idx}, _iteration[0])"
             return f"_store({base}, _build_index({idx}, ({arrs})), {value})"
         if node.op == "matmul" and node.out.dtype.kind in "fc" and node.out.ndim >= 1:
             # BLAS writes straight into a pooled (or the caller's) buffer: no fresh allocation
@@ -359,6 +365,8 @@ class Runner:
             return f"{impl}({', '.join(ins)})"
         attrs = f"attrs{len(self.ns)}"
         self.ns[attrs] = dict(node.attrs)
+        if moves(node.attrs):  # a loop body's index moving with the iteration
+            attrs = f"_at_iteration({attrs}, _iteration[0])"
         call = f"{impl}({', '.join([*ins, f'**{attrs}'])})"  # no inputs: eye, arange...
         if OPS[node.op].kind == "opaque":  # the kernels after it are compiled for the traced types
             k = f"node{len(self.ns)}"
@@ -377,9 +385,10 @@ def compile_body(body, carried: int, math: str, disk: bool):
     runner = Runner(plan, program)
     runner.ns.update(RUNTIME)
     consts = [g.constants[v] for v, s in zip(g.inputs, g.specs) if s.kind == "const"]
-    fn, pool = runner.fn, {}
+    fn, pool, iteration = runner.fn, {}, runner.iteration
 
-    def run(values):
+    def run(values, k):
+        iteration[0] = k
         return fn(values + consts if consts else values, None, pool)[0]
 
     return run

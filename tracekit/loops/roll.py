@@ -29,6 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir import Graph, Node, Source, Var, _canonical
+from ..ops import OPS
+from .op import Affine
 from .source import enclosing_loops
 
 MAX_CANDIDATES = 16  # periods tried from one position: the next occurrences of its node
@@ -152,10 +154,69 @@ def _signature(n: Node):
         ("v", x.shape, x.dtype.str, x.weak) if isinstance(x, Var) else _literal_key(x)
         for x in n.inputs
     )
-    attrs = json.dumps(_canonical(dict(n.attrs), graph=_body_key)) if n.attrs else ""
+    attrs = dict(n.attrs)
+    if _may_move(n):  # an index may move with the loop: its integers are matched in _moving
+        attrs["idx"] = _skeleton(attrs["idx"])
+    attrs = json.dumps(_canonical(attrs, graph=_body_key)) if attrs else ""
     outs = tuple((o.shape, o.dtype.str, o.weak) for o in n.outputs)
     src = (n.source.file, n.source.line) if n.source else None
     return (n.op, ins, attrs, outs, src)
+
+
+def _may_move(n: Node) -> bool:
+    """Indexing (a view or a functionalised write) whose integers may move with the loop."""
+    op = OPS[n.op]
+    return (op.view or op.update) and isinstance(n.attrs.get("idx"), tuple)
+
+
+def _skeleton(idx):
+    """``idx`` with its integers (not a slice's step) replaced by their sign."""
+
+    def leaf(e):
+        if type(e) is int:
+            return "#-" if e < 0 else "#+"
+        return e
+
+    out = []
+    for e in idx:
+        if isinstance(e, slice):
+            out.append(slice(leaf(e.start), leaf(e.stop), e.step))
+        else:
+            out.append(leaf(e))
+    return tuple(out)
+
+
+def _moving(idxs: list):
+    """One index for every iteration's ``idxs``: its integers static or :class:`Affine`
+    (moving by one step per iteration, keeping its sign); None where they do not."""
+    first, trips = idxs[0], len(idxs)
+
+    def combine(values):
+        step = values[1] - values[0]
+        if any(v != values[0] + step * t for t, v in enumerate(values)):
+            return None
+        return values[0] if step == 0 else Affine(values[0], step)
+
+    out = []
+    for p, e in enumerate(first):
+        if isinstance(e, slice):
+            ends = []
+            for part in ("start", "stop"):
+                v = getattr(e, part)
+                if type(v) is int:
+                    v = combine([getattr(idx[p], part) for idx in idxs])
+                    if v is None:
+                        return None
+                ends.append(v)
+            out.append(slice(ends[0], ends[1], e.step))
+        elif type(e) is int:
+            v = combine([idx[p] for idx in idxs])
+            if v is None:
+                return None
+            out.append(v)
+        else:
+            out.append(e)
+    return tuple(out) if trips else None
 
 
 def _body_key(body: Graph) -> dict:
@@ -239,7 +300,13 @@ def _build(run, period, trips, loop, end, last_use, live_out, guarded, graph, st
                 if kind == "carried"
                 else inner[what]
             )
-        body_nodes.append(run[j].replace(inputs=tuple(ins)))
+        attrs = run[j].attrs
+        if _may_move(run[j]):
+            idx = _moving([run[t * period + j].attrs["idx"] for t in range(trips)])
+            if idx is None:
+                return f"{run[j].op} at {run[j].source} indexes differently in each iteration"
+            attrs = {**attrs, "idx": idx}
+        body_nodes.append(run[j].replace(inputs=tuple(ins), attrs=attrs))
         if stacks is not None and run[j] in stacks:
             stacks[body_nodes[-1]] = stacks[run[j]]
     header = loop[2].rstrip(":").strip()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from ..ir import Graph, Var
 from ..ops import OPS
+from .op import body_at
 
 
 def unroll(graph: Graph, which=None) -> Graph:
@@ -49,7 +50,7 @@ def _iterations(node, nodes: list) -> list:
     outs = state
     for t in range(trips):
         env = dict(zip(body.inputs, state + invariants))
-        for m in body.nodes:
+        for m in body_at(body, t):
             ins = tuple(env.get(x, x) if isinstance(x, Var) else x for x in m.inputs)
             new = tuple(_renamed(o, t) for o in m.outputs)
             env.update(zip(m.outputs, new))
