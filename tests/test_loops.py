@@ -331,7 +331,7 @@ def not_a_loop(x):
 @pytest.mark.parametrize(
     "fn,why",
     [
-        (grows, None),
+        (grows, "iterations differ"),
         (alternates, None),
         (stacked, "used after the loop"),
         (guarded, "guarded"),

@@ -57,9 +57,39 @@ def roll(graph: Graph, stacks: dict | None = None) -> tuple[Graph, list[RollNote
     notes: list[RollNote] = []
     guarded = {g.var for g in graph.guards}
     nodes = _roll_all(graph.nodes, set(graph.outputs) | guarded, guarded, graph, stacks, notes)
+    notes += _unmatched(nodes, stacks, notes)
     if len(nodes) == len(graph.nodes):
         return graph, notes
     return graph.replace(nodes=nodes), notes
+
+
+def _unmatched(nodes, stacks, notes) -> list[RollNote]:
+    """Notes on the loops that left several iterations' nodes and rolled nothing, and have no
+    note yet: their iterations differ (the iterations counted by the op that occurs most often
+    on one line)."""
+    rolled = {(n.source.file, n.source.line) for n in nodes if n.op == "loop" and n.source}
+    noted = {(n.source.file, n.source.line) for n in notes if n.source}
+    seen: dict = {}
+    for n in nodes:
+        loops = _loops_of(n, stacks) if n.op != "loop" and n.source else ()
+        if loops:
+            site = loops[0]
+            lines = seen.setdefault(site, {})
+            key = (n.source.line, n.op)  # as often as the iterations it appears in, or more
+            lines[key] = lines.get(key, 0) + 1
+    out = []
+    for (file, line, text), lines in seen.items():
+        repeats = max(lines.values())
+        if repeats >= 2 and (file, line) not in rolled | noted:
+            out.append(
+                RollNote(
+                    Source(file, line, "", text),
+                    repeats,
+                    "its iterations differ (an op, an attribute, a literal such as the loop "
+                    "variable, or a type changes from one to the next)",
+                )
+            )
+    return out
 
 
 def _roll_all(nodes, live_out, guarded, graph, stacks, notes) -> list:
