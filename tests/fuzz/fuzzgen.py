@@ -140,6 +140,9 @@ def _operand(regs, x):
     return _scalar(x) if isinstance(x, dict) else regs[x]
 
 
+_ITERATION = [0]  # the iteration of the innermost loop running (run_loop)
+
+
 def _index(regs, idx):
     out = []
     for e in idx:
@@ -148,6 +151,10 @@ def _index(regs, idx):
             out.append(e[1])
         elif k == "s":
             out.append(slice(e[1], e[2], e[3]))
+        elif k == "it":  # an integer moving with the loop: e[1] + iteration
+            out.append(e[1] + _ITERATION[-1])
+        elif k == "st":  # a slice moving with the loop
+            out.append(slice(e[1] + _ITERATION[-1], e[2] + _ITERATION[-1]))
         elif k == "n":
             out.append(None)
         elif k == "e":
@@ -268,10 +275,14 @@ def run_loop(regs, st):
     the carried value (register ``base``); the body's last register is carried on. Tracing
     records every iteration and rolls them back into a loop node."""
     carry = regs[st["carry"]]
-    for _ in range(st["trips"]):
+    for t in range(st["trips"]):
         local = regs[: st["base"]] + [carry]
-        for body_step in st["body"]:
-            run_step(local, body_step)
+        _ITERATION.append(t)
+        try:
+            for body_step in st["body"]:
+                run_step(local, body_step)
+        finally:
+            _ITERATION.pop()
         carry = local[-1]
     regs.append(carry)
 
@@ -846,11 +857,28 @@ class _Gen:
             idx[0] = ["a", [0]] if shape and shape[0] > 0 else idx[0]
         return idx
 
+    def _moving(self, idx, n):
+        """Inside a loop's body, now and then ``idx`` with its first entry (on axis 0, of
+        length ``n``) moved by one per iteration, in bounds in every iteration."""
+        if not self.depth or not idx or self.rng.random() < 0.3:
+            return idx
+        e, last = idx[0], self.trips - 1
+        if e[0] == "i":
+            v = min(e[1] + n if e[1] < 0 else e[1], n - 1 - last)
+            moved = ["it", v] if v >= 0 else None
+        elif e[0] == "s" and e[3] in (None, 1):
+            start = 0 if e[1] is None else (e[1] + n if e[1] < 0 else e[1])
+            stop = min(n if e[2] is None else (e[2] + n if e[2] < 0 else e[2]), n - last)
+            moved = ["st", start, stop] if 0 <= start <= stop else None
+        else:
+            moved = None
+        return idx if moved is None else [moved, *idx[1:]]
+
     def _getitem(self, regs):
         a = self.pick(regs, lambda r: np.ndim(r) >= 1)
         if a is None:
             return None
-        idx = self._random_index(regs[a])
+        idx = self._moving(self._random_index(regs[a]), np.shape(regs[a])[0])
         if self.rng.random() < 0.1:
             ints = self.pick(regs, lambda r: _kind(r) in "iu" and 1 <= np.ndim(r) <= 2)
             n = np.shape(regs[a])[0]
@@ -873,7 +901,7 @@ class _Gen:
         if not writable:
             return None
         a = self.choice(writable)
-        idx = self._random_index(regs[a])
+        idx = self._moving(self._random_index(regs[a]), np.shape(regs[a])[0])
         try:
             with quiet():
                 target = regs[a][_index(regs, idx)]
@@ -947,13 +975,16 @@ class _Gen:
         if c is None:
             return None
         base, trips, outer_approx = len(regs), int(self.rng.integers(2, 5)), self.approx
+        self.trips = trips
+        self.body_kinds = {k: 4 * self.kinds[k] for k in ("getitem", "setitem") if k in self.kinds}
         self.approx = list(outer_approx[:base]) + [outer_approx[c]]
         self.depth += 1
         body, approx = [], outer_approx[c]
         try:
             for _ in range(int(self.rng.integers(1, 4))):
                 local = self._body_regs(c, body)
-                kinds, weights = zip(*self.kinds.items())
+                # indexing is drawn more often in a body: its indices may move with the loop
+                kinds, weights = zip(*{**self.kinds, **self.body_kinds}.items())
                 k = kinds[int(self.rng.choice(len(kinds), p=np.array(weights) / sum(weights)))]
                 res = getattr(self, f"_{k}")(local)
                 if res is None:
