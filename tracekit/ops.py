@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -121,7 +122,13 @@ class Op:
     replaced), ``unview`` (for a view: how a write into it reaches its input;
     ``unview(base, new, attrs)`` is the ``(op, inputs, attrs)`` of the node giving the input's
     new contents: ``x.T[...] = v`` writes ``transpose(v)`` into ``x``), ``may_copy`` (a view
-    that NumPy makes only where its input's strides allow, else a copy: reshape).
+    that NumPy makes only where its input's strides allow, else a copy: reshape),
+    ``compare`` (a comparison: the Python operator it is, ``operator.lt`` for less; NumPy 2
+    compares Python ints exactly, whatever the array's dtype), ``arithmetic`` (+, -, *, / or
+    negation: computed in its operands' type, so float32 operands give float32 in compiled code
+    too), ``complex`` (compiled loops may compute it for complex values; False where NumPy's
+    complex special values, inf and nan, differ from the compiled math libraries': those stay
+    NumPy calls).
     ``type_rule(input_types, attrs)`` gives its output shapes and dtypes without
     running it (:mod:`tracekit.type_rules`; ``register`` fills in the op's family rule).
     ``check(node)`` raises ``ValueError`` where a node of the op is malformed in ways
@@ -145,6 +152,9 @@ class Op:
     check: Callable | None = None
     unview: Callable | None = None
     may_copy: bool = False
+    compare: Callable | None = None
+    arithmetic: bool = False
+    complex: bool = True
     type_rule: Callable | None = None  # (input types, attrs) -> [(shape, dtype)]: type_rules.py
 
     @property
@@ -238,9 +248,29 @@ BINARY_UFUNCS = (
     "logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor left_shift right_shift"
 ).split()
 
+_COMPARE = {
+    "equal": operator.eq,
+    "not_equal": operator.ne,
+    "less": operator.lt,
+    "less_equal": operator.le,
+    "greater": operator.gt,
+    "greater_equal": operator.ge,
+}
+_ARITHMETIC = ("add", "subtract", "multiply", "divide", "negative")
+# complex functions whose special values (inf, nan) numba and libdevice compute differently
+_COMPLEX_ON_HOST = (
+    "exp exp2 expm1 log log2 log10 log1p sqrt cbrt sin cos tan arcsin arccos arctan sinh cosh "
+    "tanh arcsinh arccosh arctanh power rint"
+).split()
 for _name in UNARY_UFUNCS + BINARY_UFUNCS:
     _uf = _np_fn(_name)
-    register(Op(_name, "elementwise", _uf, call_code(f"np.{_name}"), ufunc=_uf, doc=_uf.__doc__))
+    _caps = {
+        "compare": _COMPARE.get(_name),
+        "arithmetic": _name in _ARITHMETIC,
+        "complex": _name not in _COMPLEX_ON_HOST,
+    }
+    _code = call_code(f"np.{_name}")
+    register(Op(_name, "elementwise", _uf, _code, ufunc=_uf, doc=_uf.__doc__, **_caps))
 
 
 def _where(cond, a, b):

@@ -199,13 +199,11 @@ def _check_int_conversion(t: ValueType | None, dtype: np.dtype):
 
 
 # ---------------------------------------------------------------------- elementwise
-_COMPARISONS = frozenset("equal not_equal less less_equal greater greater_equal".split())
-
-
-def _resolve(ufunc, ins):
-    """``ufunc``'s loop for these inputs: its dtypes (inputs, then outputs)."""
+def _resolve(ufunc, ins, compare=False):
+    """``ufunc``'s loop for these inputs: its dtypes (inputs, then outputs). A ``compare``
+    (``Op.compare``) accepts any Python int."""
     loop = ufunc.resolve_dtypes(tuple(_key(t) for t in ins) + (None,) * ufunc.nout)
-    if ufunc.__name__ not in _COMPARISONS:  # comparisons accept any Python int
+    if not compare:
         for t, d in zip(ins, loop):
             _check_int_fits(t, d)
     if all(t.weak and t.value is not None for t in ins):  # Python ints only: int64 must hold
@@ -224,7 +222,7 @@ def ufunc_rule(op, ins, attrs):
     _attrs(op, attrs)
     _n_inputs(op, ins, uf.nin)
     shape = _broadcast(*(t.shape for t in ins))
-    loop = _resolve(uf, ins)
+    loop = _resolve(uf, ins, op.compare is not None)
     if uf is np.power and loop[0].kind in "iu" and ins[1].value is not None:
         if (np.asarray(ins[1].value) < 0).any():
             raise ValueError("Integers to negative integer powers are not allowed.")

@@ -127,9 +127,9 @@ def _literal_ok(x) -> bool:
 
 def _numpy_only(node: Node) -> str | None:
     """Why an elementwise op is left to NumPy though its dtypes are supported, or None."""
-    from .scalar import COMPLEX_ON_HOST, loop_dtypes
+    from .scalar import loop_dtypes
 
-    if node.op in COMPLEX_ON_HOST and any(
+    if not OPS[node.op].complex and any(
         v.dtype.kind == "c" for v in node.var_inputs + list(node.outputs)
     ):
         return f"complex {node.op}: NumPy's special values (inf, nan) are kept"

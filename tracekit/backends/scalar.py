@@ -10,7 +10,6 @@ target's helpers are in ``cpu_helpers.py``).
 from __future__ import annotations
 
 import math as _math
-import operator
 
 import numpy as np
 
@@ -377,13 +376,6 @@ for _op, _fn in (
         c=(lambda f: lambda a, dt: f"{f}({a[0]}, {a[1]})")(_fn), other=TEMPLATES[_op]
     )
 
-# Complex functions whose special values (inf, nan) numba computes differently from NumPy:
-# the planner leaves them to NumPy (host steps).
-COMPLEX_ON_HOST = frozenset(
-    "exp exp2 expm1 log log2 log10 log1p sqrt cbrt sin cos tan arcsin arccos arctan sinh cosh "
-    "tanh arcsinh arccosh arctanh power rint".split()
-)
-
 
 def _fast_name(op: str, dtype, math: str) -> str | None:
     """The fast-math function computing ``op`` at ``dtype`` (``fastmath.OPS``), or None."""
@@ -528,21 +520,13 @@ def _clip_bounds(node: Node, dtype):
     return lo, hi
 
 
-_COMPARE = {
-    "equal": operator.eq,
-    "not_equal": operator.ne,
-    "less": operator.lt,
-    "less_equal": operator.le,
-    "greater": operator.gt,
-    "greater_equal": operator.ge,
-}
-
-
 def _out_of_range_comparison(node: Node, loop_in) -> str | None:
     """NumPy 2 compares an integer array with a Python int outside its dtype's range exactly
     (``uint8_array < -1`` is all False), where a cast of the literal would wrap: the result is
     known without looking at the array."""
-    cmp = _COMPARE.get(node.op)
+    from ..ops import OPS
+
+    cmp = OPS[node.op].compare
     if cmp is None or np.dtype(loop_in[0]).kind not in "iu":
         return None
     for k, x in enumerate(node.inputs):
@@ -597,16 +581,15 @@ def accumulate(red, a: str, v: str, acc, vectorise: bool = False) -> str:
 NATIVE = {np.dtype(t) for t in (np.float64, np.int64, np.bool_, np.complex128)}
 
 
-# float32 arithmetic numba does in float32 (it widens small ints, so those keep their wrapper)
-_FLOAT32_CLOSED = {"add", "subtract", "multiply", "divide", "negative"}
-
-
 def typed_expr(node: Node, src: str, math: str = "fast") -> str:
     """``typed(src, node.out.dtype)``, without the wrapper where numba's own result already has
-    that dtype: float32 arithmetic on float32 operands and fast-math calls. Every wrapper is a
-    call numba types and lowers once per statement: fewer of them compile faster."""
+    that dtype: float32 arithmetic on float32 operands (``Op.arithmetic``: numba widens small
+    ints, so those keep their wrapper) and fast-math calls. Every wrapper is a call numba types
+    and lowers once per statement: fewer of them compile faster."""
+    from ..ops import OPS
+
     out = node.out.dtype
-    if out == np.float32 and (node.op in _FLOAT32_CLOSED or is_fast_math(node, math)):
+    if out == np.float32 and (OPS[node.op].arithmetic or is_fast_math(node, math)):
         loop_in, loop_out = loop_dtypes(node)
         if loop_out == out and all(d == out for d in loop_in):
             return src
