@@ -123,12 +123,16 @@ class Op:
     ``unview(base, new, attrs)`` is the ``(op, inputs, attrs)`` of the node giving the input's
     new contents: ``x.T[...] = v`` writes ``transpose(v)`` into ``x``), ``may_copy`` (a view
     that NumPy makes only where its input's strides allow, else a copy: reshape),
-    ``compare`` (a comparison: the Python operator it is, ``operator.lt`` for less; NumPy 2
-    compares Python ints exactly, whatever the array's dtype), ``arithmetic`` (+, -, *, / or
-    negation: computed in its operands' type, so float32 operands give float32 in compiled code
-    too), ``complex`` (compiled loops may compute it for complex values; False where NumPy's
-    complex special values, inf and nan, differ from the compiled math libraries': those stay
-    NumPy calls).
+    ``keeps_order`` (a view of its input's elements in the same order under another shape:
+    reshape; a per-row value stays one when only unit dims change), ``store`` (an update that
+    stores ``value`` at ``x[idx]``: index_update; a runner may write it into ``x``'s buffer when
+    nothing reads ``x`` after it), ``uniform`` (every element of its result is one value of its
+    attributes: full, which compiled loops compute like an elementwise op), ``compare`` (a
+    comparison: the Python operator it is, ``operator.lt`` for less; NumPy 2 compares Python
+    ints exactly, whatever the array's dtype), ``arithmetic`` (+, -, *, / or negation: computed
+    in its operands' type, so float32 operands give float32 in compiled code too), ``complex``
+    (compiled loops may compute it for complex values; False where NumPy's complex special
+    values, inf and nan, differ from the compiled math libraries': those stay NumPy calls).
     ``type_rule(input_types, attrs)`` gives its output shapes and dtypes without
     running it (:mod:`tracekit.type_rules`; ``register`` fills in the op's family rule).
     ``check(node)`` raises ``ValueError`` where a node of the op is malformed in ways
@@ -152,6 +156,9 @@ class Op:
     check: Callable | None = None
     unview: Callable | None = None
     may_copy: bool = False
+    keeps_order: bool = False
+    store: bool = False
+    uniform: bool = False
     compare: Callable | None = None
     arithmetic: bool = False
     complex: bool = True
@@ -398,7 +405,7 @@ def _transpose_back(base, new, attrs):
 
 
 _VIEW = {"view": True, "may_view": True}
-_RESHAPE = {"unview": _reshape_back, "may_copy": True}
+_RESHAPE = {"unview": _reshape_back, "may_copy": True, "keeps_order": True}
 register(Op("reshape", "movement", np.reshape, call_code("np.reshape"), **_VIEW, **_RESHAPE))
 register(
     Op(
@@ -503,7 +510,8 @@ for _name, _impl, _code in (
     ("update_real", update_real, call_code("update_real")),
     ("update_imag", update_imag, call_code("update_imag")),
 ):
-    register(Op(_name, "index", _impl, _code, helper=_impl, update=True))
+    _store = _name == "index_update"
+    register(Op(_name, "index", _impl, _code, helper=_impl, update=True, store=_store))
 
 
 # ---------------------------------------------------------------------- creation
@@ -523,7 +531,7 @@ def _eye(N, M, k, dtype):
     return np.eye(N, M, k, dtype=dtype)
 
 
-register(Op("full", "create", _full, call_code("np.full")))
+register(Op("full", "create", _full, call_code("np.full"), uniform=True))
 register(Op("arange", "create", _arange, call_code("np.arange")))
 register(Op("linspace", "create", _linspace, call_code("np.linspace")))
 register(Op("eye", "create", _eye, call_code("np.eye")))

@@ -19,6 +19,7 @@ from ..passes import optimize
 from ..traced import Traced, check_guards, check_layout_guards
 from .control import unroll_small_loops
 from .lowering import lower
+from .planner import blas_out
 from .planner import plan as make_plan
 from .runtime import check_out_types
 
@@ -227,7 +228,7 @@ def _results_may_alias(plan) -> bool:
     g = plan.graph
     passed = set(g.inputs)
     for step in plan.steps:
-        if step.kind == "view" or (step.kind == "host" and step.nodes[0].op != "matmul"):
+        if step.kind == "view" or (step.kind == "host" and not blas_out(step.nodes[0])):
             passed.update(step.outputs)
     res = g.outputs[: g.n_results]
     return len(set(res)) < len(res) or any(o in passed for o in res)

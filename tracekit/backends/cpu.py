@@ -25,7 +25,7 @@ from . import cache
 from . import scalar as S
 from .control import loop_runner, prepared
 from .emit_cpu import PARALLEL_MIN_WORK, PARALLEL_MIN_WORK_BESIDE_BLAS, kernel_source
-from .planner import Plan, escaping, in_place_updates
+from .planner import Plan, blas_out, escaping, in_place_updates
 from .planner import plan as make_plan
 
 
@@ -69,7 +69,7 @@ class CpuProgram:
         self.kernel_sources = {}
         self.segments = []
         parts = [MODULE_HEADER, ""]
-        blas = any(s.kind == "host" and s.nodes[0].op == "matmul" for s in plan.steps)
+        blas = any(s.kind == "host" and blas_out(s.nodes[0]) for s in plan.steps)
         min_parallel = PARALLEL_MIN_WORK_BESIDE_BLAS if blas else PARALLEL_MIN_WORK
         for k, (first, steps) in enumerate(_segments(plan)):
             name = f"segment{k}"
@@ -344,7 +344,7 @@ class Runner:
                 k = f"c{len(self.ns)}"
                 self.ns[k] = x
                 ins.append(k)
-        if node.op == "index_update" and getattr(self, "_step", None) in self.in_place:
+        if OPS[node.op].store and getattr(self, "_step", None) in self.in_place:
             # the base is dead after this step and ours: store into it, no copy
             base, value, arrays = ins[0], ins[1], ins[2:]
             idx = f"idx{len(self.ns)}"
@@ -354,7 +354,7 @@ class Runner:
             if moves(node.attrs):  # a loop body's index moving with the iteration
                 idx = f"_at_iteration({idx}, _iteration[0])"
             return f"_store({base}, _build_index({idx}, ({arrs})), {value})"
-        if node.op == "matmul" and node.out.dtype.kind in "fc" and node.out.ndim >= 1:
+        if blas_out(node) and node.out.dtype.kind in "fc" and node.out.ndim >= 1:
             # BLAS writes straight into a pooled (or the caller's) buffer: no fresh allocation
             return f"np.matmul({ins[0]}, {ins[1]}, out={self._alloc(node.out, result_pos)})"
         impl = f"impl_{node.op}"

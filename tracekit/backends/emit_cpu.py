@@ -114,7 +114,7 @@ class KernelSource:
         """Emit the statement computing an elementwise (or alias) node."""
         out = node.out
         name = f"{self.p}t_{out.ident}"
-        if node.op == "reshape":  # a per-row alias
+        if OPS[node.op].keeps_order:  # a per-row alias (reshape)
             self.emit(f"{name} = {self.read(node.inputs[0])}", depth)
         else:
             vals = [self.value(x) for x in node.inputs]

@@ -182,7 +182,7 @@ def classify(node: Node) -> str:
         return "elementwise" if scalar_pyop(node) else "host"
     if op.kind == "elementwise" and _numpy_only(node):
         return "host"
-    if (op.kind == "elementwise" and all(_literal_ok(x) for x in node.inputs)) or node.op == "full":
+    if (op.kind == "elementwise" and all(_literal_ok(x) for x in node.inputs)) or op.uniform:
         return "elementwise"
     red = accumulation(node)
     if red is not None:
@@ -199,6 +199,13 @@ def classify(node: Node) -> str:
 def is_reduction(node: Node) -> bool:
     """A reduction the compiled loops accumulate (mean/var/std are lowered to sums first)."""
     return OPS[node.op].reduction is not None
+
+
+def blas_out(node: Node) -> bool:
+    """Whether ``node`` is a BLAS call NumPy writes into a given buffer (``out=``): a matmul-kind
+    op that is a ufunc (``np.matmul``; ``np.dot`` and ``np.tensordot`` allocate their own)."""
+    op = OPS[node.op]
+    return op.kind == "matmul" and op.ufunc is not None
 
 
 def accumulation(node: Node):
@@ -326,7 +333,7 @@ class Planner:
                 self._reduce(node)
             elif kind == "scan":
                 self._scan(node)
-            elif kind == "view" and node.op == "reshape" and self._row_alias(node):
+            elif kind == "view" and OPS[node.op].keeps_order and self._row_alias(node):
                 pass
             else:
                 self._external(node, kind)
@@ -513,10 +520,10 @@ def plan(graph: Graph) -> Plan:
 
 
 def in_place_updates(plan: Plan) -> set:
-    """Indices of ``index_update`` host steps that may write into their base's buffer: the base
-    is a fresh buffer of this run (a kernel's or a copying host op's result, or an input the
-    plan owns; not another input, a view or a Python op's value) and nothing reads it
-    afterwards."""
+    """Indices of host steps of a ``store`` op (index_update) that may write into their base's
+    buffer: the base is a fresh buffer of this run (a kernel's or a copying host op's result,
+    or an input the plan owns; not another input, a view or a Python op's value) and nothing
+    reads it afterwards."""
     g = plan.graph
     producer, last, root = {}, {}, {}
     for i, st in enumerate(plan.steps):
@@ -533,7 +540,7 @@ def in_place_updates(plan: Plan) -> set:
         last[root.get(v, v)] = len(plan.steps)
     out = set()
     for i, st in enumerate(plan.steps):
-        if st.kind != "host" or st.nodes[0].op != "index_update":
+        if st.kind != "host" or not OPS[st.nodes[0].op].store:
             continue
         base = st.nodes[0].inputs[0]
         src = producer.get(base)
