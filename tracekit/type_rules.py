@@ -342,38 +342,48 @@ def _var_dtype(dt, dtype, scalar, std):
     return ret
 
 
-_NO_IDENTITY = frozenset(("max", "min"))
-
-
-def reduce_rule(op, ins, attrs):
-    """sum, prod, mean, var, std, max, min, any, all."""
-    opt = {"axis": None, "keepdims": False, "dtype": None}
-    if op.name in ("var", "std"):
-        opt["ddof"] = 0
-    a = _attrs(op, attrs, (), opt)
+def _reduce_types(op, ins, attrs, opt):
+    """A reduction's checked attributes, input, reduced axes, output shape and ``dtype``."""
+    a = _attrs(op, attrs, (), {"axis": None, "keepdims": False, "dtype": None, **opt})
     _n_inputs(op, ins, 1)
     x = _strong(ins[0])
     axes = _reduce_axes(x.shape, a["axis"])
     shape = _reduced_shape(x.shape, axes, a["keepdims"])
-    dtype = _dtype_attr(a["dtype"])
-    name = op.name
-    if name in ("max", "min", "any", "all") and dtype is not None:
-        raise TypeError(f"{name}() got an unexpected keyword argument 'dtype'")
-    if name in _NO_IDENTITY and math.prod(x.shape[i] for i in axes) == 0:
-        ufunc = "maximum" if name == "max" else "minimum"
+    return a, x, axes, shape, _dtype_attr(a["dtype"])
+
+
+def reduce_rule(op, ins, attrs):
+    """sum, prod, max, min, any, all: by their :class:`~tracekit.ops.Reduction`."""
+    a, x, axes, shape, dtype = _reduce_types(op, ins, attrs, {})
+    combine = op.reduction.combine
+    if combine not in ("add", "multiply") and dtype is not None:  # extrema, any, all
+        raise TypeError(f"{op.name}() got an unexpected keyword argument 'dtype'")
+    if combine in ("max", "min") and math.prod(x.shape[i] for i in axes) == 0:
+        ufunc = f"{combine}imum"
         raise ValueError(f"zero-size array to reduction operation {ufunc} which has no identity")
-    if name in ("sum", "prod"):
+    if combine in ("add", "multiply"):
         out = _sum_dtype(x.dtype, dtype)
-    elif name == "mean":
-        out = _mean_dtype(x.dtype, dtype)
-    elif name in ("var", "std"):
-        _int(a["ddof"], "ddof")
-        out = _var_dtype(x.dtype, dtype, shape == () and not a["keepdims"], name == "std")
-    elif name in ("any", "all"):
+    elif combine in ("or", "and"):
         out = np.dtype(bool)
     else:
         out = x.dtype
     return [(shape, out)]
+
+
+def mean_rule(op, ins, attrs):
+    a, x, axes, shape, dtype = _reduce_types(op, ins, attrs, {})
+    return [(shape, _mean_dtype(x.dtype, dtype))]
+
+
+def var_rule(op, ins, attrs, std=False):
+    """var, and std (``std``)."""
+    a, x, axes, shape, dtype = _reduce_types(op, ins, attrs, {"ddof": 0})
+    _int(a["ddof"], "ddof")
+    return [(shape, _var_dtype(x.dtype, dtype, shape == () and not a["keepdims"], std))]
+
+
+def std_rule(op, ins, attrs):
+    return var_rule(op, ins, attrs, std=True)
 
 
 def argreduce_rule(op, ins, attrs):
@@ -867,29 +877,38 @@ def _assignable(value: ValueType, target: tuple, strict=False):
         )
 
 
-def index_update_rule(op, ins, attrs):
-    """``x[idx] = value`` (index_update) and ``np.add.at(x, idx, value)`` (index_add)."""
+def index_update_rule(op, ins, attrs, add=False):
+    """``x[idx] = value`` (index_update) and, ``add``, ``np.add.at(x, idx, value)``
+    (index_add)."""
     x, shape = _index_inputs(op, ins, attrs, 2)
     value = ins[1]
     if value is None:
         raise TypeError(f"{op.name}: the value is None")
-    if op.name == "index_add":  # np.add.at casts its result back unsafely
+    if add:  # np.add.at casts its result back unsafely
         np.add.resolve_dtypes((x.dtype, _key(value), None))
     else:
         _check_setitem(value, x.dtype)
-    _assignable(value, shape, strict=op.name == "index_add")
+    _assignable(value, shape, strict=add)
     return [(x.shape, x.dtype)]
 
 
-def update_part_rule(op, ins, attrs):
-    """``x.real = value`` / ``x.imag = value`` on a copy of ``x``."""
+def index_add_rule(op, ins, attrs):
+    return index_update_rule(op, ins, attrs, add=True)
+
+
+def update_part_rule(op, ins, attrs, imag=False):
+    """``x.real = value`` / ``x.imag = value`` (``imag``) on a copy of ``x``."""
     _attrs(op, attrs)
     _n_inputs(op, ins, 2)
     x, value = _strong(ins[0]), ins[1]
-    if op.name == "update_imag" and x.dtype.kind != "c":
+    if imag and x.dtype.kind != "c":
         raise TypeError("array does not have imaginary part to set")
     _assignable(value, x.shape)
     return [(x.shape, x.dtype)]
+
+
+def update_imag_rule(op, ins, attrs):
+    return update_part_rule(op, ins, attrs, imag=True)
 
 
 # ---------------------------------------------------------------------- creation
@@ -962,6 +981,9 @@ RULES = {  # ops whose rule is their own; the rest take their kind's
     "real": real_rule,
     "imag": real_rule,
     "angle": angle_rule,
+    "mean": mean_rule,
+    "var": var_rule,
+    "std": std_rule,
     "argmax": argreduce_rule,
     "argmin": argreduce_rule,
     "matmul": matmul_rule,
@@ -978,9 +1000,9 @@ RULES = {  # ops whose rule is their own; the rest take their kind's
     "pad": pad_rule,
     "index": index_rule,
     "index_update": index_update_rule,
-    "index_add": index_update_rule,
+    "index_add": index_add_rule,
     "update_real": update_part_rule,
-    "update_imag": update_part_rule,
+    "update_imag": update_imag_rule,
     "full": full_rule,
     "arange": arange_rule,
     "linspace": linspace_rule,
