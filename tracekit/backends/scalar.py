@@ -165,13 +165,13 @@ TEMPLATES = {
 _I64 = np.dtype(np.int64)
 
 
-def _wrapping(plain, helper, unary=False):
+def _wrapping(plain, helper, square=False):
     """``plain``'s template, or the wrapping helper for int64 (see ``_wadd``)."""
 
     def template(a, dt):
         if dt != _I64:
             return plain(a, dt)
-        return f"{helper}({a[0]}, {a[0]})" if unary == "square" else f"{helper}({', '.join(a)})"
+        return f"{helper}({a[0]}, {a[0]})" if square else f"{helper}({', '.join(a)})"
 
     return template
 
@@ -180,7 +180,7 @@ for _op, _helper in (("add", "_wadd"), ("subtract", "_wsub"), ("multiply", "_wmu
     TEMPLATES[_op] = _wrapping(TEMPLATES[_op], _helper)
 TEMPLATES["negative"] = _wrapping(TEMPLATES["negative"], "_wneg")
 TEMPLATES["absolute"] = _wrapping(TEMPLATES["absolute"], "_wabs")
-TEMPLATES["square"] = _wrapping(TEMPLATES["square"], "_wmul", unary="square")
+TEMPLATES["square"] = _wrapping(TEMPLATES["square"], "_wmul", square=True)
 
 # The helpers the templates call (``_maximum``, ``_wadd``, ``_cdiv``, ...) are numba functions in
 # ``cpu_helpers.py``, defined once per process; a generated CPU module imports those it calls.

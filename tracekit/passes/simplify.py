@@ -96,8 +96,8 @@ def _subtract(node, prod):
 def _negative(node, prod):
     (x,) = node.inputs
     inner = prod.get(x)
-    if inner is not None and inner.op == "negative" and _same_type(node, inner.inputs[0]):
-        return inner.inputs[0]
+    if inner is not None and inner.op == node.op and _same_type(node, inner.inputs[0]):
+        return inner.inputs[0]  # -(-x)
     return None
 
 
@@ -107,7 +107,7 @@ def _transpose(node, prod):
     inner = prod.get(x)
     if axes == tuple(range(len(axes))):
         return x if isinstance(x, Var) else None  # a folded constant stays a node
-    if inner is not None and inner.op == "transpose":
+    if inner is not None and inner.op == node.op:  # a transpose of a transpose
         composed = tuple(inner.attrs["axes"][a] for a in axes)
         if composed == tuple(range(len(composed))):
             return inner.inputs[0] if isinstance(inner.inputs[0], Var) else None
@@ -120,7 +120,7 @@ def _reshape(node, prod):
     if _same_type(node, x):
         return x
     inner = prod.get(x)
-    if inner is not None and inner.op == "reshape":
+    if inner is not None and inner.op == node.op:  # a reshape of a reshape
         src = inner.inputs[0]
         if not isinstance(src, Var):
             return None  # a folded constant stays a node
