@@ -205,8 +205,11 @@ def _make_static(tree, leaves, outputs):
 
 
 # ---------------------------------------------------------------------- creation functions
-_CREATION = ("zeros", "ones", "empty", "full", "arange", "linspace", "eye", "identity")
-_CREATION += ("array", "asarray", "asanyarray", "ascontiguousarray")
+# each create op of the table under its NumPy name (``_create_<name>`` records it), and the
+# NumPy functions recorded with them (zeros: full, identity: eye, array: a constant)
+_CREATION = tuple(name for name, op in OPS.items() if op.kind == "create")
+_CREATION += ("zeros", "ones", "empty", "identity", "array", "asarray", "asanyarray")
+_CREATION += ("ascontiguousarray",)
 
 
 @contextlib.contextmanager
