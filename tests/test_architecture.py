@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -116,3 +117,48 @@ def test_module_imports_alone(module):
         [sys.executable, "-c", f"import {module}"], capture_output=True, text=True, env=env
     )
     assert p.returncode == 0, p.stderr[-2000:]
+
+
+# Every stage asks an op's capabilities (ops.py) instead of testing its name. These are the most
+# comparisons of a string literal that spells an op of the table with anything, per module,
+# outside ops.py and the CUDA modules (backends/cuda*.py, backends/emit_cuda*.py). Most of the
+# literals left only share an op's spelling:
+NAME_TESTS = {
+    "backends/emit_cpu.py": 9,  # a fusion group's role "full" (6); Reduction.combine "add", "max"
+    "backends/planner.py": 6,  # the group role "full" (4); the kind "matmul" (2)
+    "render.py": 7,  # a drawn scope's kind "repeat" (6); depth="all"
+    "type_rules.py": 6,  # Reduction.combine: sums and products, extrema
+    "traced.py": 3,  # the option loops="roll" (2); the guard conversion "index"
+    "loops/roll.py": 2,  # the loop op by name (its kind, "control", would do)
+    "passes/simplify.py": 1,  # index_update's rewrite: its pattern is b[idx] = b[idx] (index)
+    "pyop.py": 1,  # the "type" of a Python op in graph JSON
+    "ir.py": 1,  # the key "var" of a node's input in graph JSON
+    "explore.py": 1,  # the key "min" of a value's statistics
+}
+
+
+def op_name_comparisons() -> dict:
+    """``{module: [(line, literal), ...]}``: the comparisons ``NAME_TESTS`` counts."""
+    from tracekit.ops import OPS
+
+    names = set(OPS)
+    found = {}
+    for p in sorted(ROOT.rglob("*.py")):
+        rel = p.relative_to(ROOT).as_posix()
+        if p.name == "ops.py" or re.fullmatch(r"backends/(emit_)?cuda.*\.py", rel):
+            continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Compare):
+                for e in [node.left, *node.comparators]:
+                    for c in ast.walk(e):
+                        if isinstance(c, ast.Constant) and c.value in names:
+                            found.setdefault(rel, []).append((node.lineno, c.value))
+    return found
+
+
+def test_stages_ask_capabilities_not_op_names():
+    found = op_name_comparisons()
+    assert found  # the count sees comparisons at all
+    over = {m: hits for m, hits in found.items() if len(hits) > NAME_TESTS.get(m, 0)}
+    assert not over, f"op names tested (ask the op's capabilities instead): {over}"
+    assert sum(map(len, found.values())) <= sum(NAME_TESTS.values())
