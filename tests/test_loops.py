@@ -103,6 +103,16 @@ def rows_written(x, out, steps=12):
     return out, x
 
 
+def _heat_step(u):
+    u[1:-1] = u[1:-1] + 0.1 * (u[2:] - 2 * u[1:-1] + u[:-2])  # views taken in a callee
+
+
+def heat_calls_a_function(u, steps=20):
+    for _ in range(steps):
+        _heat_step(u)
+    return u
+
+
 def _r(seed, *shape):
     return np.random.default_rng(seed).standard_normal(shape)
 
@@ -118,6 +128,7 @@ PROGRAMS = {
     "kmeans": (kmeans, lambda s: (_r(s, 40, 2), _r(s + 1, 3, 2))),
     "with_invariant_work": (with_invariant_work, lambda s: (_r(s, 6), _r(s + 1, 6))),
     "diagonal": (diagonal, lambda s: (_r(s, 32, 32),)),
+    "heat_calls_a_function": (heat_calls_a_function, lambda s: (_r(s, 16),)),
     "rows_written": (rows_written, lambda s: (_r(s, 6), _r(s + 1, 16, 6))),
 }
 DIFFERENTIABLE = [

@@ -71,9 +71,10 @@ class CpuProgram:
         parts = [MODULE_HEADER, ""]
         blas = any(s.kind == "host" and blas_out(s.nodes[0]) for s in plan.steps)
         min_parallel = PARALLEL_MIN_WORK_BESIDE_BLAS if blas else PARALLEL_MIN_WORK
+        views = frozenset(o for st in plan.steps if st.kind == "view" for o in st.outputs)
         for k, (first, steps) in enumerate(_segments(plan)):
             name = f"segment{k}"
-            srcs = [kernel_source(s, math, min_parallel) for s in steps]
+            srcs = [kernel_source(s, math, min_parallel, views) for s in steps]
             params = [p for ks in srcs for p in ks.params()]
             parallel = any("prange(" in ks.text for ks in srcs)
             lines = [
@@ -150,7 +151,7 @@ def _numba_type(v: Var, ks):
             return numba.typeof(np.asarray(0, v.dtype).item())
         return numba.from_dtype(v.dtype)
     nd = len(ks.layout.operand_shape(v))
-    return numba.types.Array(numba.from_dtype(v.dtype), nd, "C")
+    return numba.types.Array(numba.from_dtype(v.dtype), nd, "A" if v in ks.strided else "C")
 
 
 # numba intrinsics built on first use in scalar.py (its module ``__getattr__``)

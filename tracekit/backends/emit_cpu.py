@@ -57,7 +57,13 @@ class KernelSource:
 
     VECTORISE = True  # float accumulators through the intrinsics LLVM vectorises
 
-    def __init__(self, step: Step, math: str = "fast", min_parallel: int = PARALLEL_MIN_WORK):
+    def __init__(
+        self,
+        step: Step,
+        math: str = "fast",
+        min_parallel: int = PARALLEL_MIN_WORK,
+        strided: frozenset = frozenset(),
+    ):
         self.step, self.group, self.math = step, step.group, math
         self.min_parallel = min_parallel
         g = self.group
@@ -65,7 +71,10 @@ class KernelSource:
         self.inputs = list(step.inputs)
         self.outputs = list(step.outputs)
         rows = {v: g.row_shape for v in self.outputs if g.role.get(v) == "row"}
-        self.layout = Layout(g.shape, g.axes, self.inputs + self.outputs, self.p, rows)
+        self.strided = frozenset(v for v in self.inputs if v in strided)  # read in place
+        self.layout = Layout(
+            g.shape, g.axes, self.inputs + self.outputs, self.p, rows, self.strided
+        )
         self.lines: list[str] = []
         self.local: dict = {}  # Var -> source of its current element / row value
         self.reduces = [n for n in g.nodes if is_reduction(n)]
@@ -489,7 +498,10 @@ def _block_dtype(r):
     return None
 
 
-def kernel_source(step: Step, math: str = "fast", min_parallel=PARALLEL_MIN_WORK) -> KernelSource:
-    ks = KernelSource(step, math, min_parallel)
+def kernel_source(
+    step: Step, math: str = "fast", min_parallel=PARALLEL_MIN_WORK, strided=frozenset()
+) -> KernelSource:
+    """The kernel of ``step``; ``strided`` inputs are views the plan makes (read in place)."""
+    ks = KernelSource(step, math, min_parallel, strided)
     ks.text = ks.source()
     return ks

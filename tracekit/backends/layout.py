@@ -4,7 +4,8 @@ Dimensions of size 1 are dropped; adjacent dimensions merge when every operand t
 alike (all broadcast or all full) and they are of the same class (kept or reduced). A C-ordered
 ``[N, M]`` elementwise chain becomes one flat loop of ``N*M``; a bias ``[M]`` added to ``[N, M]``
 keeps two loops and is indexed by the inner one only. The runner reshapes every operand to its
-collapsed shape (a view for contiguous arrays, a copy otherwise).
+collapsed shape (a view for contiguous arrays, a copy otherwise); a view the plan itself makes
+(a slice) keeps its dims, and is read in place through its strides.
 """
 
 from __future__ import annotations
@@ -22,10 +23,13 @@ class Layout:
         operands: list,
         prefix: str = "",
         aligned: dict | None = None,
+        strided: frozenset = frozenset(),
     ):
         """``aligned`` gives an operand's shape in the full space when NumPy's right-alignment
         would be wrong: a per-row value without keepdims (``x.sum(axis=1)`` of ``[N, M]`` is
-        ``[N]``, aligned ``[N, 1]``)."""
+        ``[N]``, aligned ``[N, 1]``). ``strided`` operands are views whose dims may not merge
+        (a slice ``a[1:-1, :-2]``): the loops keep the dims those span, and the kernel indexes
+        the view itself instead of a flattened copy."""
         self.shape, self.axes = tuple(shape), tuple(axes or ())
         self.aligned = aligned or {}
         nd = len(self.shape)
@@ -38,7 +42,8 @@ class Layout:
                 same_class = (prev in self.axes) == (d in self.axes)
                 pk = dims.index(prev)
                 same_pat = all(p[pk] == p[k] for p in pattern.values())
-                if same_class and same_pat:
+                spans = any(p[pk] == p[k] == "f" for v, p in pattern.items() if v in strided)
+                if same_class and same_pat and not spans:
                     groups[-1].append(d)
                     continue
             groups.append([d])

@@ -49,7 +49,7 @@ class RollNote:
         return f"{where}: {self.trips} iterations not rolled: {self.reason}"
 
 
-def roll(graph: Graph, stacks: dict | None = None) -> tuple[Graph, list[RollNote]]:
+def roll(graph: Graph, stacks: dict | None = None, top=True) -> tuple[Graph, list[RollNote]]:
     """``graph`` with its runs of identical loop iterations rolled, and notes on the runs that
     could not be. ``stacks`` maps a node to the sources of its whole call chain (outermost
     first), so that a loop calling a function rolls too; without it a node's own source is
@@ -57,7 +57,8 @@ def roll(graph: Graph, stacks: dict | None = None) -> tuple[Graph, list[RollNote
     notes: list[RollNote] = []
     guarded = {g.var for g in graph.guards}
     nodes = _roll_all(graph.nodes, set(graph.outputs) | guarded, guarded, graph, stacks, notes)
-    notes += _unmatched(nodes, stacks, notes)
+    if top:
+        notes += _unmatched(nodes, stacks, notes)
     if len(nodes) == len(graph.nodes):
         return graph, notes
     return graph.replace(nodes=nodes), notes
@@ -65,8 +66,7 @@ def roll(graph: Graph, stacks: dict | None = None) -> tuple[Graph, list[RollNote
 
 def _unmatched(nodes, stacks, notes) -> list[RollNote]:
     """Notes on the loops that left several iterations' nodes and rolled nothing, and have no
-    note yet: their iterations differ (the iterations counted by the op that occurs most often
-    on one line)."""
+    note yet: their iterations differ (counted by the op of the loop seen least often)."""
     rolled = {(n.source.file, n.source.line) for n in nodes if n.op == "loop" and n.source}
     noted = {(n.source.file, n.source.line) for n in notes if n.source}
     seen: dict = {}
@@ -75,11 +75,11 @@ def _unmatched(nodes, stacks, notes) -> list[RollNote]:
         if loops:
             site = loops[0]
             lines = seen.setdefault(site, {})
-            key = (n.source.line, n.op)  # as often as the iterations it appears in, or more
+            key = (n.source.line, n.op)
             lines[key] = lines.get(key, 0) + 1
     out = []
     for (file, line, text), lines in seen.items():
-        repeats = max(lines.values())
+        repeats = min(lines.values())  # every op of it seen twice: two iterations at least
         if repeats >= 2 and (file, line) not in rolled | noted:
             out.append(
                 RollNote(
@@ -129,7 +129,7 @@ def _roll_once(nodes, live_out, guarded, graph, stacks, notes) -> list:
             notes.append(RollNote(Source(loop[0], loop[1], "", loop[2]), trips, made))
             out.extend(run)
         else:
-            body, body_notes = roll(made.attrs["body"], stacks)
+            body, body_notes = roll(made.attrs["body"], stacks, top=False)
             notes.extend(body_notes)
             out.append(made.replace(attrs={**made.attrs, "body": body}))
         i = end

@@ -125,8 +125,9 @@ class TraceContext:
         src, scope = where or self.where()
         node = Node(op, tuple(inputs), attrs, tuple(outputs), src, scope)
         self.nodes.append(node)
-        if where is None:
-            self.stacks[node] = self.last_stack
+        if where is not None:  # recorded for where a view was taken: the chain is this one's
+            self.where()
+        self.stacks[node] = self.last_stack
         return node
 
     def emit(self, op, inputs, attrs=None, *, n_out=1, weak=False, view=False):
