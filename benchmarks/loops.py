@@ -103,9 +103,19 @@ WORKLOADS = {  # name: (program, inputs, steps for the warm timing)
     "kmeans": (kmeans, lambda: (_r(7, 2000, 2), _r(8, 4, 2)), 20),
 }
 NOT_ROLLED = {  # what tracekit does not roll yet, with its own reason
+    "moving_literal": (lambda x, steps: _moving_literal(x, steps), lambda: (_r(11, 64),), 50),
+}
+ROLLED_ONLY = {  # rolled, not timed against the peers (no fori_loop version written here)
     "diagonal": (diagonal, lambda: (_r(9, 300, 300),), 300),
     "stacked": (stacked, lambda: (_r(10, 256),), 100),
 }
+
+
+def _moving_literal(x, steps):
+    out = np.zeros((steps, x.shape[0]))
+    for t in range(steps):
+        out[t] = x * t  # the Python int t is a literal that changes every iteration
+    return out
 
 
 # ---------------------------------------------------------------------- peers
@@ -236,6 +246,13 @@ def measure(name, fn, make, steps, budget, peers, counts=(10, 100, 1000)):
     }
 
 
+def _side_by_side(fns: dict, args, steps, budget) -> dict:
+    """Median seconds per call of each ``fn(*args, steps)``, timed in alternation."""
+    calls = {name: (lambda f=f: f(*_copies(args), steps)) for name, f in fns.items()}
+    samples = interleaved(calls, budget_s=budget, min_rounds=5, max_rounds=30)
+    return {k: summarize(v)["median_s"] for k, v in samples.items()}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="")
@@ -278,13 +295,26 @@ def main(argv=None):
     head = ["workload", f"nodes {steps_label}", "trace+compile s", "numpy ms", "numba ms",
             "jax ms", "tracekit ms", "vs numpy", "vs best(numba,jax)", "correct"]  # fmt: skip
     print(table(head, rows, right=set(range(1, 10))))
-    for name, (fn, make, steps) in NOT_ROLLED.items():
+    for name, (fn, make, steps) in {**ROLLED_ONLY, **NOT_ROLLED}.items():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             t = tk.trace(fn, *make(), steps)
         rolled = any(n.op == "loop" for n in t.graph.nodes)
-        why = "; ".join(t.notes) or "its iterations differ (an index that changes every step)"
-        print(f"{name}: {len(t.graph.nodes)} nodes, {'rolled' if rolled else 'not rolled: ' + why}")
+        if not rolled:
+            print(f"{name}: {len(t.graph.nodes)} nodes, not rolled: {'; '.join(t.notes)}")
+            continue
+        args = make()
+        nodes, tt, ct, c, _ = trace_and_compile(fn, args, steps)
+        ok = all(
+            np.allclose(g, w, rtol=1e-9)
+            for g, w in zip(_final(c(*_copies(args), steps)), _final(fn(*_copies(args), steps)))
+        )
+        med = _side_by_side({"numpy": fn, "tracekit": c}, args, steps, a.budget / 2)
+        print(
+            f"{name}: {nodes} nodes at {steps} steps, trace+compile {tt + ct:.2f} s, numpy "
+            f"{med['numpy'] * 1e3:.2f} ms, tracekit {med['tracekit'] * 1e3:.2f} ms "
+            f"({med['numpy'] / med['tracekit']:.2f}x), correct: {'yes' if ok else 'NO'}"
+        )
     if not a.no_json:
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         Path(a.json).write_text(

@@ -129,7 +129,7 @@ NAME_TESTS = {
     "render.py": 7,  # a drawn scope's kind "repeat" (6); depth="all"
     "type_rules.py": 6,  # Reduction.combine: sums and products, extrema
     "traced.py": 3,  # the option loops="roll" (2); the guard conversion "index"
-    "loops/roll.py": 2,  # the loop op by name (its kind, "control", would do)
+    "loops/roll.py": 3,  # np.stack's recorded pattern: concatenate of reshapes of index rows
     "passes/simplify.py": 1,  # index_update's rewrite: its pattern is b[idx] = b[idx] (index)
     "pyop.py": 1,  # the "type" of a Python op in graph JSON
     "ir.py": 1,  # the key "var" of a node's input in graph JSON

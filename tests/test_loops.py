@@ -12,6 +12,7 @@ from helpers.compare import assert_same
 from helpers.run import quiet
 
 import tracekit as tk
+from tracekit import interpret
 from tracekit.ir import Graph
 from tracekit.loops import unroll
 
@@ -103,6 +104,14 @@ def rows_written(x, out, steps=12):
     return out, x
 
 
+def stacked(x, steps=6):
+    history = []
+    for _ in range(steps):
+        x = np.tanh(x) * 0.9 + 0.1
+        history.append(x)
+    return np.stack(history), history[2]  # every iteration's value, and one of them
+
+
 def _heat_step(u):
     u[1:-1] = u[1:-1] + 0.1 * (u[2:] - 2 * u[1:-1] + u[:-2])  # views taken in a callee
 
@@ -129,11 +138,12 @@ PROGRAMS = {
     "with_invariant_work": (with_invariant_work, lambda s: (_r(s, 6), _r(s + 1, 6))),
     "diagonal": (diagonal, lambda s: (_r(s, 32, 32),)),
     "heat_calls_a_function": (heat_calls_a_function, lambda s: (_r(s, 16),)),
+    "stacked": (stacked, lambda s: (_r(s, 5),)),
     "rows_written": (rows_written, lambda s: (_r(s, 6), _r(s + 1, 16, 6))),
 }
 DIFFERENTIABLE = [
     "jacobi", "heat", "recurrent", "sum_from_zero", "nested", "with_invariant_work", "diagonal",
-    "rows_written",
+    "rows_written", "stacked",
 ]  # fmt: skip
 
 
@@ -176,7 +186,12 @@ def test_rolled_unrolled_and_numpy_agree(name):
 def test_unrolling_the_rolled_graph_gives_the_flat_one_back(name):
     rolled, flat = _trace(name), _trace(name, loops="unroll")
     back = unroll(rolled.graph).check()
-    assert [n.op for n in back.nodes] == [n.op for n in flat.graph.nodes]
+    ops = [n.op for n in back.nodes]
+    if name == "stacked":  # history[2] is a row of the stacked output, read after the loop
+        assert ops.pop() == "index"
+    assert ops == [n.op for n in flat.graph.nodes]
+    args = PROGRAMS[name][1](7)
+    assert_same(interpret.run(back, _copies(args)), interpret.run(flat.graph, _copies(args)))
 
 
 @pytest.mark.parametrize("name", ["jacobi", "heat", "recurrent", "nested", "kmeans", "diagonal"])
@@ -320,14 +335,6 @@ def alternates(x, steps=6):
     return x
 
 
-def stacked(x, steps=6):
-    history = []
-    for _ in range(steps):
-        x = np.tanh(x) + 1
-        history.append(x)
-    return np.stack(history)
-
-
 def guarded(x, steps=6):
     for _ in range(steps):
         if x.sum() > 0:  # control flow on a traced value: one guard per iteration
@@ -344,11 +351,10 @@ def not_a_loop(x):
     [
         (grows, "iterations differ"),
         (alternates, None),
-        (stacked, "used after the loop"),
         (guarded, "guarded"),
         (not_a_loop, None),
     ],
-    ids=["shape", "op", "stacked", "guard", "no-loop"],
+    ids=["shape", "op", "guard", "no-loop"],
 )
 def test_iterations_that_differ_do_not_roll(fn, why):
     x = np.linspace(0.5, 1.5, 4)
@@ -374,6 +380,15 @@ def test_an_index_that_moves_with_the_loop_is_an_expression_of_the_iteration():
     (loop,) = _loops(t.graph)
     (index,) = [n for n in loop.attrs["body"].nodes if n.op == "index"]
     assert repr(index.attrs["idx"]) == "(1+k, 1+k)"  # the first iteration is peeled
-    assert "a[1+k, 1+k]" in t.code
+    assert "a[1 + k, 1 + k]" in t.code
     back = Graph.from_json(t.graph.to_json())
     assert back.key() == t.graph.key()
+
+
+def test_a_list_stacked_after_the_loop_is_the_loops_stacked_output():
+    t = _trace("stacked")
+    (loop,) = _loops(t.graph)
+    assert loop.attrs["stacked"] == 1 and len(t.graph.nodes) == 2  # the loop, history[2]
+    stacked_out = loop.outputs[-1]
+    assert stacked_out.shape == (6, 5) and stacked_out is t.graph.outputs[0]
+    assert "np.empty((6, 5), np.float64)" in t.code

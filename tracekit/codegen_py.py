@@ -9,6 +9,7 @@ import keyword
 import numpy as np
 
 from .ir import Graph, Var, format_node
+from .loops.op import Affine, moves
 from .ops import OPS, helper_source
 
 
@@ -89,16 +90,52 @@ def _loop(node, ins, ids, taken, indent) -> list[str]:
     for v, x in zip(body.inputs[carried:], ins[carried:]):
         ids[v] = x  # an invariant is the value from before the loop
     lines = [f"{indent}{ids[v]} = {x}" for v, x in zip(body.inputs[:carried], ins[:carried])]
+    plain = len(body.outputs) - node.attrs.get("stacked", 0)
+    for o in node.outputs[plain:]:  # one row per iteration
+        lines.append(f"{indent}{ids[o]} = np.empty({o.shape!r}, np.{o.dtype.name})")
     counter = _fresh("k", taken)
     lines.append(f"{indent}for {counter} in range({node.attrs['trips']}):")
-    lines += _statements(body.nodes, ids, taken, indent + "    ")
+    lines += _statements(_with_counter(body, counter), ids, taken, indent + "    ")
+    for o, b in zip(node.outputs[plain:], body.outputs[plain:]):
+        lines.append(f"{indent}    {ids[o]}[{counter}] = {ids[b]}")
     nexts = [ids[o] for o in body.outputs[:carried]]
     if carried:
         state = ", ".join(ids[v] for v in body.inputs[:carried])
         lines.append(f"{indent}    {state} = {', '.join(nexts)}")
-    for o, b in zip(node.outputs[carried:], body.outputs[carried:]):
+    for o, b in zip(node.outputs[carried:plain], body.outputs[carried:plain]):
         lines.append(f"{indent}{ids[o]} = {ids[b]}")
     return lines
+
+
+class _Expr:
+    """Source text printed as itself (an index moving with a loop: ``1 + k``)."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def __repr__(self):
+        return self.text
+
+    __str__ = __repr__
+
+
+def _with_counter(body: Graph, counter: str) -> list:
+    """The body's nodes, each index that moves with the loop written with ``counter``."""
+
+    def expr(x):
+        if isinstance(x, Affine):
+            step = "" if x.step == 1 else f"{x.step} * "
+            return _Expr(f"{x.base} + {step}{counter}" if x.base else f"{step}{counter}")
+        if isinstance(x, tuple):
+            return tuple(expr(e) for e in x)
+        if isinstance(x, slice):
+            return slice(expr(x.start), expr(x.stop), expr(x.step))
+        return x
+
+    return [
+        n.replace(attrs={k: expr(v) for k, v in n.attrs.items()}) if moves(n.attrs) else n
+        for n in body.nodes
+    ]
 
 
 def _fresh(name: str, taken: set) -> str:

@@ -803,14 +803,16 @@ class _Builder:
         """Output ``k`` of a loop body: the next value of a carried input (a dashed edge back to
         it) or a value the loop gives after its last iteration."""
         carried = k < self.body_of.attrs["carried"]
-        text = "next" if carried else "after the loop"
+        stacked = k >= len(self.g.outputs) - self.body_of.attrs.get("stacked", 0)
+        trips = self.body_of.attrs["trips"]
+        text = "next" if carried else f"stacked \u00d7{trips}" if stacked else "after the loop"
         oid = self.pid(f"output-{k}")
         self._node(
             dot,
             oid,
             _label([text], self.width),
             _tooltip([f"body output {k}: %{v.name}: {_vtype(v)}", text]),
-            ["return", "next" if carried else "last"],
+            ["return", "next" if carried else "stacked" if stacked else "last"],
             shape="box",
             style="rounded",
             color="#333333",

@@ -1,10 +1,12 @@
 """The ``loop`` op: a rolled Python loop, whose body is a graph run ``trips`` times.
 
 A loop node's inputs are the initial values of its carried state, then its invariants; its
-attributes are ``body`` (a :class:`~tracekit.ir.Graph`), ``trips`` and ``carried`` (how many of
-the inputs are carried state). The body takes the carried values and the invariants, and
-returns the next carried values, then the values used after the loop (the last iteration's);
-the node's outputs are the body's outputs after the last iteration.
+attributes are ``body`` (a :class:`~tracekit.ir.Graph`), ``trips``, ``carried`` (how many of
+the inputs are carried state) and ``stacked``. The body takes the carried values and the
+invariants, and returns the next carried values, then the values used after the loop (the
+last iteration's), then the ``stacked`` values of every iteration used after it; the node's
+outputs are the body's outputs after the last iteration, the stacked ones gathered into arrays
+of one row per iteration (``np.stack(history)``).
 
 >>> import numpy as np, tracekit as tk
 >>> def f(x):
@@ -90,11 +92,21 @@ def body_at(body: Graph, k: int) -> list:
     ]
 
 
-def run_loop(*inputs, body: Graph, trips: int, carried: int):
-    """Run ``body`` ``trips`` times from ``inputs`` (carried values, then invariants)."""
+def stacked_buffers(body: Graph, trips: int, stacked: int) -> list:
+    """Fresh arrays for a loop's stacked outputs: one row per iteration."""
+    return [
+        np.empty((trips, *o.shape), o.dtype) for o in body.outputs[len(body.outputs) - stacked :]
+    ]
+
+
+def run_loop(*inputs, body: Graph, trips: int, carried: int, stacked: int = 0):
+    """Run ``body`` ``trips`` times from ``inputs`` (carried values, then invariants); the
+    last ``stacked`` outputs of the body are gathered, one row per iteration."""
     state, invariants = list(inputs[:carried]), list(inputs[carried:])
     outs = state
     moving = any(moves(n.attrs) for n in body.nodes)
+    rows = stacked_buffers(body, trips, stacked)
+    plain = len(body.outputs) - stacked
     for k in range(trips):
         if moving:
             env = {v: as_input_value(v, x) for v, x in zip(body.inputs, state + invariants)}
@@ -104,6 +116,9 @@ def run_loop(*inputs, body: Graph, trips: int, carried: int):
         else:
             outs = run(body, state + invariants)
         state = outs[:carried]
+        for buf, value in zip(rows, outs[plain:]):
+            buf[k] = value
+    outs = list(outs[:plain]) + rows
     given = {id(x) for x in inputs}  # a value the body passes through is the caller's array
     outs = [o.copy() if isinstance(o, np.ndarray) and id(o) in given else o for o in outs]
     return outs[0] if len(outs) == 1 else tuple(outs)
@@ -124,8 +139,12 @@ def check_loop(node: Node):
     for x, v in zip(node.inputs, body.inputs):
         if not isinstance(x, Var) or x.shape != v.shape or x.dtype != v.dtype:
             raise ValueError(f"a loop passes {fmt_value(x)} where its body takes {v!r}: {node}")
-    for o, b in zip(node.outputs, body.outputs):
-        if o.shape != b.shape or o.dtype != b.dtype:
+    stacked, trips = node.attrs.get("stacked", 0), node.attrs["trips"]
+    if not isinstance(stacked, int) or not 0 <= stacked <= len(body.outputs) - carried:
+        raise ValueError(f"a loop's stacked count does not fit its body: {node}")
+    for k, (o, b) in enumerate(zip(node.outputs, body.outputs)):
+        shape = (trips, *b.shape) if k >= len(body.outputs) - stacked else b.shape
+        if o.shape != shape or o.dtype != b.dtype:
             raise ValueError(f"loop output %{o.name}: {o.type} is %{b.name}: {b.type} in its body")
     for v, b in zip(body.inputs[:carried], body.outputs[:carried]):
         if v.shape != b.shape or v.dtype != b.dtype:
@@ -134,7 +153,12 @@ def check_loop(node: Node):
 
 def loop_types(input_types, attrs) -> list:
     """A loop's outputs have its body's output types (``check_loop`` matches the inputs)."""
-    return [(o.shape, o.dtype) for o in attrs["body"].outputs]
+    body, stacked = attrs["body"], attrs.get("stacked", 0)
+    plain = len(body.outputs) - stacked
+    return [
+        ((attrs["trips"], *o.shape) if k >= plain else o.shape, o.dtype)
+        for k, o in enumerate(body.outputs)
+    ]
 
 
 def _code(args, attrs):  # Traced.code writes a loop as a for statement (codegen_py)

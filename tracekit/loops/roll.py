@@ -30,6 +30,7 @@ import numpy as np
 
 from ..ir import Graph, Node, Source, Var, _canonical
 from ..ops import OPS
+from ..passes.dce import dce
 from .op import Affine
 from .source import enclosing_loops
 
@@ -59,19 +60,23 @@ def roll(graph: Graph, stacks: dict | None = None, top=True) -> tuple[Graph, lis
     nodes = _roll_all(graph.nodes, set(graph.outputs) | guarded, guarded, graph, stacks, notes)
     if top:
         notes += _unmatched(nodes, stacks, notes)
-    if len(nodes) == len(graph.nodes):
+    if len(nodes) == len(graph.nodes) and all(a is b for a, b in zip(nodes, graph.nodes)):
         return graph, notes
-    return graph.replace(nodes=nodes), notes
+    return dce(graph.replace(nodes=nodes)), notes  # the rows a stacked output replaced
+
+
+def _is_loop(n: Node) -> bool:
+    return OPS[n.op].kind == "control"
 
 
 def _unmatched(nodes, stacks, notes) -> list[RollNote]:
     """Notes on the loops that left several iterations' nodes and rolled nothing, and have no
     note yet: their iterations differ (counted by the op of the loop seen least often)."""
-    rolled = {(n.source.file, n.source.line) for n in nodes if n.op == "loop" and n.source}
+    rolled = {(n.source.file, n.source.line) for n in nodes if _is_loop(n) and n.source}
     noted = {(n.source.file, n.source.line) for n in notes if n.source}
     seen: dict = {}
     for n in nodes:
-        loops = _loops_of(n, stacks) if n.op != "loop" and n.source else ()
+        loops = _loops_of(n, stacks) if not _is_loop(n) and n.source else ()
         if loops:
             site = loops[0]
             lines = seen.setdefault(site, {})
@@ -125,15 +130,19 @@ def _roll_once(nodes, live_out, guarded, graph, stacks, notes) -> list:
             trips, end = made, i + period * made  # the loop ends there; the rest follows it
             run = run[: period * trips]
             made = _build(run, period, trips, loop, end, last_use, live_out, guarded, graph, stacks)
+            if isinstance(made, int):
+                made = "values of several of its last iterations are used after it"
         if isinstance(made, str):
             notes.append(RollNote(Source(loop[0], loop[1], "", loop[2]), trips, made))
             out.extend(run)
         else:
-            body, body_notes = roll(made.attrs["body"], stacks, top=False)
+            loop_node, *rows = made
+            body, body_notes = roll(loop_node.attrs["body"], stacks, top=False)
             notes.extend(body_notes)
-            out.append(made.replace(attrs={**made.attrs, "body": body}))
+            out.append(loop_node.replace(attrs={**loop_node.attrs, "body": body}))
+            out.extend(rows)
         i = end
-    return out
+    return _fold_stacks(out)
 
 
 def _best_run(i, sigs, loops, at):
@@ -299,20 +308,19 @@ def _build(run, period, trips, loop, end, last_use, live_out, guarded, graph, st
             if kind == "invariant":
                 invariants.setdefault(what, None)
             roles[(j, s)] = role
-    extras, earliest = set(), trips - 1
-    for v, (t, j, o) in where.items():
-        if last_use.get(v, -1) >= end or v in live_out:
-            earliest = min(earliest, t)
-            extras.add((j, o))
-    if earliest < trips - 1:
-        if earliest >= 1:
-            return earliest + 1  # roll the iterations up to that one
-        return (
-            "values of every iteration are used after the loop (a list stacked afterwards, "
-            "say): stacked outputs are not rolled yet"
-        )
+    escaping = [
+        (v, t, j, o)
+        for v, (t, j, o) in where.items()
+        if last_use.get(v, -1) >= end or v in live_out
+    ]
+    earliest = min((t for _, t, _, _ in escaping), default=trips - 1)
+    if 1 <= earliest < trips - 1:
+        return earliest + 1  # roll the iterations up to that one
+    # a value of every iteration used after the loop (a list stacked afterwards): stacked
+    stacked_slots = sorted({(j, o) for _, t, j, o in escaping if t < trips - 1})
     carried_slots = sorted(carried)
-    slots = carried_slots + sorted(extras - set(carried_slots))
+    extras = {(j, o) for _, t, j, o in escaping if t == trips - 1}
+    slots = carried_slots + sorted(extras - set(carried_slots) - set(stacked_slots))
     state = {
         slot: _like(run[slot[0]].outputs[slot[1]], run[slot[0]].outputs[slot[1]].name + "'")
         for slot in carried_slots
@@ -339,22 +347,121 @@ def _build(run, period, trips, loop, end, last_use, live_out, guarded, graph, st
         body_nodes.append(run[j].replace(inputs=tuple(ins), attrs=attrs))
         if stacks is not None and run[j] in stacks:
             stacks[body_nodes[-1]] = stacks[run[j]]
+    # a value of the first iteration used after the loop is a row of a stacked output there:
+    # inside the body it gets a name of its own (no Var is defined in two graphs)
+    first_rows = {v for v, t, j, o in escaping if t == 0 and (j, o) in stacked_slots}
+    inside = {v: _like(v, v.name + ".k") for v in first_rows}
+    if inside:
+        renamed = [
+            n.replace(
+                inputs=tuple(inside.get(x, x) if isinstance(x, Var) else x for x in n.inputs),
+                outputs=tuple(inside.get(o, o) for o in n.outputs),
+            )
+            for n in body_nodes
+        ]
+        if stacks is not None:
+            stacks.update(
+                {new: stacks[old] for old, new in zip(body_nodes, renamed) if old in stacks}
+            )
+        body_nodes = renamed
     header = loop[2].rstrip(":").strip()
     body = Graph(
         inputs=[state[s] for s in carried_slots] + list(inner.values()),
         nodes=body_nodes,
-        outputs=[run[j].outputs[o] for j, o in slots],
+        outputs=[
+            inside.get(run[j].outputs[o], run[j].outputs[o]) for j, o in slots + stacked_slots
+        ],
         name=header,
     )
     last = (trips - 1) * period
-    return Node(
+    stacked = {slot: _stacked_like(run[slot[0]].outputs[slot[1]], trips) for slot in stacked_slots}
+    src = Source(loop[0], loop[1], run[0].source.function if run[0].source else "", loop[2])
+    node = Node(
         "loop",
         tuple(carried[s] for s in carried_slots) + tuple(invariants),
-        {"body": body, "trips": trips, "carried": len(carried_slots)},
-        tuple(run[last + j].outputs[o] for j, o in slots),
-        Source(loop[0], loop[1], run[0].source.function if run[0].source else "", loop[2]),
+        {"body": body, "trips": trips, "carried": len(carried_slots), "stacked": len(stacked)},
+        tuple(run[last + j].outputs[o] for j, o in slots) + tuple(stacked.values()),
+        src,
         _common_prefix([n.scope for n in run]),
     )
+    # each value of the iterations used afterwards: its row of the stacked output
+    produced = set(node.outputs)
+    rows = [
+        Node("index", (stacked[(j, o)],), {"idx": (t,)}, (v,), src, node.scope)
+        for v, t, j, o in sorted(escaping, key=lambda e: (e[2], e[3], e[1]))
+        if (j, o) in stacked and v not in produced
+    ]
+    return [node, *rows]
+
+
+def _stacked_like(v: Var, trips: int) -> Var:
+    return Var(v.name + "[]", (trips, *v.shape), v.dtype)
+
+
+def _fold_stacks(nodes: list) -> list:
+    """``np.stack`` of the rows of a loop's stacked output, in order (a concatenate of the
+    rows reshaped to ``(1, ...)``, as tracing records it), is that output: the loop gives it
+    directly. A rewrite of one recorded pattern, so it names the ops of the pattern."""
+    producer = {o: n for n in nodes for o in n.outputs}
+    stacked = {}  # a stacked output -> (its loop, its position)
+    for n in nodes:
+        if _is_loop(n):
+            first = len(n.outputs) - n.attrs.get("stacked", 0)
+            stacked.update({o: (n, k) for k, o in enumerate(n.outputs) if k >= first})
+    rename, dropped = {}, set()
+    for c in nodes:
+        if c.op != "concatenate" or c.attrs.get("axis") != 0 or len(c.outputs) != 1:
+            continue
+        source = _rows_of(c, producer, stacked)
+        if source is not None and source.shape == c.out.shape and source.dtype == c.out.dtype:
+            rename[source] = c.out
+            dropped.add(c)
+    if not rename:
+        return nodes
+    out = []
+    for n in nodes:
+        if n in dropped:
+            continue
+        ins = tuple(rename.get(x, x) if isinstance(x, Var) else x for x in n.inputs)
+        outs = tuple(rename.get(o, o) for o in n.outputs)
+        out.append(
+            n.replace(inputs=ins, outputs=outs) if (ins, outs) != (n.inputs, n.outputs) else n
+        )
+    return out
+
+
+def _rows_of(c, producer, stacked):
+    """The stacked output whose rows 0, 1, ... ``c`` concatenates (each reshaped to
+    ``(1, ...)``), or None."""
+    rows = []
+    for x in c.inputs:
+        r = producer.get(x) if isinstance(x, Var) else None
+        if r is None or r.op != "reshape" or not isinstance(r.inputs[0], Var):
+            return None
+        if r.out.shape != (1, *r.inputs[0].shape):
+            return None
+        rows.append(r.inputs[0])
+    source = None
+    for t, row in enumerate(rows):
+        ix = producer.get(row)
+        if ix is not None and ix.op == "index" and ix.attrs.get("idx") == (t,):
+            s = ix.inputs[0]
+        elif t == len(rows) - 1 and source is not None:
+            s = source if _is_last_row(row, *stacked[source]) else None
+        else:
+            return None
+        if s not in stacked or (source is not None and s is not source):
+            return None
+        source = s
+    if source is None or source.shape[0] != len(rows):
+        return None
+    return source
+
+
+def _is_last_row(v: Var, loop: Node, k: int) -> bool:
+    """``v`` is an output of ``loop`` giving the value its stacked output ``k`` has last."""
+    body = loop.attrs["body"]
+    return any(o is v and body.outputs[p] is body.outputs[k] for p, o in enumerate(loop.outputs))
 
 
 def _role(values, locs, j, graph):

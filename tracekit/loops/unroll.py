@@ -47,7 +47,8 @@ def _iterations(node, nodes: list) -> list:
     body = unroll(node.attrs["body"])
     carried, trips = node.attrs["carried"], node.attrs["trips"]
     state, invariants = list(node.inputs[:carried]), list(node.inputs[carried:])
-    outs = state
+    plain = len(body.outputs) - node.attrs.get("stacked", 0)
+    outs, rows = state, [[] for _ in body.outputs[plain:]]
     for t in range(trips):
         env = dict(zip(body.inputs, state + invariants))
         for m in body_at(body, t):
@@ -57,7 +58,28 @@ def _iterations(node, nodes: list) -> list:
             nodes.append(m.replace(inputs=ins, outputs=new))
         outs = [env.get(o, o) for o in body.outputs]
         state = outs[:carried]
-    return outs
+        for row, value in zip(rows, outs[plain:]):
+            row.append(value)
+    return outs[:plain] + [
+        _stack(row, out, node, nodes) for row, out in zip(rows, node.outputs[plain:])
+    ]
+
+
+def _stack(values, out: Var, node, nodes: list) -> Var:
+    """``np.stack(values)`` as tracing records it: each reshaped to ``(1, ...)``, then one
+    concatenate along axis 0; its value is a new Var like ``out``."""
+    parts = []
+    for t, v in enumerate(values):
+        part = Var(f"{out.name}@{t}", (1, *v.shape), v.dtype)
+        nodes.append(
+            node.replace(op="reshape", inputs=(v,), attrs={"shape": part.shape}, outputs=(part,))
+        )
+        parts.append(part)
+    stacked = Var(f"{out.name}@", out.shape, out.dtype)
+    nodes.append(
+        node.replace(op="concatenate", inputs=tuple(parts), attrs={"axis": 0}, outputs=(stacked,))
+    )
+    return stacked
 
 
 def _renamed(v: Var, t: int) -> Var:
