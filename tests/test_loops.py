@@ -243,6 +243,29 @@ def test_cpu_target_agrees_with_the_interpreter(name):
         np.testing.assert_allclose(a, b, rtol=1e-9)
 
 
+@pytest.mark.parametrize(
+    "name,steps,driver",
+    [("jacobi", 30, True), ("heat", 40, True), ("diagonal", 60, True), ("stacked", 50, True),
+     ("recurrent", 40, False), ("kmeans", 12, False)],
+)  # fmt: skip
+def test_a_loop_runs_as_one_numba_function_where_its_body_allows(name, steps, driver):
+    """Slices, fused kernels and writes have numba forms: the whole loop is one compiled
+    function; a matmul (BLAS) or a gather in the body keeps the loop in Python. (Loops of
+    at most 128 unrolled nodes are compiled unrolled: the steps make these larger.)"""
+    fn, make = PROGRAMS[name]
+    args = (_r(0, 64, 64),) if name == "diagonal" else make(0)
+    with quiet():
+        t = tk.trace(lambda *a: fn(*a, steps=steps), *args)
+        want = fn(*_copies(args), steps=steps)
+    with quiet():
+        c = tk.compile(t, target="cpu", progress=False)
+        got = c(*_copies(args))
+    hows = [run.how for run in c.program.loops.values()]
+    assert hows and all((h == "one numba function") == driver for h in hows), hows
+    for g, w in zip(_parts(got), _parts(want), strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-9)
+
+
 def test_large_loops_stay_loops_on_the_cpu_target():
     t = _trace("jacobi")
     c = tk.compile(t, target="cpu", progress=False)

@@ -24,6 +24,7 @@ from ..pyop import check_results
 from . import cache
 from . import scalar as S
 from .control import loop_runner, prepared
+from .cpu_loop import NoDriver, driver_signature, driver_source, prepare_inputs
 from .emit_cpu import PARALLEL_MIN_WORK, PARALLEL_MIN_WORK_BESIDE_BLAS, kernel_source
 from .planner import Plan, blas_out, escaping, in_place_updates
 from .planner import plan as make_plan
@@ -104,10 +105,8 @@ class CpuProgram:
         self.module = None
 
     def load(self, disk=True, progress=None):
-        self.loops = {  # the body of each loop, compiled once
-            node: loop_runner(
-                node, compile_body(node.attrs["body"], node.attrs["carried"], self.math, disk)
-            )
+        self.loops = {  # each loop: one compiled driver, or its body compiled once
+            node: compile_loop(node, self.math, disk)
             for step in self.plan.steps
             for node in step.nodes
             if OPS[node.op].kind == "control"
@@ -374,6 +373,37 @@ class Runner:
             self.ns[k], self.ns["_check_pyop"] = node, check_results
             return f"_check_pyop({k}, {call})"
         return call
+
+
+def compile_loop(node, math: str, disk: bool):
+    """``run(*inputs)`` computing loop ``node`` on the CPU: the whole loop in one numba
+    function where its body allows (:mod:`.cpu_loop`), else its body compiled once and
+    called once per iteration."""
+    body, carried = node.attrs["body"], node.attrs["carried"]
+    g = prepared(body)
+    plan = make_plan(g)
+    plan.owned = frozenset(g.inputs[:carried])  # the loop hands over its state's buffers
+    program = CpuProgram(plan, math)
+    try:
+        program.source += "\n\n" + driver_source(node, plan, program, "loop_driver")
+    except NoDriver as why:
+        run = loop_runner(node, compile_body(body, carried, math, disk))
+        run.how = f"its body compiled once, called from Python each iteration ({why})"
+        return run
+    program.load(disk=disk)
+    driver = program.module.loop_driver
+    try:
+        driver.compile(driver_signature(g))
+    except Exception as e:
+        raise CompileError(_describe_failure("loop_driver", [], e, program.source)) from e
+    single = len(node.outputs) == 1
+
+    def run(*inputs):
+        out = driver(*prepare_inputs(inputs, g))
+        return out[0] if single else out
+
+    run.how = "one numba function"
+    return run
 
 
 def compile_body(body, carried: int, math: str, disk: bool):

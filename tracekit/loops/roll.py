@@ -106,6 +106,7 @@ def _roll_all(nodes, live_out, guarded, graph, stacks, notes) -> list:
 
 
 def _roll_once(nodes, live_out, guarded, graph, stacks, notes) -> list:
+    taken = {v.name for v in graph.inputs} | _names(nodes)  # for the stacked outputs' names
     sigs = [_signature(n) for n in nodes]
     loops = [_loops_of(n, stacks) for n in nodes]
     at: dict = {}
@@ -125,11 +126,15 @@ def _roll_once(nodes, live_out, guarded, graph, stacks, notes) -> list:
         period, trips, loop = best
         run = nodes[i : i + period * trips]
         end = i + period * trips
-        made = _build(run, period, trips, loop, end, last_use, live_out, guarded, graph, stacks)
+        made = _build(
+            run, period, trips, loop, end, (last_use, live_out, guarded, taken), graph, stacks
+        )
         if isinstance(made, int):  # a value of iteration ``made`` is used after the loop
             trips, end = made, i + period * made  # the loop ends there; the rest follows it
             run = run[: period * trips]
-            made = _build(run, period, trips, loop, end, last_use, live_out, guarded, graph, stacks)
+            made = _build(
+                run, period, trips, loop, end, (last_use, live_out, guarded, taken), graph, stacks
+            )
             if isinstance(made, int):
                 made = "values of several of its last iterations are used after it"
         if isinstance(made, str):
@@ -143,6 +148,17 @@ def _roll_once(nodes, live_out, guarded, graph, stacks, notes) -> list:
             out.extend(rows)
         i = end
     return _fold_stacks(out)
+
+
+def _names(nodes) -> set:
+    """The names of the values ``nodes`` make, inside loop bodies too."""
+    out = set()
+    for n in nodes:
+        out.update(o.name for o in n.outputs)
+        for body in (a for a in n.attrs.values() if isinstance(a, Graph)):
+            out.update(v.name for v in body.inputs)
+            out |= _names(body.nodes)
+    return out
 
 
 def _best_run(i, sigs, loops, at):
@@ -280,9 +296,12 @@ def _has_var_attr(x) -> bool:
     return False
 
 
-def _build(run, period, trips, loop, end, last_use, live_out, guarded, graph, stacks):
+def _build(run, period, trips, loop, end, uses, graph, stacks):
     """The loop node of ``run`` (``trips`` iterations of ``period`` nodes), or why not, or the
-    number of its first iterations that would roll (a value of the next is used after it)."""
+    number of its first iterations that would roll (a value of the next is used after it).
+    ``uses``: (each value's last reader, the values used after the nodes, the guarded ones,
+    the names taken)."""
+    last_use, live_out, guarded, taken = uses
     where = {}
     for idx, node in enumerate(run):
         t, j = divmod(idx, period)
@@ -374,7 +393,9 @@ def _build(run, period, trips, loop, end, last_use, live_out, guarded, graph, st
         name=header,
     )
     last = (trips - 1) * period
-    stacked = {slot: _stacked_like(run[slot[0]].outputs[slot[1]], trips) for slot in stacked_slots}
+    stacked = {
+        slot: _stacked_like(run[slot[0]].outputs[slot[1]], trips, taken) for slot in stacked_slots
+    }
     src = Source(loop[0], loop[1], run[0].source.function if run[0].source else "", loop[2])
     node = Node(
         "loop",
@@ -394,8 +415,13 @@ def _build(run, period, trips, loop, end, last_use, live_out, guarded, graph, st
     return [node, *rows]
 
 
-def _stacked_like(v: Var, trips: int) -> Var:
-    return Var(v.name + "[]", (trips, *v.shape), v.dtype)
+def _stacked_like(v: Var, trips: int, taken: set) -> Var:
+    """The stacked output of ``v``'s values: ``%v[]`` (a name no value of the graph has)."""
+    name = v.name + "[]"
+    while name in taken:
+        name += "'"
+    taken.add(name)
+    return Var(name, (trips, *v.shape), v.dtype)
 
 
 def _fold_stacks(nodes: list) -> list:

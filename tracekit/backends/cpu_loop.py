@@ -1,0 +1,292 @@
+"""A whole loop as one numba function: the body's kernels called ``trips`` times from a
+compiled driver, with no Python per iteration.
+
+The driver is generated from the body's plan when every step of it has a numba form: views
+that slice (``x[1:-1, k]``, indices moving with the loop included), the body's fused kernel
+segments, and functionalised writes (stores into buffers the loop owns, or copies). Buffers
+are allocated once before the loop; a carried value that a kernel makes alternates between
+two of them (the previous iteration's is still read while the next one is written). Where a
+body has a step without a numba form (a matmul through BLAS, a Python op, a gather), the loop
+runs its compiled body from Python instead (:func:`~tracekit.backends.control.loop_runner`).
+
+>>> import numpy as np, tracekit as tk
+>>> def f(a):
+...     s = 0.0
+...     for i in range(50):
+...         s = s + np.tanh(a[i, i])
+...     return s
+>>> c = tk.compile(tk.trace(f, np.eye(50)), target="cpu", progress=False)
+>>> round(float(c(np.eye(50))), 6) == round(50 * float(np.tanh(1.0)), 6)
+True
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Var
+from ..loops.op import Affine
+from ..ops import OPS, py_literal
+from .planner import in_place_updates
+
+
+class NoDriver(Exception):
+    """A body step without a numba form: the loop runs its body from Python."""
+
+
+def driver_source(node, plan, program, name: str) -> str:
+    """Source of ``name(carried..., invariants...)``: loop ``node`` whose body was planned as
+    ``plan`` and compiled as ``program`` (its segments); raises :class:`NoDriver`."""
+    return _Driver(node, plan, program, name).source
+
+
+class _Driver:
+    def __init__(self, node, plan, program, name):
+        self.node, self.plan, self.program = node, plan, program
+        g = plan.graph
+        self.body, self.carried = g, node.attrs["carried"]
+        self.trips = node.attrs["trips"]
+        self.names: dict = {}
+        self.contiguous: set = set()  # Vars known to be C-contiguous arrays in the driver
+        self.scalars: set = set()  # Vars that are numba scalars (an index giving one element)
+        self.before: list[str] = []
+        self.lines: list[str] = []
+        if g.constants or g.guards:
+            raise NoDriver("the body has constants or guards")
+        params = [self._name(v) for v in g.inputs]
+        for v in g.inputs:
+            if v.weak:
+                self.scalars.add(v)
+            else:
+                self.contiguous.add(v)  # the caller passes contiguous copies
+        self._steps()
+        self.source = self._assemble(name, params)
+
+    def _name(self, v: Var) -> str:
+        self.names[v] = f"d_{v.ident}"
+        return self.names[v]
+
+    # -- the body's steps
+    def _steps(self):
+        seg_at = {first: (nm, steps, srcs) for nm, first, steps, srcs in self.program.segments}
+        in_place = in_place_updates(self.plan)
+        self.temps: dict = {}  # Var -> its buffer(s)
+        carried_next = set(self.body.outputs[: self.carried])
+        for i, step in enumerate(self.plan.steps):
+            if i in seg_at:
+                nm, steps, srcs = seg_at[i]
+                for st in steps:
+                    for v in st.outputs:
+                        self._temp(v, double=v in carried_next)
+                args = [self._operand(v, ks) for ks in srcs for v in ks.inputs + ks.outputs]
+                self.lines.append(f"{nm}({', '.join(args)})")
+            elif step.kind == "kernel":
+                continue
+            elif step.kind == "view":
+                self._view(step.nodes[0])
+            elif OPS[step.nodes[0].op].store and not step.nodes[0].inputs[2:]:
+                self._store(step.nodes[0], i in in_place)
+            else:
+                raise NoDriver(f"{step.nodes[0].op} has no numba form in a loop driver")
+
+    def _temp(self, v: Var, double: bool):
+        if v.weak or v.dtype.kind not in "biufc":
+            raise NoDriver("a weak or non-numeric temporary")
+        dt = f"np.{v.dtype.name}"
+        base = f"b_{v.ident}"
+        if double:  # carried: the previous iteration's is read while this one is written
+            self.before += [
+                f"{base}0 = np.empty({v.shape!r}, {dt})",
+                f"{base}1 = np.empty({v.shape!r}, {dt})",
+            ]
+            self.lines.append(f"d_{v.ident} = {base}0 if k % 2 == 0 else {base}1")
+        else:
+            self.before.append(f"{base} = np.empty({v.shape!r}, {dt})")
+            self.lines.append(f"d_{v.ident} = {base}")
+        self.names[v] = f"d_{v.ident}"
+        self.contiguous.add(v)
+
+    def _operand(self, v: Var, ks) -> str:
+        name = self.names[v]
+        if ks.layout.is_scalar(v) and v in ks.inputs:
+            if v in self.scalars:
+                return name
+            if v.shape == ():
+                return f"{name}[()]"
+            if v in self.contiguous:
+                return f"{name}.reshape(-1)[0]"
+            raise NoDriver("a one-element view read by value")
+        shape = ks.layout.operand_shape(v)
+        if shape == v.shape:
+            return name
+        if v not in self.contiguous:
+            raise NoDriver("a view a kernel reads flattened")
+        return f"{name}.reshape({shape!r})"
+
+    def _view(self, n):
+        idx = n.attrs.get("idx")
+        if not OPS[n.op].view or not isinstance(idx, tuple):
+            raise NoDriver(f"the view {n.op} has no numba form in a loop driver")
+        if any(isinstance(e, str) for e in idx) or len(n.inputs) != 1:
+            raise NoDriver("an index by arrays")
+        base = n.inputs[0]
+        if base in self.scalars:
+            raise NoDriver("an index of a scalar")
+        out = self._name(n.out)
+        self.lines.append(f"{out} = {self.names[base]}[{_index(idx)}]")
+        if all(type(e) is int or isinstance(e, Affine) for e in idx) and len(idx) == base.ndim:
+            self.scalars.add(n.out)  # one element: numba gives a scalar
+
+    def _store(self, n, in_place: bool):
+        base, value = n.inputs[0], n.inputs[1]
+        idx = n.attrs.get("idx")
+        if not isinstance(idx, tuple) or any(isinstance(e, str) for e in idx):
+            raise NoDriver("a write through index arrays")
+        if not isinstance(base, Var) or base in self.scalars:
+            raise NoDriver("a write into a scalar")
+        src = self.names[value] if isinstance(value, Var) else py_literal(value)
+        if isinstance(value, Var) and value.shape == () and value not in self.scalars:
+            src = f"{src}[()]"
+        target = self.names[base]
+        if not in_place:
+            copy = f"c_{n.out.ident}"
+            self.before.append(f"{copy} = np.empty({base.shape!r}, np.{base.dtype.name})")
+            self._copy(copy, target, base.shape, base.shape)
+            target = copy
+        dest = f"w_{n.out.ident}"
+        self.lines.append(f"{dest} = {target}[{_index(idx)}]")
+        region = _region(base.shape, idx)
+        if region is None:
+            raise NoDriver("a write whose region has no static shape")
+        value_shape = value.shape if isinstance(value, Var) and value not in self.scalars else ()
+        if value_shape == () and region != ():
+            self._fill(dest, src, region)
+        elif value_shape == region:
+            self._copy(dest, src, region, region)
+        elif region == ():
+            self.lines[-1] = f"{target}[{_index(idx)}] = {src}"
+        else:
+            raise NoDriver("a write that broadcasts")
+        self.names[n.out] = target
+        self.contiguous.add(n.out)
+
+    def _copy(self, dest, src, dest_shape, src_shape):
+        """Element loops copying ``src`` into ``dest`` (quicker to compile than numba's
+        slice assignment)."""
+        self._loops(dest_shape, lambda ix: f"{dest}[{ix}] = {src}[{ix}]")
+
+    def _fill(self, dest, value, shape):
+        self._loops(shape, lambda ix: f"{dest}[{ix}] = {value}")
+
+    def _loops(self, shape, statement):
+        if not shape:
+            self.lines.append(statement("()"))
+            return
+        names = [f"q{d}" for d in range(len(shape))]
+        for d, (nm, size) in enumerate(zip(names, shape)):
+            self.lines.append("    " * d + f"for {nm} in range({size}):")
+        self.lines.append("    " * len(shape) + statement(", ".join(names)))
+
+    # -- the function
+    def _assemble(self, name, params) -> str:
+        g, c = self.body, self.carried
+        nexts = [self.names[o] for o in g.outputs[:c]]
+        state = [self.names[v] for v in g.inputs[:c]]
+        outs = [self.names[o] for o in g.outputs]
+        for o in g.outputs:
+            if o not in self.contiguous and o not in self.scalars:
+                raise NoDriver("a body output that is a view")
+        stacked = self.node.attrs.get("stacked", 0)
+        plain = len(g.outputs) - stacked
+        lines = [
+            "@numba.njit(error_model='numpy', cache=_TRACEKIT_DISK_CACHE)",
+            f"def {name}({', '.join(params)}):",
+        ]
+        lines += ["    " + b for b in self.before]
+        for s, o in enumerate(g.outputs[plain:]):
+            lines.append(f"    r_{s} = np.empty({(self.trips, *o.shape)!r}, np.{o.dtype.name})")
+        lines.append(f"    for k in range({self.trips}):")
+        lines += ["        " + ln for ln in self.lines]
+        for s, o in enumerate(g.outputs[plain:]):
+            lines.append(f"        r_{s}[k] = {self.names[o]}")
+        if c:
+            lines.append(f"        {', '.join(state)}, = {', '.join(nexts)},")
+        results = state + outs[c:plain] + [f"r_{s}" for s in range(stacked)]
+        lines.append(f"    return ({', '.join(results)},)")
+        return "\n".join(lines) + "\n"
+
+
+def _region(shape, idx):
+    """The static shape of ``x[idx]`` for ``x`` of ``shape`` (ints, slices with static
+    bounds or moving starts of a static length, None, Ellipsis), or None."""
+    out, dims = [], list(shape)
+    if Ellipsis in idx:
+        at = idx.index(Ellipsis)
+        fill = len(shape) - sum(1 for e in idx if e is not None and e is not Ellipsis)
+        idx = idx[:at] + (slice(None),) * fill + idx[at + 1 :]
+    d = 0
+    for e in idx:
+        if e is None:
+            out.append(1)
+            continue
+        if d >= len(dims):
+            return None
+        n = dims[d]
+        d += 1
+        if isinstance(e, slice):
+            if any(isinstance(x, Affine) for x in (e.start, e.stop, e.step)):
+                if isinstance(e.step, Affine) or not all(
+                    isinstance(x, Affine) for x in (e.start, e.stop)
+                ):
+                    return None
+                if e.start.step != e.stop.step or min(e.start.base, e.stop.base) < 0:
+                    return None
+                out.append(max(0, len(range(e.start.base, e.stop.base, e.step or 1))))
+            else:
+                out.append(len(range(*e.indices(n))))
+        # an integer (static or moving) takes the dim away
+    out += dims[d:]
+    return tuple(out)
+
+
+def _index(idx) -> str:
+    parts = []
+    for e in idx:
+        if isinstance(e, slice):
+            parts.append(":".join("" if x is None else _int(x) for x in (e.start, e.stop, e.step)))
+        elif e is None:
+            parts.append("None")
+        elif e is Ellipsis:
+            parts.append("...")
+        else:
+            parts.append(_int(e))
+    return ", ".join(parts) if parts else "()"
+
+
+def _int(x) -> str:
+    if isinstance(x, Affine):
+        return f"({x.base} + {x.step} * k)"
+    return str(int(x))
+
+
+def prepare_inputs(values, body) -> list:
+    """The driver's arguments: C-contiguous copies of the arrays (the carried ones are the
+    loop's own and written into), numbers as they are."""
+    out = []
+    for v, x in zip(body.inputs, values):
+        out.append(
+            x if v.weak else np.array(x, dtype=v.dtype, order="C", copy=True).reshape(v.shape)
+        )
+    return out
+
+
+def driver_signature(body):
+    """numba types of a driver's arguments (what :func:`prepare_inputs` gives)."""
+    import numba
+
+    return tuple(
+        numba.typeof(np.asarray(0, v.dtype).item())
+        if v.weak
+        else numba.types.Array(numba.from_dtype(v.dtype), v.ndim, "C")
+        for v in body.inputs
+    )
