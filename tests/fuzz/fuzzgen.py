@@ -20,6 +20,7 @@ Command line (``make fuzz``): ``python tests/fuzz/fuzzgen.py --seconds 600 [--se
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import operator
@@ -1278,7 +1279,7 @@ def check(prog, checks=CHECKS, compiled_cache=None):
         if target not in checks:
             continue
         try:
-            with quiet():
+            with quiet(), _loops_kept(prog["seed"] % 2):
                 c = tk.compile(t, target=target, progress=False)
         except Exception as e:
             raise Failure(target, f"tk.compile raised {type(e).__name__}: {e}") from e
@@ -1288,6 +1289,20 @@ def check(prog, checks=CHECKS, compiled_cache=None):
         check_grad(prog, t)
         stats["checks"].append("grad")
     return stats
+
+
+@contextlib.contextmanager
+def _loops_kept(keep: bool):
+    """On odd seeds every loop compiles as a loop (its body compiled once, or the whole loop
+    one numba function), not unrolled as the small loops of these programs otherwise are."""
+    from tracekit.backends import control
+
+    saved = control.UNROLL_AT_MOST
+    control.UNROLL_AT_MOST = 0 if keep else saved
+    try:
+        yield
+    finally:
+        control.UNROLL_AT_MOST = saved
 
 
 def _check_calls(check, fn, what, draws, approx, tol):

@@ -148,23 +148,29 @@ class _Driver:
         if isinstance(value, Var) and value.shape == () and value not in self.scalars:
             src = f"{src}[()]"
         target = self.names[base]
-        if not in_place:
+        if not in_place:  # a copy; a carried one alternates (the old value may still be read)
             copy = f"c_{n.out.ident}"
-            self.before.append(f"{copy} = np.empty({base.shape!r}, np.{base.dtype.name})")
+            empty = f"np.empty({base.shape!r}, np.{base.dtype.name})"
+            if n.out in set(self.body.outputs[: self.carried]):
+                self.before += [f"{copy}0 = {empty}", f"{copy}1 = {empty}"]
+                self.lines.append(f"{copy} = {copy}0 if k % 2 == 0 else {copy}1")
+            else:
+                self.before.append(f"{copy} = {empty}")
             self._copy(copy, target, base.shape, base.shape)
             target = copy
-        dest = f"w_{n.out.ident}"
-        self.lines.append(f"{dest} = {target}[{_index(idx)}]")
         region = _region(base.shape, idx)
         if region is None:
             raise NoDriver("a write whose region has no static shape")
         value_shape = value.shape if isinstance(value, Var) and value not in self.scalars else ()
-        if value_shape == () and region != ():
+        dest = f"w_{n.out.ident}"
+        if region == ():  # one element
+            self.lines.append(f"{target}[{_index(idx)}] = {src}")
+        elif value_shape == ():
+            self.lines.append(f"{dest} = {target}[{_index(idx)}]")
             self._fill(dest, src, region)
         elif value_shape == region:
+            self.lines.append(f"{dest} = {target}[{_index(idx)}]")
             self._copy(dest, src, region, region)
-        elif region == ():
-            self.lines[-1] = f"{target}[{_index(idx)}] = {src}"
         else:
             raise NoDriver("a write that broadcasts")
         self.names[n.out] = target
