@@ -672,6 +672,7 @@ def test_a_crashing_dot_falls_back_to_graphviz_pure(tmp_path, monkeypatch):
     crashing.write_text('#!/bin/sh\n[ "$1" = -V ] && exit 0\nkill -SEGV $$\n')
     crashing.chmod(0o755)
     monkeypatch.setenv("TRACEKIT_DOT", str(crashing))
+    monkeypatch.setattr(R.Digraph, "dot_binary", None)  # the engine comes from TRACEKIT_DOT
     with pytest.warns(RuntimeWarning, match="crashed"):
         svg = tk.render(mlp_traced()).pipe(format="svg", encoding="utf-8")
     assert "<svg" in svg and "matmul" in svg

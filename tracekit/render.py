@@ -250,7 +250,7 @@ def _with_engine(fn, binary=None):
             try:
                 try:
                     return attempt()
-                except subprocess.CalledProcessError as e:
+                except (subprocess.CalledProcessError, BrokenPipeError) as e:
                     fallback = _crash_fallback(exe, e)
                     if fallback is None:
                         raise
@@ -264,15 +264,18 @@ def _with_engine(fn, binary=None):
 
 def _crash_fallback(exe: str, error) -> str | None:
     """graphviz-pure, when the command ``exe`` was killed by a signal (the system ``dot`` can
-    crash on large graphs) and is not graphviz-pure itself; a warning says so."""
-    if error.returncode >= 0:
+    crash on large graphs), or died before it read the graph (a broken pipe), and is not
+    graphviz-pure itself; a warning says so."""
+    code = getattr(error, "returncode", None)
+    if code is not None and code >= 0:
         return None
     pure = next((p for p in _graphviz_pure_candidates() if _executable(p)), None)
     if pure is None or os.path.samefile(pure, exe):
         return None
+    how = f"signal {-code}" if code is not None else "it stopped reading the graph"
     warnings.warn(
-        f"the graphviz command {exe} crashed (signal {-error.returncode}) laying out this "
-        f"graph; it was drawn with {pure} instead",
+        f"the graphviz command {exe} crashed ({how}) laying out this graph; it was drawn "
+        f"with {pure} instead",
         RuntimeWarning,
         stacklevel=3,
     )

@@ -101,6 +101,8 @@ DISCONTINUOUS = set(
     "less_equal greater greater_equal logical_and logical_or logical_xor floor_divide remainder "
     "copysign // % < == >=".split()
 )
+# Steps that write into a register instead of making one (``out`` names it, else ``a``).
+IN_PLACE_STEPS = {"iop", "setitem", "addat", "setpart", "uout"}
 # Ops that read the sign of a NaN, which NumPy does not define (its SIMD loops and its scalar
 # code give x % 0.0 NaNs of either sign; seed 8200031): never applied to a NaN.
 NAN_SIGN = {"signbit", "copysign"}
@@ -518,12 +520,17 @@ class _Gen:
         self.prog["steps"].append(st)
         if len(regs) > n:
             self.approx.append(approx)
-        # a write marks the buffer written and every alias of it
-        for i, (r, b) in enumerate(zip(regs[:n], before)):
-            if not _same_snapshot(r, b) and approx:
-                for j, q in enumerate(regs[:n]):
-                    if j == i or _shares(q, r):
-                        self.approx[j] = True
+        # a write marks the buffer written and every alias of it: the buffers whose values
+        # changed, and the one an in-place step names even where its values on these inputs
+        # did not (x **= 0.001 leaves 0 and 1 as they are; on other inputs it rounds: 8500016)
+        written = {i for i, (r, b) in enumerate(zip(regs[:n], before)) if not _same_snapshot(r, b)}
+        target = st.get("out", st.get("a")) if st["k"] in IN_PLACE_STEPS else None
+        if isinstance(target, int) and target < n:
+            written.add(target)
+        for i in written if approx else ():
+            for j, q in enumerate(regs[:n]):
+                if j == i or _shares(q, regs[i]):
+                    self.approx[j] = True
         return True
 
     def step(self):
@@ -1426,6 +1433,10 @@ def _reads(st):
     for e in st.get("idx", []):
         if e[0] == "r":
             out.add(e[1])
+    if st["k"] == "loop":  # the carried register, and those before the loop its body reads
+        out = {st["carry"]}
+        for body_step in st["body"]:
+            out |= {r for r in _reads(body_step) if r < st["base"]}
     return out
 
 
@@ -1446,21 +1457,7 @@ def remove_steps(prog, dead):
     def ren(x):
         return new_num[x]
 
-    steps = []
-    for st in keep:
-        st = copy.deepcopy(st)
-        for key in ("a", "c", "out"):
-            if key in st:
-                st[key] = ren(st[key])
-        for key in ("b", "v"):
-            if key in st and not isinstance(st[key], dict):
-                st[key] = ren(st[key])
-        if "args" in st:
-            st["args"] = [ren(x) for x in st["args"]]
-        for e in st.get("idx", []):
-            if e[0] == "r":
-                e[1] = ren(e[1])
-        steps.append(st)
+    steps = [_renumbered(copy.deepcopy(st), ren) for st in keep]
     outs, appr = [], []
     for o, a in zip(prog["outputs"], prog.get("approx", [True] * len(prog["outputs"]))):
         if o in new_num:
@@ -1468,6 +1465,39 @@ def remove_steps(prog, dead):
             appr.append(a)
     out = dict(prog, steps=steps, outputs=outs, approx=appr)
     return out
+
+
+def _survives(ren, r) -> bool:
+    try:
+        ren(r)
+    except KeyError:  # a register of a removed step
+        return False
+    return True
+
+
+def _renumbered(st, ren):
+    """Step ``st`` with the registers it reads renamed by ``ren`` (in place)."""
+    for key in ("a", "c", "out"):
+        if key in st:
+            st[key] = ren(st[key])
+    for key in ("b", "v"):
+        if key in st and not isinstance(st[key], dict):
+            st[key] = ren(st[key])
+    if "args" in st:
+        st["args"] = [ren(x) for x in st["args"]]
+    for e in st.get("idx", []):
+        if e[0] == "r":
+            e[1] = ren(e[1])
+    if st["k"] == "loop":  # the body's registers: before the loop, the carried one, its own
+        old_base = st["base"]
+        new_base = sum(1 for r in range(old_base) if _survives(ren, r))
+        st["carry"], st["base"] = ren(st["carry"]), new_base
+
+        def inner(r):
+            return ren(r) if r < old_base else r - old_base + new_base
+
+        st["body"] = [_renumbered(b, inner) for b in st["body"]]
+    return st
 
 
 def shrink(prog, fails, budget_s=300):

@@ -19,12 +19,14 @@ from ..ops import OPS
 from .op import body_at
 
 
-def unroll(graph: Graph, which=None) -> Graph:
+def unroll(graph: Graph, which=None, taken: set | None = None) -> Graph:
     """``graph`` with its loop nodes (those ``which(node)`` is true of, default all) replaced
-    by their iterations, nested loops too."""
+    by their iterations, nested loops too. ``taken``: names the new values must not have."""
     which = which or (lambda node: True)
     if not any(OPS[n.op].kind == "control" and which(n) for n in graph.nodes):
         return graph
+    if taken is None:
+        taken = {v.name for v in graph.inputs} | _names(graph.nodes)
     env: dict = {}
     nodes: list = []
     for n in graph.nodes:
@@ -32,7 +34,7 @@ def unroll(graph: Graph, which=None) -> Graph:
         if OPS[n.op].kind != "control" or not which(n):
             nodes.append(n)
             continue
-        outs = _iterations(n, nodes)
+        outs = _iterations(n, nodes, taken)
         env.update(dict(zip(n.outputs, outs)))
     rename = lambda v: env.get(v, v)  # noqa: E731
     return graph.replace(
@@ -42,9 +44,19 @@ def unroll(graph: Graph, which=None) -> Graph:
     )
 
 
-def _iterations(node, nodes: list) -> list:
+def _names(nodes) -> set:
+    out = set()
+    for n in nodes:
+        out.update(o.name for o in n.outputs)
+        for body in (a for a in n.attrs.values() if isinstance(a, Graph)):
+            out.update(v.name for v in body.inputs)
+            out |= _names(body.nodes)
+    return out
+
+
+def _iterations(node, nodes: list, taken: set) -> list:
     """Append the iterations of loop ``node`` to ``nodes``; the values of its outputs."""
-    body = unroll(node.attrs["body"])
+    body = unroll(node.attrs["body"], taken=taken)
     carried, trips = node.attrs["carried"], node.attrs["trips"]
     state, invariants = list(node.inputs[:carried]), list(node.inputs[carried:])
     plain = len(body.outputs) - node.attrs.get("stacked", 0)
@@ -53,7 +65,7 @@ def _iterations(node, nodes: list) -> list:
         env = dict(zip(body.inputs, state + invariants))
         for m in body_at(body, t):
             ins = tuple(env.get(x, x) if isinstance(x, Var) else x for x in m.inputs)
-            new = tuple(_renamed(o, t) for o in m.outputs)
+            new = tuple(_renamed(o, f"@{t}", taken) for o in m.outputs)
             env.update(zip(m.outputs, new))
             nodes.append(m.replace(inputs=ins, outputs=new))
         outs = [env.get(o, o) for o in body.outputs]
@@ -61,26 +73,31 @@ def _iterations(node, nodes: list) -> list:
         for row, value in zip(rows, outs[plain:]):
             row.append(value)
     return outs[:plain] + [
-        _stack(row, out, node, nodes) for row, out in zip(rows, node.outputs[plain:])
+        _stack(row, out, node, nodes, taken) for row, out in zip(rows, node.outputs[plain:])
     ]
 
 
-def _stack(values, out: Var, node, nodes: list) -> Var:
+def _stack(values, out: Var, node, nodes: list, taken: set) -> Var:
     """``np.stack(values)`` as tracing records it: each reshaped to ``(1, ...)``, then one
     concatenate along axis 0; its value is a new Var like ``out``."""
     parts = []
     for t, v in enumerate(values):
-        part = Var(f"{out.name}@{t}", (1, *v.shape), v.dtype)
+        part = _renamed(Var(out.name, (1, *v.shape), v.dtype), f"@{t}", taken)
         nodes.append(
             node.replace(op="reshape", inputs=(v,), attrs={"shape": part.shape}, outputs=(part,))
         )
         parts.append(part)
-    stacked = Var(f"{out.name}@", out.shape, out.dtype)
+    stacked = _renamed(out, "@", taken)
     nodes.append(
         node.replace(op="concatenate", inputs=tuple(parts), attrs={"axis": 0}, outputs=(stacked,))
     )
     return stacked
 
 
-def _renamed(v: Var, t: int) -> Var:
-    return Var(f"{v.name}@{t}", v.shape, v.dtype, v.weak)
+def _renamed(v: Var, suffix: str, taken: set) -> Var:
+    """``v`` as a new value named ``<name><suffix>`` (primes added until no value has it)."""
+    name = v.name + suffix
+    while name in taken:
+        name += "'"
+    taken.add(name)
+    return Var(name, v.shape, v.dtype, v.weak)
