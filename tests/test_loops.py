@@ -112,6 +112,13 @@ def stacked(x, steps=6):
     return np.stack(history), history[2]  # every iteration's value, and one of them
 
 
+def folded_input(x, steps=70):  # 140 nodes unrolled: it stays a loop when compiled
+    c = np.ones((4, 4)) * 2  # a constant the passes fold: the loop starts from a literal
+    for _ in range(steps):
+        c = c * 0.5 + x
+    return c
+
+
 def _heat_step(u):
     u[1:-1] = u[1:-1] + 0.1 * (u[2:] - 2 * u[1:-1] + u[:-2])  # views taken in a callee
 
@@ -139,6 +146,7 @@ PROGRAMS = {
     "diagonal": (diagonal, lambda s: (_r(s, 32, 32),)),
     "heat_calls_a_function": (heat_calls_a_function, lambda s: (_r(s, 16),)),
     "stacked": (stacked, lambda s: (_r(s, 5),)),
+    "folded_input": (folded_input, lambda s: (_r(s, 4, 4),)),
     "rows_written": (rows_written, lambda s: (_r(s, 6), _r(s + 1, 16, 6))),
 }
 DIFFERENTIABLE = [

@@ -124,6 +124,16 @@ def run_loop(*inputs, body: Graph, trips: int, carried: int, stacked: int = 0):
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 
+def _fits(x, v: Var) -> bool:
+    """Loop input ``x`` (a value, or a literal the passes folded it to) fits body input ``v``."""
+    if isinstance(x, Var):
+        return x.shape == v.shape and x.dtype == v.dtype
+    if v.weak:
+        return isinstance(x, bool | int | float | complex | np.generic)
+    a = np.asarray(x)
+    return a.shape == v.shape and a.dtype == v.dtype
+
+
 def check_loop(node: Node):
     """Raise ``ValueError`` unless ``node``'s body is a valid graph whose values match the node's:
     its inputs the node's (carried first), its outputs the node's, each carried value's next
@@ -137,7 +147,7 @@ def check_loop(node: Node):
     if len(node.inputs) != len(body.inputs) or len(node.outputs) != len(body.outputs):
         raise ValueError(f"a loop's values do not match its body's: {node}")
     for x, v in zip(node.inputs, body.inputs):
-        if not isinstance(x, Var) or x.shape != v.shape or x.dtype != v.dtype:
+        if not _fits(x, v):
             raise ValueError(f"a loop passes {fmt_value(x)} where its body takes {v!r}: {node}")
     stacked, trips = node.attrs.get("stacked", 0), node.attrs["trips"]
     if not isinstance(stacked, int) or not 0 <= stacked <= len(body.outputs) - carried:
