@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .ir import OPS, Var
+from .ir import OPS, Var, at_iteration
 
 AxisError = np.exceptions.AxisError
 
@@ -1052,4 +1052,5 @@ def infer(node, constants=None) -> list:
     ``constants`` maps the graph's constant inputs to their values."""
     constants = constants or {}
     ins = [type_of(x, constants.get(x)) if isinstance(x, Var) else type_of(x) for x in node.inputs]
-    return OPS[node.op].type_rule(ins, dict(node.attrs))
+    # an index moving with its loop has one shape in every iteration: the first one's
+    return OPS[node.op].type_rule(ins, at_iteration(dict(node.attrs), 0))

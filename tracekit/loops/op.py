@@ -22,67 +22,13 @@ array([1.942681, 1.942681])
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from ..interpret import as_input_value, run, run_node
-from ..ir import Graph, Node, Var, fmt_value, register_json_loader
+from ..ir import Affine, Graph, Node, Var, at_iteration, fmt_value, moves, register_json_loader
 from ..ops import Op, register
 
-
-@dataclass(frozen=True)
-class Affine:
-    """An integer of an index that moves by ``step`` every iteration: ``base + step * k`` in
-    iteration ``k`` of its loop (``a[i, i]`` in ``for i in range(n)``: jax's dynamic_slice).
-
-    >>> Affine(3, 1), at_iteration((Affine(3, 1), slice(Affine(0, 2), None)), 4)
-    (3+k, (7, slice(8, None, None)))
-    """
-
-    base: int
-    step: int
-
-    def at(self, k: int) -> int:
-        return self.base + self.step * k
-
-    def __repr__(self):
-        scaled = "k" if self.step == 1 else "-k" if self.step == -1 else f"{self.step}*k"
-        if not self.base:
-            return scaled
-        return f"{self.base}{'' if scaled.startswith('-') else '+'}{scaled}"
-
-    def __tracekit_json__(self):
-        return {"type": "affine", "base": self.base, "step": self.step}
-
-
 register_json_loader("affine", lambda d: Affine(int(d["base"]), int(d["step"])))
-
-
-def at_iteration(x, k: int):
-    """``x`` (an attribute value) with every :class:`Affine` in it taken at iteration ``k``."""
-    if isinstance(x, Affine):
-        return x.at(k)
-    if isinstance(x, tuple):
-        return tuple(at_iteration(e, k) for e in x)
-    if isinstance(x, slice):
-        return slice(*(at_iteration(e, k) for e in (x.start, x.stop, x.step)))
-    if isinstance(x, dict):
-        return {key: at_iteration(v, k) for key, v in x.items()}
-    return x
-
-
-def moves(x) -> bool:
-    """Whether attribute value ``x`` holds an :class:`Affine`."""
-    if isinstance(x, Affine):
-        return True
-    if isinstance(x, tuple | list):
-        return any(moves(e) for e in x)
-    if isinstance(x, slice):
-        return any(moves(e) for e in (x.start, x.stop, x.step))
-    if isinstance(x, dict):
-        return any(moves(v) for v in x.values())
-    return False
 
 
 def body_at(body: Graph, k: int) -> list:

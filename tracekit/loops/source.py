@@ -16,7 +16,8 @@ import linecache
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.DictComp)
 _LOOPS += (ast.GeneratorExp,)
-_spans: dict = {}  # file -> (its lines, [(first, last, loop line)] innermost last)
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+_spans: dict = {}  # file -> (its lines, ([(first, last, loop line)], [(first, last)] of functions))
 
 
 def _loop_spans(file: str) -> list:
@@ -28,15 +29,18 @@ def _loop_spans(file: str) -> list:
         tree = ast.parse("".join(lines))
     except (SyntaxError, ValueError):
         tree = None
-    spans = []
+    spans, functions = [], []
     for node in ast.walk(tree) if tree is not None else ():
         if isinstance(node, _LOOPS):
             statement = isinstance(node, ast.For | ast.AsyncFor | ast.While)
             first = node.body[0].lineno if statement else node.lineno
             spans.append((first, node.end_lineno, node.lineno))
+        elif isinstance(node, _FUNCTIONS):
+            functions.append((node.lineno, node.end_lineno))
     spans.sort(key=lambda s: s[1] - s[0])  # the innermost loop first
-    _spans[file] = (lines, spans)
-    return spans
+    functions.sort(key=lambda s: s[1] - s[0])
+    _spans[file] = (lines, (spans, functions))
+    return spans, functions
 
 
 def enclosing_loop(file: str, line: int):
@@ -49,8 +53,11 @@ def enclosing_loop(file: str, line: int):
 def enclosing_loops(file: str, line: int) -> tuple:
     """Every loop of ``file`` whose body holds ``line``, innermost first, each as
     :func:`enclosing_loop` gives it."""
+    spans, functions = _loop_spans(file)
+    # a loop around the definition of the function the line is in does not run that line
+    fn = next(((a, b) for a, b in functions if a <= line <= b), None)
     return tuple(
         (file, at, linecache.getline(file, at).strip())
-        for first, last, at in _loop_spans(file)
-        if first <= line <= last
+        for first, last, at in spans
+        if first <= line <= last and (fn is None or fn[0] <= at <= fn[1])
     )
