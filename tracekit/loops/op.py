@@ -31,6 +31,17 @@ from ..ops import Op, register
 register_json_loader("affine", lambda d: Affine(int(d["base"]), int(d["step"])))
 
 
+def value_names(nodes) -> set:
+    """The names of the values ``nodes`` make, inside loop bodies too (with their inputs)."""
+    out = set()
+    for n in nodes:
+        out.update(o.name for o in n.outputs)
+        for body in (a for a in n.attrs.values() if isinstance(a, Graph)):
+            out.update(v.name for v in body.inputs)
+            out |= value_names(body.nodes)
+    return out
+
+
 def body_at(body: Graph, k: int) -> list:
     """The body's nodes in iteration ``k`` (the indices that move, taken there)."""
     return [

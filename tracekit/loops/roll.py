@@ -31,7 +31,7 @@ import numpy as np
 from ..ir import Graph, Node, Source, Var, _canonical
 from ..ops import OPS
 from ..passes.dce import dce
-from .op import Affine
+from .op import Affine, value_names
 from .source import enclosing_loops
 
 MAX_CANDIDATES = 16  # periods tried from one position: the next occurrences of its node
@@ -106,7 +106,7 @@ def _roll_all(nodes, live_out, guarded, graph, stacks, notes) -> list:
 
 
 def _roll_once(nodes, live_out, guarded, graph, stacks, notes) -> list:
-    taken = {v.name for v in graph.inputs} | _names(nodes)  # for the stacked outputs' names
+    taken = {v.name for v in graph.inputs} | value_names(nodes)  # for the stacked outputs' names
     sigs = [_signature(n) for n in nodes]
     loops = [_loops_of(n, stacks) for n in nodes]
     at: dict = {}
@@ -148,17 +148,6 @@ def _roll_once(nodes, live_out, guarded, graph, stacks, notes) -> list:
             out.extend(rows)
         i = end
     return _fold_stacks(out)
-
-
-def _names(nodes) -> set:
-    """The names of the values ``nodes`` make, inside loop bodies too."""
-    out = set()
-    for n in nodes:
-        out.update(o.name for o in n.outputs)
-        for body in (a for a in n.attrs.values() if isinstance(a, Graph)):
-            out.update(v.name for v in body.inputs)
-            out |= _names(body.nodes)
-    return out
 
 
 def _best_run(i, sigs, loops, at):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ..ir import Graph, Var
 from ..ops import OPS
-from .op import body_at
+from .op import body_at, value_names
 
 
 def unroll(graph: Graph, which=None, taken: set | None = None) -> Graph:
@@ -26,7 +26,7 @@ def unroll(graph: Graph, which=None, taken: set | None = None) -> Graph:
     if not any(OPS[n.op].kind == "control" and which(n) for n in graph.nodes):
         return graph
     if taken is None:
-        taken = {v.name for v in graph.inputs} | _names(graph.nodes)
+        taken = {v.name for v in graph.inputs} | value_names(graph.nodes)
     env: dict = {}
     nodes: list = []
     for n in graph.nodes:
@@ -42,16 +42,6 @@ def unroll(graph: Graph, which=None, taken: set | None = None) -> Graph:
         outputs=[rename(o) for o in graph.outputs],
         guards=[g.__class__(rename(g.var), g.value, g.how, g.source) for g in graph.guards],
     )
-
-
-def _names(nodes) -> set:
-    out = set()
-    for n in nodes:
-        out.update(o.name for o in n.outputs)
-        for body in (a for a in n.attrs.values() if isinstance(a, Graph)):
-            out.update(v.name for v in body.inputs)
-            out |= _names(body.nodes)
-    return out
 
 
 def _iterations(node, nodes: list, taken: set) -> list:
