@@ -129,6 +129,8 @@ class _Driver:
             raise NoDriver(f"the view {n.op} has no numba form in a loop driver")
         if any(isinstance(e, str) for e in idx) or len(n.inputs) != 1:
             raise NoDriver("an index by arrays")
+        if any(e is None or e is Ellipsis for e in idx):
+            raise NoDriver("an index with a new axis or an ellipsis")
         base = n.inputs[0]
         if base in self.scalars:
             raise NoDriver("an index of a scalar")
@@ -142,6 +144,8 @@ class _Driver:
         idx = n.attrs.get("idx")
         if not isinstance(idx, tuple) or any(isinstance(e, str) for e in idx):
             raise NoDriver("a write through index arrays")
+        if any(e is None or e is Ellipsis for e in idx):
+            raise NoDriver("a write with a new axis or an ellipsis")
         if not isinstance(base, Var) or base in self.scalars:
             raise NoDriver("a write into a scalar")
         src = self.names[value] if isinstance(value, Var) else py_literal(value)
