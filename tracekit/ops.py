@@ -921,15 +921,21 @@ def _var_common(g, x, axis, keepdims, ddof):
     return _keep(g, x.ndim, axis, keepdims), u, (1.0 / n if n > 0 else math.inf)
 
 
+# With no more elements than ddof, var and std are NaN or inf whatever x is: a constant, whose
+# gradient is zero (so a zero cotangent, the value overwritten, gives zero, not 0 * inf = NaN).
 @defvjp("var")
 def _var_vjp(g, y, x, axis=None, keepdims=False, dtype=None, ddof=0):
     gk, u, inv_n = _var_common(g, x, axis, keepdims, ddof)
+    if math.isinf(inv_n):
+        return (np.zeros_like(x),)
     return (gk * (2.0 * inv_n) * u,)
 
 
 @defvjp("std")
 def _std_vjp(g, y, x, axis=None, keepdims=False, dtype=None, ddof=0):
     gk, u, inv_n = _var_common(g, x, axis, keepdims, ddof)
+    if math.isinf(inv_n):
+        return (np.zeros_like(x),)
     return (gk * inv_n / _keep(y, x.ndim, axis, keepdims) * u,)
 
 

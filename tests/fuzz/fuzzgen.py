@@ -1250,10 +1250,11 @@ def check(prog, checks=CHECKS, compiled_cache=None):
     approx = prog.get("approx") or [True] * len(prog["outputs"])
     # NumPy's fmax/fmin return either zero on a -0.0/0.0 tie (its SIMD body and its libm tail
     # disagree within one array): any zero is right there
-    any_zero = any(st.get("fn") in ("fmax", "fmin") for st in prog["steps"])
+    steps = list(_all_steps(prog["steps"]))
+    any_zero = any(st.get("fn") in ("fmax", "fmin") for st in steps)
     # nor which zero a min/max reduction over 0.0 and -0.0 gives: IEEE 754 leaves it open, and
     # NumPy's follows the order its (SIMD) loop visits the elements in (seed 7000070)
-    any_zero |= any(st["k"] == "reduce" and st.get("fn") in ("min", "max") for st in prog["steps"])
+    any_zero |= any(st["k"] == "reduce" and st.get("fn") in ("min", "max") for st in steps)
     text = json.dumps(prog)  # float32 rounding can reach float64 results (x - arctan(x) in f32)
     tol = (any_zero, "float32" in text or "complex64" in text)
     stats = {"ops": set(), "checks": []}
@@ -1310,6 +1311,14 @@ def _loops_kept(keep: bool):
         yield
     finally:
         control.UNROLL_AT_MOST = saved
+
+
+def _all_steps(steps):
+    """The steps and the steps of loop bodies in them."""
+    for st in steps:
+        yield st
+        if st["k"] == "loop":
+            yield from _all_steps(st["body"])
 
 
 def _check_calls(check, fn, what, draws, approx, tol):
@@ -1380,8 +1389,8 @@ def check_grad(prog, t):
 def _fd(loss, xs, i, j):
     """Central difference, or None where it is not stable (a kink or a tie nearby)."""
 
-    def at(h):
-        ins = [np.array(x, copy=True) for x in xs]
+    def at(h):  # the inputs keep their layouts: a reshape may be a view of one and not another
+        ins = copy_inputs(xs)
         ins[i][j] += h
         up = loss(*ins)
         ins[i][j] -= 2 * h
