@@ -53,6 +53,12 @@ class _Driver:
         self.lines: list[str] = []
         if g.constants or g.guards:
             raise NoDriver("the body has constants or guards")
+        values = list(g.inputs) + [o for n in g.nodes for o in n.outputs]
+        if any(
+            v.dtype.kind not in "biufc" or v.dtype.itemsize < 4 and v.dtype.kind == "f"
+            for v in values
+        ):
+            raise NoDriver("a dtype numba has no arrays of (float16)")
         params = [self._name(v) for v in g.inputs]
         for v in g.inputs:
             if v.weak:
