@@ -634,13 +634,18 @@ def format_bodies(n: Node) -> list[str]:
     for body in (a for a in n.attrs.values() if isinstance(a, Graph)):
         ins = ", ".join(f"%{v.name}: {v.type}" for v in body.inputs)
         lines.append(f"{body.name}:  # ({ins})")
-        for m in body.nodes:
-            lines.append("  " + format_node(m))
-            lines += ["    " + line for line in format_bodies(m)]
-        for gd in body.guards:
-            lines.append("  " + str(gd))
+        lines += _node_lines(body)
         lines.append("  next " + ", ".join(f"%{o.name}" for o in body.outputs))
     return lines
+
+
+def _node_lines(g: Graph) -> list[str]:
+    """The listing of ``g``'s nodes (with the bodies they hold) and guards, indented once."""
+    lines = []
+    for n in g.nodes:
+        lines.append("  " + format_node(n))
+        lines += ["    " + line for line in format_bodies(n)]
+    return lines + ["  " + str(gd) for gd in g.guards]
 
 
 def format_graph(g: Graph) -> str:
@@ -649,11 +654,7 @@ def format_graph(g: Graph) -> str:
     for v, s in zip(g.inputs, g.specs):
         if s.kind != "arg":
             lines.append(f"  {s.kind} %{v.name}: {v.type} = {s.label}")
-    for n in g.nodes:
-        lines.append("  " + format_node(n))
-        lines += ["    " + line for line in format_bodies(n)]
-    for gd in g.guards:
-        lines.append("  " + str(gd))
+    lines += _node_lines(g)
     res = [f"%{o.name}" for o in g.outputs[: g.n_results]]
     lines.append("  return " + ", ".join(res))
     for oi, ii in g.writebacks:

@@ -377,6 +377,12 @@ def _add_edge(dot, tail: str, head: str, attrs: dict):
 
 
 @functools.lru_cache(maxsize=4096)
+def _back_edge(dot, tail: str, head: str, cls: str, color: str, tooltip: str):
+    """A dashed edge against the flow (a write-back, a carried value), not ranking the nodes."""
+    attrs = {"class": cls, "style": "dashed", "color": color, "constraint": "false"}
+    _add_edge(dot, tail, head, {**attrs, "arrowhead": "vee", "tooltip": tooltip})
+
+
 def _type_of(shape, dtype, weak) -> str:
     return type_str(shape, dtype) + ("~" if weak else "")
 
@@ -787,19 +793,8 @@ class _Builder:
             if v in src and v not in hidden:
                 self._data_edge(dot, src[v], oid, v, None)
             if target is not None and target not in hidden:
-                _add_edge(
-                    dot,
-                    oid,
-                    src[target],
-                    {
-                        "class": "writeback",
-                        "style": "dashed",
-                        "color": "#c0504d",
-                        "constraint": "false",
-                        "arrowhead": "vee",
-                        "tooltip": f"copied into {spec_of[target].label} after each call",
-                    },
-                )
+                tip = f"copied into {spec_of[target].label} after each call"
+                _back_edge(dot, oid, src[target], "writeback", "#c0504d", tip)
         return {v: s for v, s in src.items() if s in self.drawn}
 
     def _body_output(self, dot, k, v, src, hidden):
@@ -824,19 +819,8 @@ class _Builder:
         if v in src and v not in hidden:
             self._data_edge(dot, src[v], oid, v, None)
         if carried:
-            _add_edge(
-                dot,
-                oid,
-                self.input_id(self.g.inputs[k]),
-                {
-                    "class": "carried",
-                    "style": "dashed",
-                    "color": "#2e75b6",
-                    "constraint": "false",
-                    "arrowhead": "vee",
-                    "tooltip": f"%{v.name} is %{self.g.inputs[k].name} in the next iteration",
-                },
-            )
+            tip = f"%{v.name} is %{self.g.inputs[k].name} in the next iteration"
+            _back_edge(dot, oid, self.input_id(self.g.inputs[k]), "carried", "#2e75b6", tip)
 
     def _value(self, v):
         if not self.o.show_values or v not in self.values:

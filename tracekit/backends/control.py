@@ -13,7 +13,7 @@ import numpy as np
 
 from ..ir import Graph
 from ..loops import unroll
-from ..loops.op import stacked_buffers
+from ..loops.op import iterate
 from ..ops import OPS
 from ..passes import PIPELINE
 from .lowering import lower
@@ -48,25 +48,19 @@ def loop_runner(node, run_body):
     """``run(*inputs)`` computing loop ``node``; ``run_body(values, k)`` runs its body's
     iteration ``k`` and returns its outputs (a list); it may write into the buffers of the
     carried values it is given (they are the loop's own)."""
-    trips, carried, stacked = (
-        node.attrs["trips"],
-        node.attrs["carried"],
-        node.attrs.get("stacked", 0),
+    attrs = node.attrs
+    body, trips, carried, stacked = (
+        attrs["body"],
+        attrs["trips"],
+        attrs["carried"],
+        attrs.get("stacked", 0),
     )
-    body = node.attrs["body"]
-    plain = len(body.outputs) - stacked
 
     def run(*inputs):
         # the body may write into the state's buffers: the first are copies of the inputs
-        state = [x.copy() if isinstance(x, np.ndarray) else x for x in inputs[:carried]]
-        invariants = list(inputs[carried:])
-        outs, rows = state, stacked_buffers(body, trips, stacked)
-        for k in range(trips):
-            outs = run_body(state + invariants, k)
-            state = outs[:carried]
-            for buf, value in zip(rows, outs[plain:]):
-                buf[k] = value
-        outs = [_unshared(o, inputs) for o in outs[:plain]] + rows
+        owned = [x.copy() if isinstance(x, np.ndarray) else x for x in inputs[:carried]]
+        outs = iterate(owned + list(inputs[carried:]), body, trips, carried, stacked, run_body)
+        outs = [_unshared(o, inputs) for o in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     return run

@@ -379,15 +379,11 @@ def compile_loop(node, math: str, disk: bool):
     """``run(*inputs)`` computing loop ``node`` on the CPU: the whole loop in one numba
     function where its body allows (:mod:`.cpu_loop`), else its body compiled once and
     called once per iteration."""
-    body, carried = node.attrs["body"], node.attrs["carried"]
-    g = prepared(body)
-    plan = make_plan(g)
-    plan.owned = frozenset(g.inputs[:carried])  # the loop hands over its state's buffers
-    program = CpuProgram(plan, math)
+    g, plan, program = _body_program(node.attrs["body"], node.attrs["carried"], math)
     try:
         program.source += "\n\n" + driver_source(node, plan, program, "loop_driver")
     except NoDriver as why:
-        run = loop_runner(node, compile_body(body, carried, math, disk))
+        run = loop_runner(node, compile_body(g, plan, program, disk))
         run.how = f"its body compiled once, called from Python each iteration ({why})"
         return run
     program.load(disk=disk)
@@ -406,12 +402,17 @@ def compile_loop(node, math: str, disk: bool):
     return run
 
 
-def compile_body(body, carried: int, math: str, disk: bool):
-    """``run(values) -> outputs`` of a loop body compiled for the CPU."""
+def _body_program(body, carried: int, math: str):
+    """(the prepared body, its plan, its program, not yet loaded) of a loop body."""
     g = prepared(body)
     plan = make_plan(g)
     plan.owned = frozenset(g.inputs[:carried])  # the loop hands over its state's buffers
-    program = CpuProgram(plan, math)
+    return g, plan, CpuProgram(plan, math)
+
+
+def compile_body(g, plan, program, disk: bool):
+    """``run(values, k) -> outputs`` of a loop body (:func:`_body_program`) compiled for the
+    CPU."""
     program.load(disk=disk)
     runner = Runner(plan, program)
     runner.ns.update(RUNTIME)

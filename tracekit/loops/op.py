@@ -56,26 +56,34 @@ def stacked_buffers(body: Graph, trips: int, stacked: int) -> list:
     ]
 
 
-def run_loop(*inputs, body: Graph, trips: int, carried: int, stacked: int = 0):
-    """Run ``body`` ``trips`` times from ``inputs`` (carried values, then invariants); the
-    last ``stacked`` outputs of the body are gathered, one row per iteration."""
+def iterate(inputs, body: Graph, trips: int, carried: int, stacked: int, run_body) -> list:
+    """A loop's outputs from ``inputs`` (carried values, then invariants): ``run_body(values,
+    k)`` gives the body's outputs in iteration ``k``; the last ``stacked`` of them are gathered,
+    one row per iteration. The interpreter and every target's loop share it."""
     state, invariants = list(inputs[:carried]), list(inputs[carried:])
-    outs = state
-    moving = any(moves(n.attrs) for n in body.nodes)
-    rows = stacked_buffers(body, trips, stacked)
+    outs, rows = state, stacked_buffers(body, trips, stacked)
     plain = len(body.outputs) - stacked
     for k in range(trips):
-        if moving:
-            env = {v: as_input_value(v, x) for v, x in zip(body.inputs, state + invariants)}
-            for node in body_at(body, k):
-                run_node(node, env)
-            outs = [env[o] for o in body.outputs]
-        else:
-            outs = run(body, state + invariants)
+        outs = run_body(state + invariants, k)
         state = outs[:carried]
         for buf, value in zip(rows, outs[plain:]):
             buf[k] = value
-    outs = list(outs[:plain]) + rows
+    return list(outs[:plain]) + rows
+
+
+def run_loop(*inputs, body: Graph, trips: int, carried: int, stacked: int = 0):
+    """The interpreter's loop: ``body`` run ``trips`` times (see :func:`iterate`)."""
+    moving = any(moves(n.attrs) for n in body.nodes)
+
+    def run_body(values, k):
+        if not moving:
+            return run(body, values)
+        env = {v: as_input_value(v, x) for v, x in zip(body.inputs, values)}
+        for node in body_at(body, k):
+            run_node(node, env)
+        return [env[o] for o in body.outputs]
+
+    outs = iterate(inputs, body, trips, carried, stacked, run_body)
     given = {id(x) for x in inputs}  # a value the body passes through is the caller's array
     outs = [o.copy() if isinstance(o, np.ndarray) and id(o) in given else o for o in outs]
     return outs[0] if len(outs) == 1 else tuple(outs)
