@@ -129,6 +129,36 @@ def heat_calls_a_function(u, steps=20):
     return u
 
 
+def newton_sqrt(x, a):
+    err = 1.0  # a Python float: the first test is not traced
+    while err > 1e-10:  # a traced test in every iteration: a while loop
+        y = 0.5 * (x + a / x)
+        err = np.abs(y - x).max()
+        x = y
+    return x
+
+
+def jacobi_solve(A, b, x):
+    d = A[0, 0] + 0.0 * b  # the diagonal, the same in every row of these matrices
+    while np.abs(A @ x - b).max() > 1e-9:  # tested before the first iteration: it stays outside
+        x = (b - A @ x + d * x) / d
+    return x
+
+
+def halving_while_positive(x, steps=8):
+    for _ in range(steps):
+        if x.sum() > 0:  # the same way in every iteration: checked in each
+            x = x * 0.5 - 0.05
+    return x
+
+
+def _solvable(seed, n=6):
+    rng = np.random.default_rng(seed)
+    A = rng.random((n, n)) * 0.5
+    np.fill_diagonal(A, n)
+    return A, rng.random(n), np.zeros(n)
+
+
 def _r(seed, *shape):
     return np.random.default_rng(seed).standard_normal(shape)
 
@@ -148,10 +178,14 @@ PROGRAMS = {
     "stacked": (stacked, lambda s: (_r(s, 5),)),
     "folded_input": (folded_input, lambda s: (_r(s, 4, 4),)),
     "rows_written": (rows_written, lambda s: (_r(s, 6), _r(s + 1, 16, 6))),
+    "newton_sqrt": (newton_sqrt, lambda s: (np.full(5, 1.0 + s), 1.0 + np.abs(_r(s, 5)) * (s + 1))),
+    "jacobi_solve": (jacobi_solve, _solvable),
+    "halving_while_positive": (halving_while_positive, lambda s: (30.0 + np.abs(_r(s, 4)),)),
 }
+WHILE = ["newton_sqrt", "jacobi_solve"]  # new data needs another number of iterations
 DIFFERENTIABLE = [
     "jacobi", "heat", "recurrent", "sum_from_zero", "nested", "with_invariant_work", "diagonal",
-    "rows_written", "stacked",
+    "rows_written", "stacked", "newton_sqrt", "halving_while_positive",
 ]  # fmt: skip
 
 
@@ -170,7 +204,7 @@ def _parts(x) -> list:
 
 
 def _loops(graph) -> list:
-    return [n for n in graph.nodes if n.op == "loop"]
+    return [n for n in graph.nodes if n.op in ("loop", "while_loop")]
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
@@ -366,10 +400,11 @@ def alternates(x, steps=6):
     return x
 
 
-def guarded(x, steps=6):
+def chaotic(x, steps=8):
     for _ in range(steps):
-        if x.sum() > 0:  # control flow on a traced value: one guard per iteration
-            x = x - 1
+        x = 3.9 * x * (1 - x)
+        if x.sum() > 2:  # true in the first four iterations, then false, true, false, true
+            pass
     return x
 
 
@@ -382,21 +417,23 @@ def not_a_loop(x):
     [
         (grows, "iterations differ"),
         (alternates, None),
-        (guarded, "guarded"),
+        (chaotic, "control flow goes another way"),
         (not_a_loop, None),
     ],
     ids=["shape", "op", "guard", "no-loop"],
 )
 def test_iterations_that_differ_do_not_roll(fn, why):
-    x = np.linspace(0.5, 1.5, 4)
+    x = np.linspace(0.1, 0.4, 4) if fn is chaotic else np.linspace(0.5, 1.5, 4)
     with quiet():
         t = tk.trace(fn, x)
-    assert (
-        not _loops(t.graph) or fn is alternates  # sin, cos, sin, cos: pairs of iterations repeat
-    ), str(t.graph)
+    loops = _loops(t.graph)
+    if fn is chaotic:  # the first four iterations go one way: they roll, the others do not
+        assert [n.attrs["trips"] for n in loops] == [4], str(t.graph)
+    else:
+        assert not loops or fn is alternates, str(t.graph)  # sin, cos: pairs of iterations repeat
     if why is not None:
         assert any(why in note for note in t.notes), t.notes
-    new = x if fn is guarded else x + 0.25  # the guarded branches hold for x itself
+    new = x if fn is chaotic else x + 0.25  # the guarded branches hold for x itself
     with quiet():
         assert_same(t(new), fn(new))
 
@@ -423,3 +460,118 @@ def test_a_list_stacked_after_the_loop_is_the_loops_stacked_output():
     stacked_out = loop.outputs[-1]
     assert stacked_out.shape == (6, 5) and stacked_out is t.graph.outputs[0]
     assert "np.empty((6, 5), np.float64)" in t.code
+
+
+# ---------------------------------------------------------------------- while loops
+def _iterations_of_newton(x, a):
+    count, err = 0, 1.0
+    while err > 1e-10:
+        y = 0.5 * (x + a / x)
+        err, x, count = np.abs(y - x).max(), y, count + 1
+    return count
+
+
+@pytest.mark.parametrize("name", WHILE)
+@pytest.mark.parametrize("target", ["interpreter", "cpu", "cuda"])
+def test_a_while_loop_follows_data_that_needs_more_or_fewer_iterations(name, target):
+    fn, make = PROGRAMS[name]
+    with quiet():
+        t = tk.trace(fn, *make(0))
+        run = t if target == "interpreter" else tk.compile(t, target=target, progress=False)
+    (loop,) = [n for n in t.graph.nodes if n.op == "while_loop"]
+    for seed in (0, 1, 3):
+        args = make(seed)
+        with quiet():
+            got = run(*_copies(args))
+        np.testing.assert_allclose(np.asarray(got), fn(*_copies(args)), rtol=1e-12, atol=1e-14)
+    if name == "newton_sqrt":  # the three inputs need other numbers of iterations than traced
+        counts = {_iterations_of_newton(*make(s)) for s in (0, 1, 3)}
+        assert len(counts) > 1 and loop.attrs["trips"] == _iterations_of_newton(*make(0))
+
+
+def test_a_while_loop_says_it_became_data_dependent():
+    fn, make = PROGRAMS["newton_sqrt"]
+    with pytest.warns(tk.TracerWarning, match="became a while loop whose condition is tested"):
+        t = tk.trace(fn, *make(0))
+    assert "while_loop(" in str(t.graph) and "while err > 1e-10:" in str(t.graph)
+    assert not t.graph.guards  # the loop tests its condition: no guard on an iteration count
+
+
+@pytest.mark.parametrize("target", ["interpreter", "cpu", "code"])
+def test_a_while_loop_that_runs_past_max_iterations_raises(target):
+    fn, make = PROGRAMS["newton_sqrt"]
+    x, a = make(0)
+    with quiet():
+        t = tk.trace(fn, x, a, max_iterations=8)
+    far = (np.full(5, 1e6), a)  # from that far, Newton needs about 25 iterations
+    if target == "code":
+        ns: dict = {}
+        exec(compile(t.code, "<code>", "exec"), ns)
+        with pytest.raises(RuntimeError, match="ran 8 iterations"):
+            ns[t.graph.name](*far)
+        np.testing.assert_allclose(ns[t.graph.name](x, a), fn(x, a), rtol=1e-12)
+        return
+    run = t if target == "interpreter" else tk.compile(t, target="cpu", progress=False)
+    with pytest.raises(tk.GuardError, match=r"ran 8 iterations \(its max_iterations\)"):
+        run(*far)
+
+
+def test_max_iterations_must_be_a_positive_int():
+    with pytest.raises(ValueError, match="max_iterations must be an int >= 1"):
+        tk.trace(newton_sqrt, np.ones(2), np.ones(2), max_iterations=0)
+
+
+def test_a_while_loop_on_the_cpu_is_one_numba_function_where_its_body_allows():
+    fn, make = PROGRAMS["newton_sqrt"]
+    with quiet():
+        c = tk.compile(tk.trace(fn, *make(0)), target="cpu", progress=False)
+    assert [run.how for run in c.program.loops.values()] == ["one numba function"]
+    np.testing.assert_allclose(c(*make(3)), fn(*make(3)), rtol=1e-12)
+
+
+def test_a_while_loop_that_indexes_with_its_count_stays_unrolled():
+    def walk(a):
+        i, s = 0, 0.0
+        while s < 3.0:  # a[i] moves with the iteration: past the traced count it could not
+            s = s + a[i]
+            i += 1
+        return s
+
+    with quiet():
+        t = tk.trace(walk, np.full(10, 0.5))
+    assert not any(n.op == "while_loop" for n in t.graph.nodes)
+    assert any("indexes with its iteration count" in note for note in t.notes), t.notes
+    assert t(np.full(10, 0.5)) == 3.0
+    with pytest.raises(tk.GuardError):
+        t(np.full(10, 0.25))  # another count: the unrolled guards say so
+
+
+def test_json_round_trip_of_a_while_loop():
+    fn, make = PROGRAMS["jacobi_solve"]
+    with quiet():
+        t = tk.trace(fn, *make(0))
+    back = Graph.from_json(t.graph.to_json())
+    assert back.key() == t.graph.key()
+    assert_same(interpret.run(back, list(make(2))), interpret.run(t.graph, list(make(2))))
+
+
+# ---------------------------------------------------------------------- guards in iterations
+@pytest.mark.parametrize("target", ["interpreter", "cpu", "cpu-rolled", "cuda"])
+def test_a_guard_inside_the_iterations_is_checked_in_every_iteration(target, monkeypatch):
+    fn, make = PROGRAMS["halving_while_positive"]
+    if target == "cpu-rolled":  # the loop stays a loop on the CPU (no small-loop unrolling)
+        monkeypatch.setattr("tracekit.backends.control.UNROLL_AT_MOST", 0)
+    with quiet():
+        t = tk.trace(fn, *make(0))
+        run = (
+            t
+            if target == "interpreter"
+            else tk.compile(t, target=target.split("-")[0], progress=False)
+        )
+    (loop,) = _loops(t.graph)
+    (guard,) = loop.attrs["body"].guards
+    assert guard.how == "bool" and guard.value is True
+    np.testing.assert_allclose(run(*make(1)), fn(*make(1)), rtol=1e-12)
+    going_negative = np.array([0.2, 0.1, 0.1, -0.1])  # its sum turns negative in iteration 1
+    with pytest.raises(tk.GuardError, match="gave False on this call"):
+        run(going_negative)

@@ -601,6 +601,13 @@ def _loop_last_value(x):
     return y, x
 
 
+def _while_halving(x):
+    while np.abs(x).max() > 0.01:  # a traced test in every iteration: a while_loop
+        x = np.tanh(x) * 0.5  # converges from any value (NaN ends the loop at once)
+    return x
+
+
+case("while_loop", "while-halving", _while_halving, A(M), dtypes=("float64", "float32"))
 case("loop", "loop-carried", _loop_carried, A(M), A(M[1:]))
 case("loop", "loop-in-place", _loop_in_place, A((5,)), A((5,)), layouts=True)
 case("loop", "loop-nested", _loop_nested, A((4,)))

@@ -9,7 +9,7 @@ import keyword
 import numpy as np
 
 from .ir import Graph, Var, format_node
-from .loops.op import Affine, moves
+from .loops.op import Affine, moves, not_converged
 from .ops import OPS, helper_source
 
 
@@ -94,7 +94,9 @@ def _loop(node, ins, ids, taken, indent) -> list[str]:
     for o in node.outputs[plain:]:  # one row per iteration
         lines.append(f"{indent}{ids[o]} = np.empty({o.shape!r}, np.{o.dtype.name})")
     counter = _fresh("k", taken)
-    lines.append(f"{indent}for {counter} in range({node.attrs['trips']}):")
+    cond = node.attrs.get("cond")
+    count = node.attrs["trips"] if cond is None else node.attrs["max_iterations"]
+    lines.append(f"{indent}for {counter} in range({count}):")
     lines += _statements(_with_counter(body, counter), ids, taken, indent + "    ")
     for o, b in zip(node.outputs[plain:], body.outputs[plain:]):
         lines.append(f"{indent}    {ids[o]}[{counter}] = {ids[b]}")
@@ -102,6 +104,12 @@ def _loop(node, ins, ids, taken, indent) -> list[str]:
     if carried:
         state = ", ".join(ids[v] for v in body.inputs[:carried])
         lines.append(f"{indent}    {state} = {', '.join(nexts)}")
+    if cond is not None:  # a while loop: its condition tested when it runs
+        lines += [f"{indent}    if not {ids[body.outputs[cond]]}:", f"{indent}        break"]
+        lines += [
+            f"{indent}else:",
+            f"{indent}    raise RuntimeError({not_converged(node.attrs)!r})",
+        ]
     for o, b in zip(node.outputs[carried:plain], body.outputs[carried:plain]):
         lines.append(f"{indent}{ids[o]} = {ids[b]}")
     return lines

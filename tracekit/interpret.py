@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import GuardError
 from .ir import Graph, Node, Var
 from .ops import OPS
 from .pyop import check_results
@@ -59,3 +60,42 @@ def run(graph: Graph, inputs, *, env_out: dict | None = None, until: int | None 
     for node in nodes:
         run_node(node, env)
     return [env.get(o) for o in graph.outputs]
+
+
+def check_guards(graph: Graph, env: dict, where: str = ""):
+    """Raise GuardError if a value baked in at trace time differs in this run (``where``: the
+    iteration of a loop whose body ``graph`` is, said in the message)."""
+    for g in graph.guards:
+        if g.how == "layout" or g.var not in env:  # layout: checked on the arguments, before
+            continue
+        value = env[g.var]
+        try:
+            seen = _as_guard_value(value, g.how)
+        except (TypeError, ValueError):
+            continue
+        if not _same(seen, g.value):
+            at = f" at {g.source} `{g.source.text}`" if g.source else ""
+            raise GuardError(
+                f"{g.how}() gave {seen!r} on this call{where} but {g.value!r} when traced{at}: "
+                "the graph took the traced path and would compute a wrong result. Trace again "
+                "with these inputs, or use tk.jit, which retraces when a guard fails."
+            )
+
+
+def _as_guard_value(value, how):
+    a = np.asarray(value)
+    if how == "bool":
+        return bool(a)
+    if how in ("int", "index"):
+        return int(a)
+    if how == "float":
+        return float(a)
+    if how == "complex":
+        return complex(a)
+    return a.item() if how == "item" else a.tolist()
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True
+    return a == b

@@ -881,6 +881,8 @@ class _Builder:
         sub = graphviz.Digraph(name=f"cluster_{u.id}")
         where = f"  {node.source}" if node.source else ""
         title = f"{body.name}  \u00d7{node.attrs['trips']}"
+        if node.op == "while_loop":  # its count is the data's: the traced one, and the bound
+            title += f" when traced, \u2264{node.attrs['max_iterations']}"
         self.scene[u.id] = "cluster loop"
         sub.attr(
             id=u.id,

@@ -6,6 +6,7 @@ import contextlib
 import inspect
 import linecache
 import sys
+import warnings
 
 import numpy as np
 
@@ -14,8 +15,8 @@ from . import (
     pytree,
 )
 from . import tracer as T
-from .errors import GuardError, TraceError
-from .interpret import run
+from .errors import GuardError, TraceError, TracerWarning
+from .interpret import check_guards, run  # noqa: F401  (check_guards: the backends import it here)
 from .ir import Graph, InputSpec, Var
 from .loops import roll
 from .ops import OPS
@@ -23,7 +24,13 @@ from .tracer.active import _state
 
 
 def trace(
-    fn, *example_args, strict: bool = False, keep_values: bool = False, name=None, loops="roll"
+    fn,
+    *example_args,
+    strict: bool = False,
+    keep_values: bool = False,
+    name=None,
+    loops="roll",
+    max_iterations: int | None = None,
 ):
     """Trace ``fn`` on example inputs into a graph; returns a callable :class:`Traced`.
 
@@ -34,7 +41,10 @@ def trace(
 
     Iterations of a Python loop that repeat the same computation are rolled into one ``loop``
     node (:mod:`tracekit.loops`); ``loops="unroll"`` keeps every iteration's nodes, and
-    ``Traced.notes`` says which loops did not roll, and why.
+    ``Traced.notes`` says which loops did not roll, and why. A ``while`` loop on a traced
+    condition becomes a ``while_loop`` that tests its condition when it runs, so new data may
+    need more or fewer iterations than the example did: at most ``max_iterations`` (default
+    ten times the traced count, at least 1,000; more raises ``GuardError``).
 
     >>> import numpy as np, tracekit as tk
     >>> t = tk.trace(lambda x: np.tanh(x) * 2.0, np.zeros(3, np.float32))
@@ -49,6 +59,8 @@ def trace(
     """
     if loops not in ("roll", "unroll"):
         raise ValueError(f"tk.trace: loops must be 'roll' or 'unroll', not {loops!r}")
+    if max_iterations is not None and (type(max_iterations) is not int or max_iterations < 1):
+        raise ValueError(f"tk.trace: max_iterations must be an int >= 1, not {max_iterations!r}")
     ctx = T.TraceContext(strict=strict)
     paths: list[str] = []
     leaves, in_tree = pytree.flatten(list(example_args), paths=paths)
@@ -77,7 +89,9 @@ def trace(
         T.restore_captures(ctx, slots, record=False)
         raise
     T.restore_captures(ctx, slots)
-    graph, out_tree, notes = _finish(ctx, result, len(args), name or _fn_name(fn), loops)
+    graph, out_tree, notes = _finish(
+        ctx, result, len(args), name or _fn_name(fn), loops, max_iterations
+    )
     traced = Traced(graph, in_tree, out_tree, ctx.capture_getters, leaves, fn=fn)
     traced.notes = [str(n) for n in notes]
     if keep_values:
@@ -120,7 +134,7 @@ def _leaf_names(fn, paths):
     return names
 
 
-def _finish(ctx, result, n_args, name, loops="unroll"):
+def _finish(ctx, result, n_args, name, loops="unroll", max_iterations=None):
     from .passes import dce
 
     out_leaves, out_tree = pytree.flatten(result, extra_types=(T.TracedArray,))
@@ -157,9 +171,28 @@ def _finish(ctx, result, n_args, name, loops="unroll"):
     graph = dce(graph)
     notes = []
     if loops == "roll":
-        graph, notes = roll(graph, ctx.stacks)
+        graph, notes = roll(graph, ctx.stacks, max_iterations=max_iterations)
+        _warn_while_loops(graph.nodes)
     graph, ctx.capture_getters = _drop_unused_inputs(graph, ctx.capture_getters)
     return graph.check(), out_tree, notes
+
+
+def _warn_while_loops(nodes):
+    """A ``TracerWarning`` for each while loop: its trip count now depends on the data."""
+    for n in nodes:
+        if n.op == "while_loop":
+            src = n.source
+            warnings.warn_explicit(
+                f"{src}: `{src.text}` became a while loop whose condition is tested when it "
+                f"runs ({n.attrs['trips']} iterations when traced, at most "
+                f"{n.attrs['max_iterations']}): the traced function follows new data that needs "
+                "more or fewer iterations.",
+                TracerWarning,
+                src.file,
+                src.line,
+            )
+        for body in (a for a in n.attrs.values() if isinstance(a, Graph)):
+            _warn_while_loops(body.nodes)
 
 
 def _drop_unused_inputs(graph, getters):
@@ -596,25 +629,6 @@ def check_value(var: Var, value, what: str):
         raise TypeError(f"{what}: expected dtype {var.dtype}, got {np.dtype(dtype)}")
 
 
-def check_guards(graph: Graph, env: dict):
-    """Raise GuardError if a value baked in at trace time differs in this run."""
-    for g in graph.guards:
-        if g.how == "layout" or g.var not in env:  # layout: checked on the arguments, before
-            continue
-        value = env[g.var]
-        try:
-            seen = _as_guard_value(value, g.how)
-        except (TypeError, ValueError):
-            continue
-        if not _same(seen, g.value):
-            where = f" at {g.source} `{g.source.text}`" if g.source else ""
-            raise GuardError(
-                f"{g.how}() gave {seen!r} on this call but {g.value!r} when traced{where}: "
-                "the graph took the traced path and would compute a wrong result. Trace again "
-                "with these inputs, or use tk.jit, which retraces when a guard fails."
-            )
-
-
 def check_layout_guards(graph: Graph, values: list):
     """Raise GuardError if NumPy would make another view-or-copy choice for a reshape of one of
     this call's arrays (``values``, in ``graph.inputs`` order) than it made when traced; only
@@ -643,25 +657,6 @@ def _check_layout(g, value):
             "into one of them afterwards: the graph would compute a wrong result. Trace again "
             "with an array of this layout, or use tk.jit, which retraces when a guard fails."
         )
-
-
-def _as_guard_value(value, how):
-    a = np.asarray(value)
-    if how == "bool":
-        return bool(a)
-    if how in ("int", "index"):
-        return int(a)
-    if how == "float":
-        return float(a)
-    if how == "complex":
-        return complex(a)
-    return a.item() if how == "item" else a.tolist()
-
-
-def _same(a, b) -> bool:
-    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
-        return True
-    return a == b
 
 
 def make_input_spec(kind, label):

@@ -24,9 +24,14 @@ UNROLL_AT_MOST = 128
 
 
 def unroll_small_loops(graph: Graph) -> Graph:
-    """``graph`` with each loop of at most ``UNROLL_AT_MOST`` unrolled nodes unrolled."""
+    """``graph`` with each loop of at most ``UNROLL_AT_MOST`` unrolled nodes unrolled (a
+    while loop's trip count is known only when it runs: it stays a loop)."""
     return unroll(
-        graph, which=lambda n: n.attrs["trips"] * _unrolled_size(n.attrs["body"]) <= UNROLL_AT_MOST
+        graph,
+        which=lambda n: (
+            n.op != "while_loop"
+            and n.attrs["trips"] * _unrolled_size(n.attrs["body"]) <= UNROLL_AT_MOST
+        ),
     )
 
 
@@ -48,18 +53,12 @@ def loop_runner(node, run_body):
     """``run(*inputs)`` computing loop ``node``; ``run_body(values, k)`` runs its body's
     iteration ``k`` and returns its outputs (a list); it may write into the buffers of the
     carried values it is given (they are the loop's own)."""
-    attrs = node.attrs
-    body, trips, carried, stacked = (
-        attrs["body"],
-        attrs["trips"],
-        attrs["carried"],
-        attrs.get("stacked", 0),
-    )
+    carried = node.attrs["carried"]
 
     def run(*inputs):
         # the body may write into the state's buffers: the first are copies of the inputs
         owned = [x.copy() if isinstance(x, np.ndarray) else x for x in inputs[:carried]]
-        outs = iterate(owned + list(inputs[carried:]), body, trips, carried, stacked, run_body)
+        outs = iterate(owned + list(inputs[carried:]), node.attrs, run_body)
         outs = [_unshared(o, inputs) for o in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)
 

@@ -17,8 +17,10 @@ import time
 
 import numpy as np
 
+from ..errors import GuardError
+from ..interpret import check_guards
 from ..ir import Var
-from ..loops.op import at_iteration, moves
+from ..loops.op import at_iteration, moves, not_converged
 from ..ops import OPS, build_index
 from ..pyop import check_results
 from . import cache
@@ -392,10 +394,14 @@ def compile_loop(node, math: str, disk: bool):
         driver.compile(driver_signature(g))
     except Exception as e:
         raise CompileError(_describe_failure("loop_driver", [], e, program.source)) from e
-    single = len(node.outputs) == 1
+    single, until = len(node.outputs) == 1, node.attrs.get("cond") is not None
 
     def run(*inputs):
         out = driver(*prepare_inputs(inputs, g))
+        if until:  # a while loop's driver says last whether its condition became false
+            if not out[-1]:
+                raise GuardError(not_converged(node.attrs))
+            out = out[:-1]
         return out[0] if single else out
 
     run.how = "one numba function"
@@ -418,10 +424,14 @@ def compile_body(g, plan, program, disk: bool):
     runner.ns.update(RUNTIME)
     consts = [g.constants[v] for v, s in zip(g.inputs, g.specs) if s.kind == "const"]
     fn, pool, iteration = runner.fn, {}, runner.iteration
+    guarded = [gd.var for gd in g.guards]
 
     def run(values, k):
         iteration[0] = k
-        return fn(values + consts if consts else values, None, pool)[0]
+        outs, guard_values = fn(values + consts if consts else values, None, pool)
+        if guarded:
+            check_guards(g, dict(zip(guarded, guard_values)), f" in iteration {k} of `{g.name}:`")
+        return outs
 
     return run
 

@@ -221,13 +221,23 @@ class _Driver:
         lines += ["    " + b for b in self.before]
         for s, o in enumerate(g.outputs[plain:]):
             lines.append(f"    r_{s} = np.empty({(self.trips, *o.shape)!r}, np.{o.dtype.name})")
-        lines.append(f"    for k in range({self.trips}):")
+        cond = self.node.attrs.get("cond")
+        if cond is None:
+            lines.append(f"    for k in range({self.trips}):")
+        else:  # a while loop: returns whether its condition became false in time
+            most = self.node.attrs["max_iterations"]
+            lines += ["    done = False", f"    for k in range({most}):"]
         lines += ["        " + ln for ln in self.lines]
         for s, o in enumerate(g.outputs[plain:]):
             lines.append(f"        r_{s}[k] = {self.names[o]}")
         if c:
             lines.append(f"        {', '.join(state)}, = {', '.join(nexts)},")
         results = state + outs[c:plain] + [f"r_{s}" for s in range(stacked)]
+        if cond is not None:
+            flag = g.outputs[cond]
+            test = self.names[flag] if flag in self.scalars else f"{self.names[flag]}[()]"
+            lines += [f"        if not {test}:", "            done = True", "            break"]
+            results.append("done")
         lines.append(f"    return ({', '.join(results)},)")
         return "\n".join(lines) + "\n"
 

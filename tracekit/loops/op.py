@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..interpret import as_input_value, run, run_node
+from ..errors import GuardError
+from ..interpret import as_input_value, check_guards, run_node
 from ..ir import Affine, Graph, Node, Var, at_iteration, fmt_value, moves, register_json_loader
 from ..ops import Op, register
 
@@ -56,34 +57,53 @@ def stacked_buffers(body: Graph, trips: int, stacked: int) -> list:
     ]
 
 
-def iterate(inputs, body: Graph, trips: int, carried: int, stacked: int, run_body) -> list:
+def iterate(inputs, node_attrs: dict, run_body) -> list:
     """A loop's outputs from ``inputs`` (carried values, then invariants): ``run_body(values,
     k)`` gives the body's outputs in iteration ``k``; the last ``stacked`` of them are gathered,
-    one row per iteration. The interpreter and every target's loop share it."""
+    one row per iteration. A while loop (attribute ``cond``: the body output that says whether
+    to go on) stops after the iteration whose condition is false. The interpreter and every
+    target's loop share it."""
+    body, carried = node_attrs["body"], node_attrs["carried"]
+    trips, stacked, cond = node_attrs["trips"], node_attrs.get("stacked", 0), node_attrs.get("cond")
     state, invariants = list(inputs[:carried]), list(inputs[carried:])
     outs, rows = state, stacked_buffers(body, trips, stacked)
     plain = len(body.outputs) - stacked
-    for k in range(trips):
+    k = 0
+    while cond is not None or k < trips:
         outs = run_body(state + invariants, k)
         state = outs[:carried]
         for buf, value in zip(rows, outs[plain:]):
             buf[k] = value
+        k += 1
+        if cond is not None and not bool(outs[cond]):
+            break
+        if cond is not None and k >= node_attrs["max_iterations"]:
+            raise GuardError(not_converged(node_attrs))
     return list(outs[:plain]) + rows
 
 
-def run_loop(*inputs, body: Graph, trips: int, carried: int, stacked: int = 0):
-    """The interpreter's loop: ``body`` run ``trips`` times (see :func:`iterate`)."""
+def not_converged(attrs: dict) -> str:
+    """Why a while loop stopped without its condition becoming false."""
+    return (
+        f"the loop `{attrs['body'].name}:` ran {attrs['max_iterations']} iterations (its "
+        f"max_iterations) and its condition is still true ({attrs['trips']} iterations when "
+        "traced). Pass a larger max_iterations= to tk.trace if it needs more."
+    )
+
+
+def run_loop(*inputs, body: Graph, **attrs):
+    """The interpreter's loop: ``body`` run ``trips`` times, or while its condition holds (see
+    :func:`iterate`); the guards of the body are checked in every iteration."""
     moving = any(moves(n.attrs) for n in body.nodes)
 
     def run_body(values, k):
-        if not moving:
-            return run(body, values)
         env = {v: as_input_value(v, x) for v, x in zip(body.inputs, values)}
-        for node in body_at(body, k):
+        for node in body_at(body, k) if moving else body.nodes:
             run_node(node, env)
+        check_guards(body, env, f" in iteration {k} of `{body.name}:`")
         return [env[o] for o in body.outputs]
 
-    outs = iterate(inputs, body, trips, carried, stacked, run_body)
+    outs = iterate(inputs, {**attrs, "body": body}, run_body)
     given = {id(x) for x in inputs}  # a value the body passes through is the caller's array
     outs = [o.copy() if isinstance(o, np.ndarray) and id(o) in given else o for o in outs]
     return outs[0] if len(outs) == 1 else tuple(outs)
@@ -124,6 +144,18 @@ def check_loop(node: Node):
     for v, b in zip(body.inputs[:carried], body.outputs[:carried]):
         if v.shape != b.shape or v.dtype != b.dtype:
             raise ValueError(f"carried %{v.name}: {v.type} becomes %{b.name}: {b.type}")
+    if node.op == "while_loop":
+        _check_while(node, body, carried, stacked)
+
+
+def _check_while(node: Node, body: Graph, carried: int, stacked: int):
+    cond, most = node.attrs.get("cond"), node.attrs.get("max_iterations")
+    if not isinstance(cond, int) or not carried <= cond < len(body.outputs) - stacked:
+        raise ValueError(f"a while loop's condition is not one of its body's outputs: {node}")
+    if body.outputs[cond].shape != ():
+        raise ValueError(f"a while loop's condition %{body.outputs[cond].name} is not a scalar")
+    if stacked or not isinstance(most, int) or most < 1:
+        raise ValueError(f"a while loop needs max_iterations >= 1 and no stacked outputs: {node}")
 
 
 def loop_types(input_types, attrs) -> list:
@@ -139,6 +171,19 @@ def loop_types(input_types, attrs) -> list:
 def _code(args, attrs):  # Traced.code writes a loop as a for statement (codegen_py)
     return f"_loop({', '.join(args)})"
 
+
+WHILE_LOOP = register(
+    Op(
+        "while_loop",
+        "control",
+        run_loop,
+        _code,
+        check=check_loop,
+        type_rule=loop_types,
+        doc="A rolled while loop: a loop whose body also gives the condition (attr cond, an "
+        "output index) to go on, up to max_iterations; trips is the traced count.",
+    )
+)
 
 LOOP = register(
     Op(

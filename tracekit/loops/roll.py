@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import bisect
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..ir import Graph, Node, Source, Var, _canonical
 from ..ops import OPS
 from ..passes.dce import dce
-from .op import Affine, value_names
+from .op import Affine, moves, value_names
 from .source import enclosing_loops
 
 MAX_CANDIDATES = 16  # periods tried from one position: the next occurrences of its node
@@ -50,19 +50,39 @@ class RollNote:
         return f"{where}: {self.trips} iterations not rolled: {self.reason}"
 
 
-def roll(graph: Graph, stacks: dict | None = None, top=True) -> tuple[Graph, list[RollNote]]:
+def roll(
+    graph: Graph, stacks: dict | None = None, top=True, max_iterations: int | None = None
+) -> tuple[Graph, list[RollNote]]:
     """``graph`` with its runs of identical loop iterations rolled, and notes on the runs that
     could not be. ``stacks`` maps a node to the sources of its whole call chain (outermost
     first), so that a loop calling a function rolls too; without it a node's own source is
-    its only one."""
+    its only one. A ``while`` loop whose condition held in every iteration but the last
+    becomes a ``while_loop`` that evaluates it when it runs, for at most ``max_iterations``
+    (default: ten times the traced count, at least 1,000)."""
     notes: list[RollNote] = []
-    guarded = {g.var for g in graph.guards}
-    nodes = _roll_all(graph.nodes, set(graph.outputs) | guarded, guarded, graph, stacks, notes)
+    guards: dict = {}
+    for g in graph.guards:
+        guards.setdefault(g.var, []).append(g)
+    ctx = _Context(graph, stacks, notes, guards, max_iterations)
+    nodes = _roll_all(graph.nodes, set(graph.outputs), ctx)
     if top:
         notes += _unmatched(nodes, stacks, notes)
+        notes[:] = dict.fromkeys(notes)  # a run refused again when the graph is scanned again
     if len(nodes) == len(graph.nodes) and all(a is b for a, b in zip(nodes, graph.nodes)):
         return graph, notes
-    return dce(graph.replace(nodes=nodes)), notes  # the rows a stacked output replaced
+    defined = set(graph.inputs) | {o for n in nodes for o in n.outputs}
+    kept = [g for g in graph.guards if g.var in defined and id(g) not in ctx.handled]
+    return dce(graph.replace(nodes=nodes, guards=kept)), notes  # and drop the replaced rows
+
+
+@dataclass
+class _Context:
+    graph: Graph
+    stacks: dict | None
+    notes: list
+    guards: dict  # Var -> the guards on it
+    max_iterations: int | None
+    handled: set = field(default_factory=set)  # ids of the guards the loops check now
 
 
 def _is_loop(n: Node) -> bool:
@@ -97,15 +117,16 @@ def _unmatched(nodes, stacks, notes) -> list[RollNote]:
     return out
 
 
-def _roll_all(nodes, live_out, guarded, graph, stacks, notes) -> list:
+def _roll_all(nodes, live_out, ctx) -> list:
     while True:  # an outer loop may match only once its inner loops are nodes
-        rolled = _roll_once(nodes, live_out, guarded, graph, stacks, notes)
+        rolled = _roll_once(nodes, live_out, ctx)
         if len(rolled) == len(nodes):
             return rolled
         nodes = rolled
 
 
-def _roll_once(nodes, live_out, guarded, graph, stacks, notes) -> list:
+def _roll_once(nodes, live_out, ctx) -> list:
+    graph, stacks, notes = ctx.graph, ctx.stacks, ctx.notes
     taken = {v.name for v in graph.inputs} | value_names(nodes)  # for the stacked outputs' names
     sigs = [_signature(n) for n in nodes]
     loops = [_loops_of(n, stacks) for n in nodes]
@@ -124,25 +145,26 @@ def _roll_once(nodes, live_out, guarded, graph, stacks, notes) -> list:
             i += 1
             continue
         period, trips, loop = best
+        shift = _while_shift(nodes, i, period, trips, sigs, loop, ctx.guards)
+        out.extend(nodes[i : i + shift])  # a while's first test, before the loop
+        i += shift
         run = nodes[i : i + period * trips]
         end = i + period * trips
-        made = _build(
-            run, period, trips, loop, end, (last_use, live_out, guarded, taken), graph, stacks
-        )
+        uses = (last_use, live_out, taken)
+        made = _build(run, period, trips, loop, end, uses, ctx)
         if isinstance(made, int):  # a value of iteration ``made`` is used after the loop
             trips, end = made, i + period * made  # the loop ends there; the rest follows it
             run = run[: period * trips]
-            made = _build(
-                run, period, trips, loop, end, (last_use, live_out, guarded, taken), graph, stacks
-            )
+            made = _build(run, period, trips, loop, end, uses, ctx)
             if isinstance(made, int):
-                made = "values of several of its last iterations are used after it"
+                made = "values of several of its last iterations are used after it, or "
+                made += "control flow goes another way in some iterations"
         if isinstance(made, str):
             notes.append(RollNote(Source(loop[0], loop[1], "", loop[2]), trips, made))
             out.extend(run)
         else:
             loop_node, *rows = made
-            body, body_notes = roll(loop_node.attrs["body"], stacks, top=False)
+            body, body_notes = roll(loop_node.attrs["body"], stacks, False, ctx.max_iterations)
             notes.extend(body_notes)
             out.append(loop_node.replace(attrs={**loop_node.attrs, "body": body}))
             out.extend(rows)
@@ -285,19 +307,21 @@ def _has_var_attr(x) -> bool:
     return False
 
 
-def _build(run, period, trips, loop, end, uses, graph, stacks):
+def _build(run, period, trips, loop, end, uses, ctx):
     """The loop node of ``run`` (``trips`` iterations of ``period`` nodes), or why not, or the
     number of its first iterations that would roll (a value of the next is used after it).
-    ``uses``: (each value's last reader, the values used after the nodes, the guarded ones,
-    the names taken)."""
-    last_use, live_out, guarded, taken = uses
+    ``uses``: (each value's last reader, the values used after the nodes, the names taken)."""
+    last_use, live_out, taken = uses
+    graph, stacks = ctx.graph, ctx.stacks
     where = {}
     for idx, node in enumerate(run):
         t, j = divmod(idx, period)
         for o, v in enumerate(node.outputs):
             where[v] = (t, j, o)
-            if v in guarded:
-                return "a value inside the iterations is guarded (control flow on it)"
+    guarding = _guards_of(where, trips, period, loop, ctx.guards)
+    if isinstance(guarding, str | int):
+        return guarding
+    body_guards, cond_slot = guarding
     roles, carried, invariants = {}, {}, {}
     for j in range(period):
         for s, first in enumerate(run[j].inputs):
@@ -328,6 +352,12 @@ def _build(run, period, trips, loop, end, uses, graph, stacks):
     stacked_slots = sorted({(j, o) for _, t, j, o in escaping if t < trips - 1})
     carried_slots = sorted(carried)
     extras = {(j, o) for _, t, j, o in escaping if t == trips - 1}
+    if body_guards and not (carried_slots or extras or stacked_slots):
+        extras.add(where[body_guards[0].var][1:])  # a loop gives a value: its last guarded one
+    if cond_slot is not None:
+        if stacked_slots:
+            return "values of every iteration of a while loop are used after it"
+        extras.add(cond_slot)
     slots = carried_slots + sorted(extras - set(carried_slots) - set(stacked_slots))
     state = {
         slot: _like(run[slot[0]].outputs[slot[1]], run[slot[0]].outputs[slot[1]].name + "'")
@@ -355,6 +385,8 @@ def _build(run, period, trips, loop, end, uses, graph, stacks):
         body_nodes.append(run[j].replace(inputs=tuple(ins), attrs=attrs))
         if stacks is not None and run[j] in stacks:
             stacks[body_nodes[-1]] = stacks[run[j]]
+    if cond_slot is not None and any(moves(n.attrs) for n in body_nodes):
+        return "a while loop indexes with its iteration count (it may run past the traced count)"
     # a value of the first iteration used after the loop is a row of a stacked output there:
     # inside the body it gets a name of its own (no Var is defined in two graphs)
     first_rows = {v for v, t, j, o in escaping if t == 0 and (j, o) in stacked_slots}
@@ -379,6 +411,10 @@ def _build(run, period, trips, loop, end, uses, graph, stacks):
         outputs=[
             inside.get(run[j].outputs[o], run[j].outputs[o]) for j, o in slots + stacked_slots
         ],
+        guards=[
+            gd.__class__(inside.get(gd.var, gd.var), gd.value, gd.how, gd.source)
+            for gd in body_guards
+        ],
         name=header,
     )
     last = (trips - 1) * period
@@ -386,14 +422,19 @@ def _build(run, period, trips, loop, end, uses, graph, stacks):
         slot: _stacked_like(run[slot[0]].outputs[slot[1]], trips, taken) for slot in stacked_slots
     }
     src = Source(loop[0], loop[1], run[0].source.function if run[0].source else "", loop[2])
+    attrs = {"body": body, "trips": trips, "carried": len(carried_slots), "stacked": len(stacked)}
+    if cond_slot is not None:
+        most = ctx.max_iterations or max(1000, 10 * trips)
+        attrs.update(cond=slots.index(cond_slot), max_iterations=most)
     node = Node(
-        "loop",
+        "while_loop" if cond_slot is not None else "loop",
         tuple(carried[s] for s in carried_slots) + tuple(invariants),
-        {"body": body, "trips": trips, "carried": len(carried_slots), "stacked": len(stacked)},
+        attrs,
         tuple(run[last + j].outputs[o] for j, o in slots) + tuple(stacked.values()),
         src,
         _common_prefix([n.scope for n in run]),
     )
+    ctx.handled.update(id(gd) for v in where for gd in ctx.guards.get(v, ()))
     # each value of the iterations used afterwards: its row of the stacked output
     produced = set(node.outputs)
     rows = [
@@ -402,6 +443,80 @@ def _build(run, period, trips, loop, end, uses, graph, stacks):
         if (j, o) in stacked and v not in produced
     ]
     return [node, *rows]
+
+
+def _guards_of(where: dict, trips: int, period: int, loop, guards: dict):
+    """(the guards of the body, the slot of a while loop's condition or None) for the values
+    of the iterations (``where``: Var -> (iteration, position, output)), or why they do not
+    roll. A guard the same in every iteration is checked in every iteration; a ``bool`` on
+    the value of the ``while`` statement's line, true in every iteration but the last, is
+    the loop's condition."""
+    per_slot: dict = {}
+    for v, (t, j, o) in where.items():
+        for gd in guards.get(v, ()):
+            per_slot.setdefault((j, o), {}).setdefault(t, []).append(gd)
+    body_guards, cond_slot = [], None
+    for slot, per in sorted(per_slot.items()):
+        if len(per) != trips:
+            return "control flow on a value of some iterations only (a guard)"
+        seen = [[(gd.how, _guard_key(gd.value)) for gd in per[t]] for t in range(trips)]
+        if all(s == seen[0] for s in seen):
+            body_guards += per[0]
+        elif cond_slot is None and _is_while_exit(slot, per, trips, period, loop):
+            cond_slot = slot
+        else:
+            same = next(t for t, s in enumerate(seen) if s != seen[0])
+            if same >= 2:  # the first iterations agree: they roll, the others follow
+                return same
+            return "control flow goes another way in some iterations (a guarded value differs)"
+    return body_guards, cond_slot
+
+
+def _guard_key(value):
+    return (
+        json.dumps(_canonical(value)) if not isinstance(value, bool | int | float) else repr(value)
+    )
+
+
+def _is_while_exit(slot, per: dict, trips: int, period: int, loop) -> bool:
+    """The guards ``per`` iteration of one body slot are a ``while`` statement's tests: on its
+    line, true but in the last iteration, which ends with them."""
+    if not loop[2].startswith("while") or slot[0] != period - 1:
+        return False
+    for t in range(trips):
+        (gd,) = per[t] if len(per[t]) == 1 else (None,)
+        if gd is None or gd.how != "bool" or gd.source is None or gd.source.line != loop[1]:
+            return False
+        if gd.value is not (t < trips - 1):
+            return False
+    return True
+
+
+def _while_shift(nodes, i, period, trips, sigs, loop, guards) -> int:
+    """How many nodes of the run at ``i`` come before a while loop's iterations: a while
+    statement tests its condition before the first iteration, so where the run's iterations
+    each test it (true) at position ``j`` and the nodes after them repeat positions 0..j with
+    a false test, the iterations start after the first test (0 where this is not so)."""
+    if not loop[2].startswith("while"):
+        return 0
+    end = i + period * trips
+    for j in range(period - 1):
+        tests = [_bool_guard(nodes[i + t * period + j], loop, guards) for t in range(trips)]
+        if not all(tests):
+            continue
+        if sigs[end : end + j + 1] == sigs[i : i + j + 1] and end + j < len(nodes):
+            if _bool_guard(nodes[end + j], loop, guards) is False:
+                return j + 1
+    return 0
+
+
+def _bool_guard(node, loop, guards):
+    """The value of the ``bool`` guard on ``node``'s output at line ``loop[1]``, or None."""
+    found = [g for o in node.outputs for g in guards.get(o, ())]
+    if len(found) == 1 and found[0].how == "bool" and found[0].source:
+        if found[0].source.line == loop[1]:
+            return found[0].value
+    return None
 
 
 def _stacked_like(v: Var, trips: int, taken: set) -> Var:

@@ -32,7 +32,9 @@ def _loop_spans(file: str) -> list:
     spans, functions = [], []
     for node in ast.walk(tree) if tree is not None else ():
         if isinstance(node, _LOOPS):
-            statement = isinstance(node, ast.For | ast.AsyncFor | ast.While)
+            # a for statement's iterable is evaluated once, before the loop; a while
+            # statement's condition in every iteration
+            statement = isinstance(node, ast.For | ast.AsyncFor)
             first = node.body[0].lineno if statement else node.lineno
             spans.append((first, node.end_lineno, node.lineno))
         elif isinstance(node, _FUNCTIONS):

@@ -1,6 +1,9 @@
 """Unrolling: every loop node replaced by its iterations, the flat graph tracing recorded.
 
-The values of iteration ``t`` of a body are named ``<name>@<t>``.
+The values of iteration ``t`` of a body are named ``<name>@<t>``. The guards of a body are
+guards of each iteration's values; a while loop unrolls to the iterations it had when traced,
+its condition guarded true in each but the last, as tracing recorded it (the unrolled graph
+is right for data that needs as many iterations, and says so otherwise).
 
 >>> import numpy as np, tracekit as tk
 >>> def f(x):
@@ -14,7 +17,7 @@ The values of iteration ``t`` of a body are named ``<name>@<t>``.
 
 from __future__ import annotations
 
-from ..ir import Graph, Var
+from ..ir import Graph, Guard, Var
 from ..ops import OPS
 from .op import body_at, value_names
 
@@ -29,24 +32,28 @@ def unroll(graph: Graph, which=None, taken: set | None = None) -> Graph:
         taken = {v.name for v in graph.inputs} | value_names(graph.nodes)
     env: dict = {}
     nodes: list = []
+    guards: list = []
     for n in graph.nodes:
         n = n.replace(inputs=tuple(env.get(x, x) if isinstance(x, Var) else x for x in n.inputs))
         if OPS[n.op].kind != "control" or not which(n):
             nodes.append(n)
             continue
-        outs = _iterations(n, nodes, taken)
+        outs = _iterations(n, nodes, guards, taken)
         env.update(dict(zip(n.outputs, outs)))
     rename = lambda v: env.get(v, v)  # noqa: E731
     return graph.replace(
         nodes=nodes,
         outputs=[rename(o) for o in graph.outputs],
-        guards=[g.__class__(rename(g.var), g.value, g.how, g.source) for g in graph.guards],
+        guards=[g.__class__(rename(g.var), g.value, g.how, g.source) for g in graph.guards]
+        + guards,
     )
 
 
-def _iterations(node, nodes: list, taken: set) -> list:
-    """Append the iterations of loop ``node`` to ``nodes``; the values of its outputs."""
+def _iterations(node, nodes: list, guards: list, taken: set) -> list:
+    """Append the iterations of loop ``node`` to ``nodes`` and their guards to ``guards``;
+    the values of its outputs."""
     body = unroll(node.attrs["body"], taken=taken)
+    cond = node.attrs.get("cond")
     carried, trips = node.attrs["carried"], node.attrs["trips"]
     state, invariants = list(node.inputs[:carried]), list(node.inputs[carried:])
     plain = len(body.outputs) - node.attrs.get("stacked", 0)
@@ -59,6 +66,9 @@ def _iterations(node, nodes: list, taken: set) -> list:
             env.update(zip(m.outputs, new))
             nodes.append(m.replace(inputs=ins, outputs=new))
         outs = [env.get(o, o) for o in body.outputs]
+        guards += [g.__class__(env[g.var], g.value, g.how, g.source) for g in body.guards]
+        if cond is not None:  # a while loop's test, as tracing recorded it
+            guards.append(Guard(outs[cond], t < trips - 1, "bool", node.source))
         state = outs[:carried]
         for row, value in zip(rows, outs[plain:]):
             row.append(value)
