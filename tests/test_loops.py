@@ -575,3 +575,85 @@ def test_a_guard_inside_the_iterations_is_checked_in_every_iteration(target, mon
     going_negative = np.array([0.2, 0.1, 0.1, -0.1])  # its sum turns negative in iteration 1
     with pytest.raises(tk.GuardError, match="gave False on this call"):
         run(going_negative)
+
+
+# ---------------------------------------------------------------------- gradients: reverse loops
+def _rnn(x, w, steps=100):
+    for _ in range(steps):
+        x = np.tanh(x @ w) * 0.9 + 0.1 * x
+    return (x * x).sum()
+
+
+def _rnn_data(seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((3, 4)), 0.6 * rng.standard_normal((4, 4))
+
+
+def test_the_gradient_of_a_loop_is_a_reverse_loop_that_does_not_grow_with_the_trip_count():
+    sizes = set()
+    for steps in (10, 1000):
+        t = tk.trace(lambda x, w, _s=steps: _rnn(x, w, _s), *_rnn_data())
+        b = tk.vjp(t)
+        assert [n.op for n in b.graph.nodes if n.op == "loop"] == ["loop", "loop"]
+        reverse = b.graph.nodes[-1]
+        assert reverse.op == "loop" and reverse.attrs["trips"] == steps
+        assert "(reverse)" in reverse.attrs["body"].name
+        sizes.add(len(str(b.graph).splitlines()))
+    assert len(sizes) == 1, sizes
+
+
+@pytest.mark.parametrize("name", DIFFERENTIABLE)
+def test_reverse_loop_gradients_equal_the_unrolled_ones(name):
+    """The backward graph with reverse loops computes the unrolled backward's numbers, on the
+    interpreter and compiled for the CPU (checkpointed too)."""
+    fn, make = PROGRAMS[name]
+
+    def scalar(*a):
+        return sum(np.sum(y**2) for y in _parts(fn(*[np.copy(x) for x in a])))
+
+    args, one = make(5), np.ones(())
+    with quiet():
+        flat = tk.vjp(tk.trace(scalar, *args, loops="unroll"))(*args, one)
+        t = tk.trace(scalar, *args)
+        for checkpoint in (None, 4):
+            b = tk.vjp(t, checkpoint=checkpoint)
+            compiled = tk.compile(b, target="cpu", progress=False)
+            for got in (b(*args, one), compiled(*args, one)):
+                for g, w in zip(got, flat, strict=True):
+                    np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-300)
+
+
+@pytest.mark.parametrize("checkpoint", [1, 7, 10, 33, 100, 1000])
+def test_checkpointed_gradients_equal_the_saved_ones(checkpoint):
+    x, w = _rnn_data(1)
+    want = tk.grad(_rnn, argnums=(0, 1))(x, w)
+    got = tk.grad(_rnn, argnums=(0, 1), checkpoint=checkpoint)(x, w)
+    for g, e in zip(got, want):
+        np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-15)
+    b = tk.vjp(tk.trace(_rnn, x, w), checkpoint=checkpoint)
+    outer = b.graph.nodes[0]
+    if checkpoint < 100:  # the forward loop runs segments: it saves one state per segment
+        assert outer.attrs["trips"] == 100 // checkpoint, str(b.graph)
+        assert "segments of" in outer.attrs["body"].name
+
+
+def test_checkpoint_must_be_a_positive_int():
+    with pytest.raises(ValueError, match="checkpoint must be an int >= 1"):
+        tk.grad(_rnn, checkpoint=0)
+
+
+def test_loop_gradients_match_jax_fori_loop():
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    jnp = jax.numpy
+
+    def with_fori(x, w):
+        x = jax.lax.fori_loop(0, 100, lambda i, x: jnp.tanh(x @ w) * 0.9 + 0.1 * x, x)
+        return (x * x).sum()
+
+    x, w = _rnn_data(2)
+    want = jax.jit(jax.grad(with_fori, argnums=(0, 1)))(jnp.asarray(x), jnp.asarray(w))
+    for checkpoint in (None, 10):
+        got = tk.grad(_rnn, argnums=(0, 1), checkpoint=checkpoint)(x, w)
+        for g, e in zip(got, want):
+            np.testing.assert_allclose(g, np.asarray(e), rtol=1e-10, atol=1e-12)

@@ -85,8 +85,11 @@ def jit(fn=None, *, target: str = "cpu", **options):
     return _jit(fn, target=target, **options)
 
 
-def grad(fn, argnums=0):
+def grad(fn, argnums=0, checkpoint=None):
     """``d fn / d args[argnums]`` as a function (``fn`` must return a scalar).
+
+    Through a loop, the gradient is a reverse loop over the states the forward iterations
+    saved; ``checkpoint=S`` saves one per ``S`` iterations and recomputes the others.
 
     >>> import numpy as np, tracekit as tk
     >>> tk.grad(lambda x: np.sum(x**2))(np.array([1.0, 2.0]))
@@ -96,10 +99,10 @@ def grad(fn, argnums=0):
     """
     from .autodiff import grad as _grad
 
-    return _grad(fn, argnums)
+    return _grad(fn, argnums, checkpoint)
 
 
-def value_and_grad(fn, argnums=0):
+def value_and_grad(fn, argnums=0, checkpoint=None):
     """Like :func:`grad`, returning ``(value, gradient)``.
 
     >>> import numpy as np, tracekit as tk
@@ -109,13 +112,14 @@ def value_and_grad(fn, argnums=0):
     """
     from .autodiff import value_and_grad as _vag
 
-    return _vag(fn, argnums)
+    return _vag(fn, argnums, checkpoint)
 
 
-def vjp(traced):
+def vjp(traced, checkpoint=None):
     """The backward graph of a Traced, as a Traced.
 
-    It takes the inputs, then a cotangent per output, and returns the inputs' cotangents.
+    It takes the inputs, then a cotangent per output, and returns the inputs' cotangents
+    (``checkpoint``: as for :func:`grad`).
 
     >>> import numpy as np, tracekit as tk
     >>> b = tk.vjp(tk.trace(lambda x: np.sin(x), np.zeros(2)))
@@ -124,7 +128,7 @@ def vjp(traced):
     """
     from .autodiff import vjp as _vjp
 
-    return _vjp(traced)
+    return _vjp(traced, checkpoint)
 
 
 def python_op(

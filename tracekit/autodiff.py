@@ -33,6 +33,7 @@ from . import pytree
 from . import tracer as T
 from .errors import GuardError, TraceError
 from .ir import Graph, Guard, Var
+from .loops import grad as loop_grad
 from .loops import unroll
 from .ops import NON_DIFFERENTIABLE, OPS, sum_to
 from .passes import dce
@@ -132,14 +133,19 @@ def _leaf_args(graph: Graph) -> list:
     return [i for i, s in enumerate(graph.specs) if s.kind == "arg"]
 
 
-def backward(t: Traced, wrt=None, *, seed: bool = False, with_value: bool = False):
+def backward(t: Traced, wrt=None, *, seed: bool = False, with_value: bool = False, checkpoint=None):
     """The backward Traced of ``t`` (see :func:`vjp`).
 
     ``wrt``: positions of the argument leaves to differentiate (default: every float or complex
     one). ``seed``: the output cotangent is 1 (a constant), not an input (``tk.grad``).
     ``with_value``: the forward results come first in the outputs, then the gradients.
+    ``checkpoint``: loops save their state every that many iterations (see
+    :mod:`tracekit.loops.grad`) instead of in every iteration.
     """
-    g = unroll(t.graph)  # a loop is differentiated through its iterations
+    # a loop's gradient is a reverse loop (tracekit.loops.grad), or it is unrolled
+    g = unroll(t.graph, which=lambda n: not loop_grad.reversible(n))
+    if checkpoint is not None:
+        g = loop_grad.segmented(g, checkpoint)
     arg_pos = _leaf_args(g)
     if wrt is None:
         wrt = [k for k, i in enumerate(arg_pos) if _inexact(g.inputs[i])]
@@ -166,13 +172,18 @@ def backward(t: Traced, wrt=None, *, seed: bool = False, with_value: bool = Fals
 
     # replay the forward graph
     consts: dict = {}
+    saved: dict = {}  # a loop -> the states it saved for its reverse loop
     for node in g.nodes:
         ctx.at = (node.source, node.scope)
         ctx.pending = [o.name for o in node.outputs]
         ctx.link_to = None
         ins = [env[x] if isinstance(x, Var) else _literal(ctx, x, consts) for x in node.inputs]
-        res = ctx.emit(node.op, ins, dict(node.attrs), n_out=len(node.outputs), weak=node.out.weak)
-        res = [res] if len(node.outputs) == 1 else list(res)
+        if OPS[node.op].kind == "control":
+            res, saved[node] = loop_grad.replay(ctx, node, ins)
+        else:
+            attrs, n_out = dict(node.attrs), len(node.outputs)
+            res = ctx.emit(node.op, ins, attrs, n_out=n_out, weak=node.out.weak)
+            res = [res] if len(node.outputs) == 1 else list(res)
         for o, r in zip(node.outputs, res):
             ctx.links[o.name] = o.name
             if (r.shape, r.dtype) != (o.shape, o.dtype):
@@ -220,6 +231,8 @@ def backward(t: Traced, wrt=None, *, seed: bool = False, with_value: bool = Fals
             continue
         rule = OPS[node.op].vjp
         where = f" at {node.source} `{node.source.text}`" if node.source else ""
+        if node in saved:
+            rule = functools.partial(_loop_rule, node, saved[node], ctx, checkpoint)
         if rule is None:
             raise TraceError(f"op {node.op!r} has no gradient rule (in: {node}){where}")
         ctx.at = (node.source, node.scope)
@@ -301,6 +314,16 @@ def backward(t: Traced, wrt=None, *, seed: bool = False, with_value: bool = Fals
     return b
 
 
+def _loop_rule(node, states, ctx, checkpoint, g, outs, *ins, **attrs):
+    """The gradient rule of a loop, called as the op table's rules are."""
+    gs = list(g) if len(node.outputs) > 1 else [g]
+
+    def body_backward(t, wrt):
+        return backward(t, wrt, checkpoint=checkpoint)
+
+    return loop_grad.loop_vjp(ctx, node, gs, list(ins), states, body_backward)
+
+
 def _renumber(graph: Graph, generated: set, reserved: set):
     """Name the gradient Vars g0, g1, ... in node order (they were named in creation order)."""
     new: dict = {}
@@ -328,7 +351,7 @@ def _renumber(graph: Graph, generated: set, reserved: set):
     return graph.replace(nodes=nodes, outputs=[m(o) for o in graph.outputs], guards=guards), rename
 
 
-def vjp(t: Traced) -> BackwardTraced:
+def vjp(t: Traced, checkpoint: int | None = None) -> BackwardTraced:
     """The backward graph of ``t`` as a Traced.
 
     Its inputs are ``t``'s arguments followed by one cotangent per result of ``t`` (in the
@@ -343,7 +366,13 @@ def vjp(t: Traced) -> BackwardTraced:
     """
     if not isinstance(t, Traced):
         raise TypeError(f"tk.vjp takes a Traced (from tk.trace), got {type(t).__name__}")
-    return backward(t)
+    return backward(t, checkpoint=_checkpoint(checkpoint))
+
+
+def _checkpoint(size):
+    if size is not None and (type(size) is not int or size < 1):
+        raise ValueError(f"tk.grad: checkpoint must be an int >= 1 (iterations), not {size!r}")
+    return size
 
 
 # ---------------------------------------------------------------------- grad / value_and_grad
@@ -365,7 +394,7 @@ def _fn_label(fn) -> str:
     return getattr(fn, "__name__", None) or type(fn).__name__
 
 
-def _build(fn, nums, args):
+def _build(fn, nums, args, checkpoint=None):
     for i in nums:
         if not -len(args) <= i < len(args):
             raise TypeError(
@@ -406,7 +435,7 @@ def _build(fn, nums, args):
             f"tk.grad: {_fn_label(fn)} must return a real scalar, but it returned "
             f"{g.n_results} arrays (in a tuple, list or dict); use tk.vjp for several outputs"
         )
-    return backward(t, wrt, seed=True, with_value=True), nums
+    return backward(t, wrt, seed=True, with_value=True, checkpoint=checkpoint), nums
 
 
 def _captures_fit(b: Traced) -> bool:
@@ -428,7 +457,7 @@ def _has_traced(leaves) -> bool:
     return any(isinstance(x, T.TracedArray) for x in leaves)
 
 
-def value_and_grad(fn, argnums=0):
+def value_and_grad(fn, argnums=0, checkpoint: int | None = None):
     """``fn``'s value and its gradient with respect to ``args[argnums]``.
 
     ``fn`` must return a real scalar. ``argnums`` is an int (the gradient has the structure of
@@ -437,7 +466,12 @@ def value_and_grad(fn, argnums=0):
     arguments) and cached; a call whose data takes another branch than the traced one (a guard
     fails) is traced again. Calling it inside a trace records the backward computation in that
     trace, so ``tk.grad(tk.grad(f))`` works.
+
+    A loop's gradient is a reverse loop over the states its forward iterations saved;
+    ``checkpoint=S`` saves one state per ``S`` iterations and recomputes the others (memory of
+    ``trips / S + S`` states for one more forward pass; see :mod:`tracekit.loops.grad`).
     """
+    checkpoint = _checkpoint(checkpoint)
     single = isinstance(argnums, int | np.integer)
     nums = (int(argnums),) if single else tuple(int(i) for i in argnums)
     if not nums:
@@ -454,7 +488,7 @@ def value_and_grad(fn, argnums=0):
 
     def rebuild(args):
         leaves, tree = pytree.flatten(list(args))
-        b, picked = _build(fn, nums, args)
+        b, picked = _build(fn, nums, args, checkpoint)
         cache.traces += 1
         lst = cache.entries.setdefault(_signature(leaves), [])
         lst[:] = [e for e in lst if pytree.describe_difference(e[0], tree) is not None]
@@ -465,7 +499,7 @@ def value_and_grad(fn, argnums=0):
     def value_and_grad_fn(*args):
         leaves = pytree.flatten(list(args), extra_types=(T.TracedArray,))[0]
         if _has_traced(leaves):
-            return _inline_value_and_grad(fn, nums, single, args)
+            return _inline_value_and_grad(fn, nums, single, args, checkpoint)
         hit = lookup(args)
         b, picked = hit if hit is not None else rebuild(args)
         try:
@@ -479,7 +513,7 @@ def value_and_grad(fn, argnums=0):
     return value_and_grad_fn
 
 
-def grad(fn, argnums=0):
+def grad(fn, argnums=0, checkpoint: int | None = None):
     """``d fn / d args[argnums]`` as a function; ``fn`` must return a real scalar.
 
     See :func:`value_and_grad` for ``argnums``, caching and higher order.
@@ -488,7 +522,7 @@ def grad(fn, argnums=0):
     >>> tk.grad(lambda w, x: np.sum(np.tanh(x @ w)), argnums=(0, 1))(np.zeros(2), np.ones(2))
     (array([1., 1.]), array([0., 0.]))
     """
-    vag = value_and_grad(fn, argnums)
+    vag = value_and_grad(fn, argnums, checkpoint)
 
     @functools.wraps(fn)
     def grad_fn(*args):
@@ -498,12 +532,12 @@ def grad(fn, argnums=0):
     return grad_fn
 
 
-def _inline_value_and_grad(fn, nums, single, args):
+def _inline_value_and_grad(fn, nums, single, args, checkpoint=None):
     """Inside a trace: record ``fn``'s value and gradient computation in that trace."""
     leaves, tree = pytree.flatten(list(args), extra_types=(T.TracedArray,))
     ctx = next(x._ctx for x in leaves if isinstance(x, T.TracedArray))
     concrete = [x._value if isinstance(x, T.TracedArray) else x for x in leaves]
-    b, picked = _build(fn, nums, pytree.unflatten(tree, concrete))
+    b, picked = _build(fn, nums, pytree.unflatten(tree, concrete), checkpoint)
     values = []
     arg_leaves = iter(leaves)
     for v, s, get in zip(b.graph.inputs, b.graph.specs, b.capture_getters):

@@ -90,6 +90,7 @@ import numpy as np
 from graphviz.backend import dot_command, piping, rendering
 
 from .ir import Graph, Var, fmt_value, format_node, type_str
+from .loops.op import is_while
 from .ops import OPS
 
 __all__ = [
@@ -881,7 +882,7 @@ class _Builder:
         sub = graphviz.Digraph(name=f"cluster_{u.id}")
         where = f"  {node.source}" if node.source else ""
         title = f"{body.name}  \u00d7{node.attrs['trips']}"
-        if node.op == "while_loop":  # its count is the data's: the traced one, and the bound
+        if is_while(node):  # its count is the data's: the traced one, and the bound
             title += f" when traced, \u2264{node.attrs['max_iterations']}"
         self.scene[u.id] = "cluster loop"
         sub.attr(

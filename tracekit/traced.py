@@ -19,6 +19,7 @@ from .errors import GuardError, TraceError, TracerWarning
 from .interpret import check_guards, run  # noqa: F401  (check_guards: the backends import it here)
 from .ir import Graph, InputSpec, Var
 from .loops import roll
+from .loops.op import is_while
 from .ops import OPS
 from .tracer.active import _state
 
@@ -180,7 +181,7 @@ def _finish(ctx, result, n_args, name, loops="unroll", max_iterations=None):
 def _warn_while_loops(nodes):
     """A ``TracerWarning`` for each while loop: its trip count now depends on the data."""
     for n in nodes:
-        if n.op == "while_loop":
+        if is_while(n):
             src = n.source
             warnings.warn_explicit(
                 f"{src}: `{src.text}` became a while loop whose condition is tested when it "

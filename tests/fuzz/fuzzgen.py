@@ -286,18 +286,32 @@ def run_step(regs, st):
 def run_loop(regs, st):
     """A Python loop: ``trips`` times, the body's steps on the registers before the loop and
     the carried value (register ``base``); the body's last register is carried on. Tracing
-    records every iteration and rolls them back into a loop node."""
+    records every iteration and rolls them back into a loop node. With ``while``, a while
+    statement on a traced counter (a 0-d array that tracing sees compared in every
+    iteration): it rolls into a while_loop that tests the counter when it runs."""
     carry = regs[st["carry"]]
-    for t in range(st["trips"]):
-        local = regs[: st["base"]] + [carry]
-        _ITERATION.append(t)
-        try:
-            for body_step in st["body"]:
-                run_step(local, body_step)
-        finally:
-            _ITERATION.pop()
-        carry = local[-1]
+    if st.get("while"):
+        count, t = np.zeros((), np.float64) + 0 * np.sum(np.abs(carry) > -1), 0
+        while count < st["trips"]:
+            carry = _iteration(regs, st, carry, t)
+            count, t = count + 1, t + 1
+    else:
+        for t in range(st["trips"]):
+            carry = _iteration(regs, st, carry, t)
     regs.append(carry)
+
+
+def _iteration(regs, st, carry, t):
+    """Loop step ``st``'s iteration ``t``: its body on the registers before it and ``carry``;
+    the next carried value."""
+    local = regs[: st["base"]] + [carry]
+    _ITERATION.append(t)
+    try:
+        for body_step in st["body"]:
+            run_step(local, body_step)
+    finally:
+        _ITERATION.pop()
+    return local[-1]
 
 
 def _axis(a):
@@ -1030,7 +1044,10 @@ class _Gen:
             return None
         if last.dtype != regs[c].dtype:
             return None
-        return {"k": "loop", "carry": c, "base": base, "trips": trips, "body": body}, approx
+        st = {"k": "loop", "carry": c, "base": base, "trips": trips, "body": body}
+        if trips == 3:  # a third of the loops (no draw: the programs of a seed stay as they were)
+            st["while"] = True
+        return st, approx
 
     def _body_regs(self, c, body):
         regs = self.regs()

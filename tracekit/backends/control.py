@@ -13,7 +13,7 @@ import numpy as np
 
 from ..ir import Graph
 from ..loops import unroll
-from ..loops.op import iterate
+from ..loops.op import is_while, iterate
 from ..ops import OPS
 from ..passes import PIPELINE
 from .lowering import lower
@@ -29,8 +29,7 @@ def unroll_small_loops(graph: Graph) -> Graph:
     return unroll(
         graph,
         which=lambda n: (
-            n.op != "while_loop"
-            and n.attrs["trips"] * _unrolled_size(n.attrs["body"]) <= UNROLL_AT_MOST
+            not is_while(n) and n.attrs["trips"] * _unrolled_size(n.attrs["body"]) <= UNROLL_AT_MOST
         ),
     )
 

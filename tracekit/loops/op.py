@@ -144,11 +144,17 @@ def check_loop(node: Node):
     for v, b in zip(body.inputs[:carried], body.outputs[:carried]):
         if v.shape != b.shape or v.dtype != b.dtype:
             raise ValueError(f"carried %{v.name}: {v.type} becomes %{b.name}: {b.type}")
-    if node.op == "while_loop":
-        _check_while(node, body, carried, stacked)
 
 
-def _check_while(node: Node, body: Graph, carried: int, stacked: int):
+def is_while(node: Node) -> bool:
+    """``node`` is a while loop: its body gives the condition to go on (attribute ``cond``)."""
+    return node.attrs.get("cond") is not None
+
+
+def check_while_loop(node: Node):
+    """:func:`check_loop`, and the condition is a scalar output of the body."""
+    check_loop(node)
+    body, carried, stacked = node.attrs["body"], node.attrs["carried"], node.attrs["stacked"]
     cond, most = node.attrs.get("cond"), node.attrs.get("max_iterations")
     if not isinstance(cond, int) or not carried <= cond < len(body.outputs) - stacked:
         raise ValueError(f"a while loop's condition is not one of its body's outputs: {node}")
@@ -178,7 +184,7 @@ WHILE_LOOP = register(
         "control",
         run_loop,
         _code,
-        check=check_loop,
+        check=check_while_loop,
         type_rule=loop_types,
         doc="A rolled while loop: a loop whose body also gives the condition (attr cond, an "
         "output index) to go on, up to max_iterations; trips is the traced count.",

@@ -4,6 +4,7 @@ and so is a loop that checks guards in its iterations, or tests a while conditio
 from __future__ import annotations
 
 from ..ir import Graph, Node
+from ..loops.op import is_while
 
 
 def dce(graph: Graph) -> Graph:
@@ -20,7 +21,7 @@ def dce(graph: Graph) -> Graph:
 def checks(node: Node) -> bool:
     """``node`` may raise ``GuardError`` when it runs: a loop whose body (or a loop inside it)
     has guards, or a while loop (which may run out of iterations)."""
-    if node.op == "while_loop":
+    if is_while(node):
         return True
     return any(
         isinstance(a, Graph) and (a.guards or any(checks(m) for m in a.nodes))

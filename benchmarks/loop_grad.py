@@ -1,0 +1,129 @@
+"""Gradients through a 1,000-step loop: memory (peak RSS) and time of the backward pass, with
+the states saved in every iteration, with checkpointing, and jax's ``grad`` of the same program
+written with ``lax.fori_loop``; each measured in a fresh process of its own, side by side in
+one run. Also the largest difference between the gradients.
+
+    .venv/bin/python benchmarks/loop_grad.py                 # 1,000 steps on a 256x256 state
+    .venv/bin/python benchmarks/loop_grad.py --steps 100 --size 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def program(x, w, steps):
+    for _ in range(steps):
+        x = np.tanh(x * w) * 0.9 + 0.1 * x
+    return (x * x).sum()
+
+
+def _data(size):
+    rng = np.random.default_rng(0)
+    return rng.standard_normal((size, size)), 0.9 * rng.standard_normal((size, size))
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kilobytes on Linux
+
+
+def run_one(how: str, steps: int, size: int, repeats: int) -> dict:
+    """In this process: build the gradient function, call it ``repeats`` times; the numbers."""
+    x, w = _data(size)
+    if how == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        jax.config.update("jax_enable_x64", True)
+
+        def with_fori(x, w):
+            x = jax.lax.fori_loop(0, steps, lambda i, x: jnp.tanh(x * w) * 0.9 + 0.1 * x, x)
+            return (x * x).sum()
+
+        xs, ws = jnp.asarray(x), jnp.asarray(w)
+        base, start = _rss_mb(), time.perf_counter()
+        fn = jax.jit(jax.grad(with_fori)).lower(xs, ws).compile()
+        build = time.perf_counter() - start
+
+        def call():
+            return np.asarray(fn(xs, ws).block_until_ready())
+    else:
+        sys.path.insert(0, str(ROOT))
+        import tracekit as tk
+
+        checkpoint = None if how == "saved" else int(how.split("=")[1])
+        base, start = _rss_mb(), time.perf_counter()
+        t = tk.trace(lambda x, w: program(x, w, steps), x, w)
+        b = tk.compile(tk.vjp(t, checkpoint=checkpoint), target="cpu", progress=False)
+        build = time.perf_counter() - start
+        one = np.ones(())
+
+        def call():
+            return b(x, w, one)[0]
+
+    start = time.perf_counter()
+    grad = call()
+    first = time.perf_counter() - start
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    np.save(f"/tmp/loop_grad_{how.replace('=', '')}.npy", grad)
+    return {
+        "how": how,
+        "build_s": build,
+        "first_s": first,
+        "warm_ms": 1e3 * float(np.median(times)),
+        "peak_rss_mb": _rss_mb(),
+        "rss_before_mb": base,
+    }
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--size", type=int, default=256)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.one:
+        print(json.dumps(run_one(args.one, args.steps, args.size, args.repeats)))
+        return
+    segment = max(1, int(round(args.steps**0.5)))
+    hows = ["saved", f"checkpoint={segment}", "jax"]
+    state_mb = args.size * args.size * 8 / 2**20
+    print(
+        f"gradient of a {args.steps}-step loop on a {args.size}x{args.size} float64 state "
+        f"({state_mb:.2f} MB a state; {args.steps} states: {args.steps * state_mb:.0f} MB)"
+    )
+    rows = []
+    for how in hows:
+        cmd = [sys.executable, __file__, "--one", how, "--steps", str(args.steps)]
+        cmd += ["--size", str(args.size), "--repeats", str(args.repeats)]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    ref = np.load("/tmp/loop_grad_jax.npy")
+    head = ["build s", "first call s", "warm ms", "peak RSS MB", "growth MB", "max |g - jax|"]
+    print(f"{'':16s} " + " ".join(f"{h:>13s}" for h in head))
+    for r in rows:
+        g = np.load(f"/tmp/loop_grad_{r['how'].replace('=', '')}.npy")
+        diff = float(np.max(np.abs(g - ref)))
+        growth = r["peak_rss_mb"] - r["rss_before_mb"]
+        cells = [f"{r['build_s']:13.2f}", f"{r['first_s']:13.2f}", f"{r['warm_ms']:13.1f}"]
+        cells += [f"{r['peak_rss_mb']:13.0f}", f"{growth:13.0f}", f"{diff:13.2e}"]
+        print(f"{r['how']:16s} " + " ".join(cells))
+
+
+if __name__ == "__main__":
+    main()
