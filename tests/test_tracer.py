@@ -282,6 +282,25 @@ def test_writes_into_inputs_are_written_back_and_examples_untouched():
     assert_same(b, b2)
 
 
+@pytest.mark.parametrize("target", ["interpreter", "cpu", "cuda"])
+def test_an_input_copied_into_another_before_it_is_written_keeps_its_old_value(target):
+    """``tmp[:] = x`` then ``x **= ...``: tmp is written back with x's value from before the
+    write (all write-backs read their values before any is written; fuzz seed 9000295)."""
+
+    def f(x, tmp):
+        tmp[:] = x
+        x **= np.isinf(x)
+        return x
+
+    x, tmp = np.array([1.0, 1.5, 2.0, 3.0]), np.zeros(8)[::-2]
+    t = tk.trace(f, x.copy(), tmp.copy())
+    run = t if target == "interpreter" else tk.compile(t, target=target, progress=False)
+    want_x, want_tmp, got_x, got_tmp = x.copy(), tmp.copy(), x.copy(), tmp.copy()
+    assert_same(run(got_x, got_tmp), f(want_x, want_tmp))
+    assert_same(got_tmp, want_tmp)
+    assert_same(got_x, want_x)
+
+
 def test_write_through_view_of_input_and_read_only_target():
     def f(x):
         x[1:, ::2] = 0.0

@@ -178,6 +178,10 @@ def _finish(ctx, result, n_args, name, loops="unroll", max_iterations=None):
     return graph.check(), out_tree, notes
 
 
+def _overlap(a, b) -> bool:
+    return isinstance(b, np.ndarray) and np.may_share_memory(a, b)
+
+
 def _warn_while_loops(nodes):
     """A ``TracerWarning`` for each while loop: its trip count now depends on the data."""
     for n in nodes:
@@ -519,8 +523,16 @@ class Traced:
                     f"the traced function writes into {self.graph.specs[ii].label!r}, "
                     "which is not a writeable NumPy array here"
                 )
-        for oi, ii in self.graph.writebacks:
-            np.copyto(values[ii], outs[oi])
+        targets = [values[ii] for _, ii in self.graph.writebacks]
+        sources = [outs[oi] for oi, _ in self.graph.writebacks]
+        # a value written into one input may be another input (``b[:] = a`` before ``a`` is
+        # written): read every value before any write
+        sources = [
+            s.copy() if isinstance(s, np.ndarray) and any(_overlap(s, x) for x in targets) else s
+            for s in sources
+        ]
+        for target, source in zip(targets, sources):
+            np.copyto(target, source)
         return pytree.unflatten(self.out_tree, results)
 
     def run_values(self, *args) -> dict:
