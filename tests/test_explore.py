@@ -453,3 +453,76 @@ def test_backward_view_of_a_softmax_lays_out():
     w = tk.explore(t, view="backward")
     assert w.view == "backward", w.message
     assert 'id="graph&#45;backward"' in w.svg
+
+
+# ---------------------------------------------------------------------- loops
+def relax_then_converge(x, w):
+    for _ in range(6):
+        x = np.tanh(x * w) + 0.5
+    err = 1.0
+    while err > 1e-9:  # a while loop: Newton's square root of 2
+        y = 0.5 * (x + 2.0 / x)
+        err = np.abs(y - x).max()
+        x = y
+    return x.sum()
+
+
+@pytest.fixture(scope="module")
+def looped():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return tk.trace(relax_then_converge, np.ones(3), np.full(3, 0.5))
+
+
+def _loops(w):
+    return [r for r in records(w, "op") if r["kind"] == "control"]
+
+
+def test_a_loop_opens_into_its_body_and_the_slider_picks_the_iteration(looped):
+    w = tk.explore(looped)
+    for_loop, while_loop = _loops(w)
+    body = [r for r in records(w, "op") if r["id"].startswith(for_loop["id"] + "/")]
+    assert [r["op"] for r in body] == ["multiply", "tanh", "add"]  # the body's nodes are there
+    w.select(body[-1]["id"])
+    loop = w.details["loop"]
+    assert (loop["iteration"], loop["count"], loop["trips"]) == (0, 6, 6)
+    x, wt = np.ones(3), np.full(3, 0.5)
+    for k in range(6):
+        x = np.tanh(x * wt) + 0.5
+        w.iteration = k
+        assert w.details["value"]["source"].startswith(f"iteration {k}")
+        np.testing.assert_allclose(w.details["value"]["mean"], x.mean(), rtol=1e-12)
+        (carried,) = w.details["loop"]["carried"]
+        np.testing.assert_allclose(carried["value"]["mean"], x.mean(), rtol=1e-12)
+    assert "iteration 5 of 6" in w.details_text()
+
+
+def test_a_while_loop_counts_the_iterations_it_runs(looped):
+    w = tk.explore(looped)
+    _, while_loop = _loops(w)
+    w.select(while_loop["id"])
+    loop = w.details["loop"]
+    assert loop["while"] and loop["count"] == while_loop_count() == loop["trips"]
+    w.iteration = 10_000  # past the end: the last iteration
+    assert w.details["loop"]["iteration"] == loop["count"] - 1 or "error" not in w.details["loop"]
+
+
+def while_loop_count():
+    x = np.ones(3)
+    for _ in range(6):
+        x = np.tanh(x * 0.5) + 0.5
+    count, err = 0, 1.0
+    while err > 1e-9:
+        y = 0.5 * (x + 2.0 / x)
+        err, x, count = np.abs(y - x).max(), y, count + 1
+    return count
+
+
+def test_the_compiled_view_shows_how_each_loop_runs(looped):
+    w = tk.explore(looped, view="compiled")
+    loops = [k for k in w.kernels if k["kind"] == "loop"]
+    assert loops, [k["id"] for k in w.kernels]
+    (k,) = loops  # the 6-step loop is small: the compiled graph unrolls it
+    assert k["plan"].endswith("one numba function") and "def loop_driver" in k["source"]
+    w.select(k["id"])
+    assert "while err > 1e-9: one numba function" in w.details_text()

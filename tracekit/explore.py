@@ -44,8 +44,9 @@ import numpy as np
 import traitlets
 
 from . import pytree
-from .interpret import run, run_node
+from .interpret import as_input_value, run, run_node
 from .ir import Graph, Node, Var, fmt_value, format_node, type_str
+from .loops.op import body_at, is_while
 from .ops import OPS
 from .render import render
 
@@ -234,6 +235,91 @@ class _Drawn:
             except Exception as e:  # the panel says why instead of failing
                 self.error = f"{type(e).__name__}: {e}"
         return self._env
+
+
+class _LoopRun:
+    """The iterations of one loop node on the values of its inputs (``inputs()``), run as they
+    are asked for; the carried state entering each iteration is kept."""
+
+    def __init__(self, node: Node, inputs):
+        self.node, self._inputs = node, inputs
+        self.states: list | None = None  # states[t]: the carried values entering iteration t
+        self.finished = False
+
+    def count(self) -> int:
+        """How many iterations the loop runs on these inputs (a while loop's: as it runs)."""
+        while not self._next():
+            pass
+        return len(self.states) - 1
+
+    def env_at(self, k: int) -> dict:
+        """Every value of the body in iteration ``k`` (the last one, past the end)."""
+        while len(self.states or ()) - 1 <= k and not self._next():
+            pass
+        return self._run(min(k, len(self.states) - 2 if self.finished else k))
+
+    def _next(self) -> bool:
+        """Run the next iteration (keeping the state it hands on); True once there is none."""
+        attrs, c = self.node.attrs, self.node.attrs["carried"]
+        if self.states is None:
+            values = list(self._inputs())
+            self.states, self.invariants = [values[:c]], values[c:]
+        if not self.finished:
+            t = len(self.states) - 1
+            env = self._run(t)
+            self.states.append([env[o] for o in attrs["body"].outputs[:c]])
+            cond = attrs.get("cond")
+            most = attrs["trips"] if cond is None else attrs["max_iterations"]
+            stop = cond is not None and not bool(env[attrs["body"].outputs[cond]])
+            self.finished = stop or t + 1 >= most
+        return self.finished
+
+    def _run(self, t: int) -> dict:
+        body = self.node.attrs["body"]
+        values = self.states[t] + self.invariants
+        env = {v: as_input_value(v, x) for v, x in zip(body.inputs, values)}
+        for node in body_at(body, t):
+            run_node(node, env)
+        return env
+
+
+class _BodyDrawn(_Drawn):
+    """A loop's body drawn inside the loop's cluster; its values are those of one iteration."""
+
+    def __init__(self, body: Graph, prefix: str, loop_run: _LoopRun, title: str):
+        super().__init__(body, prefix, lambda: [], None, title)
+        self.loop_run, self.iteration = loop_run, 0
+
+    def env(self) -> dict | None:
+        if self._env is None and self.error is None:
+            try:
+                self._env = self.loop_run.env_at(self.iteration)
+            except Exception as e:
+                self.error = f"{type(e).__name__}: {e}"
+        return self._env
+
+    def at(self, k: int):
+        """Show iteration ``k`` (the bodies of loops inside it start over)."""
+        self.iteration, self._env, self.error = k, None, None
+
+
+def _with_bodies(d: _Drawn) -> list:
+    """``d`` and, after it, a drawn body for each loop in it (loops inside bodies too)."""
+    out = [d]
+    for n in d.graph.nodes:
+        if OPS[n.op].kind != "control":
+            continue
+
+        def inputs(node=n, parent=d):
+            env = parent.env()
+            if env is None:
+                raise ValueError(parent.error or "no values")
+            return [env[x] if isinstance(x, Var) else x for x in node.inputs]
+
+        body = n.attrs["body"]
+        title = f"{d.title} \u203a {body.name}"
+        out += _with_bodies(_BodyDrawn(body, d.node_id(n) + "/", _LoopRun(n, inputs), title))
+    return out
 
 
 # ====================================================================== metadata for the browser
@@ -637,6 +723,7 @@ class Explorer(anywidget.AnyWidget):
     busy = traitlets.Unicode("").tag(sync=True)
     title = traitlets.Unicode("").tag(sync=True)
     height = traitlets.Int(560).tag(sync=True)
+    iteration = traitlets.Int(0).tag(sync=True)
 
     def __init__(self, x, *, view="forward", target="cpu", height=560, **render_options):
         self._x = x
@@ -658,6 +745,7 @@ class Explorer(anywidget.AnyWidget):
         self.observe(self._on_selected, names="selected")
         self.observe(self._on_step, names="step")
         self.observe(self._on_pass_index, names="pass_index")
+        self.observe(self._on_iteration, names="iteration")
         self.on_msg(self._on_custom_msg)
         if view not in VIEWS:
             raise ValueError(f"view must be one of {VIEWS}, got {view!r}")
@@ -811,24 +899,23 @@ class Explorer(anywidget.AnyWidget):
         if view == "forward":
             graph_obj = self._traced if self._traced is not None else self._x
             svg, scene = self._svg(("forward",), graph_obj)
-            drawn = [self._drawn_for(graph_obj, "", "forward")]
-            metas = [_nodes_meta(drawn[0], scene)]
+            drawn = _with_bodies(self._drawn_for(graph_obj, "", "forward"))
+            metas = [_nodes_meta(d, scene) for d in drawn]
         elif view == "backward":
             b = self._backward_traced()
             svg, ids = self._svg(("backward",), b, with_forward=True)
-            drawn = [
-                self._drawn_for(b, "", "backward"),
-                self._drawn_for(b.forward, "fwd-", "forward"),
-            ]
+            drawn = _with_bodies(self._drawn_for(b, "", "backward"))
+            drawn += _with_bodies(self._drawn_for(b.forward, "fwd-", "forward"))
             metas = [_nodes_meta(d, ids) for d in drawn]
         elif view == "compiled":
             c = self._compiled_obj()
             svg, ids = self._svg(("compiled",), c)
             d = self._drawn_for(c, "", "compiled")
             notes = _plan_notes(c, d)
-            drawn = [d]
+            drawn = _with_bodies(d)
             metas = [_nodes_meta(d, ids, kernels=c.kernels, plan_notes=notes)]
-            kernels = _kernels_meta(c, d)
+            metas += [_nodes_meta(b, ids) for b in drawn[1:]]
+            kernels = _kernels_meta(c, d) + _loop_kernels_meta(c, d)
             plan = str(c.plan)
         else:  # passes
             history = self._pass_history()
@@ -1019,6 +1106,13 @@ class Explorer(anywidget.AnyWidget):
         raise KeyError(f"nothing called {s!r} in the {self.view} view")
 
     def _on_selected(self, change):
+        body = self._body_of_selection(change["new"]) if change["new"] else None
+        if body is not None and body.iteration != self.iteration:
+            self._reverting = True  # the slider shows this loop's iteration
+            try:
+                self.iteration = body.iteration
+            finally:
+                self._reverting = False
         self.details = _json_safe(self._details(change["new"]))
 
     def _details(self, sid: str) -> dict:
@@ -1046,7 +1140,57 @@ class Explorer(anywidget.AnyWidget):
             var = obj.var
         if var is not None:
             out["value"] = self._value_of(d, var)
+        body = self._body_of_selection(sid)
+        if body is not None:
+            out["loop"] = self._loop_details(body)
         return out
+
+    # ------------------------------------------------------------------ loops
+    def _body_of_selection(self, sid: str):
+        """The drawn loop body the iteration slider moves for ``sid``: the body ``sid`` is in,
+        or the body of the loop ``sid`` is."""
+        for d in self._drawn:
+            if isinstance(d, _BodyDrawn) and sid + "/" == d.prefix:
+                return d
+        found = self._lookup(sid)
+        return found[0] if found is not None and isinstance(found[0], _BodyDrawn) else None
+
+    def _loop_details(self, body: _BodyDrawn) -> dict:
+        run_ = body.loop_run
+        node = run_.node
+        try:
+            count = run_.count()
+            env = body.env()
+        except Exception as e:
+            return {"error": f"{type(e).__name__}: {e}"}
+        if env is None:
+            return {"error": body.error or "no values"}
+        g, c = node.attrs["body"], node.attrs["carried"]
+        carried = [
+            {"name": o.name, "of": v.name, "value": _describe_value(env[o])}
+            for v, o in zip(g.inputs[:c], g.outputs[:c])
+        ]
+        return {
+            "id": body.prefix[:-1],
+            "header": g.name,
+            "trips": node.attrs["trips"],
+            "count": count,
+            "iteration": body.iteration,
+            "while": is_while(node),
+            "carried": carried,
+        }
+
+    def _on_iteration(self, change):
+        body = self._body_of_selection(self.selected) if self.selected else None
+        if body is None or self._reverting:
+            return
+        k = max(0, int(change["new"]))
+        body.at(k)
+        for d in self._drawn:  # the loops inside it run again from this iteration's values
+            if isinstance(d, _BodyDrawn) and d is not body and d.prefix.startswith(body.prefix):
+                d.loop_run.states, d.loop_run.finished = None, False
+                d.at(d.iteration)
+        self.details = _json_safe(self._details(self.selected))
 
     def _value_of(self, d: _Drawn, var: Var) -> dict:
         stepping = self.step > 0 and d is self._main
@@ -1065,6 +1209,8 @@ class Explorer(anywidget.AnyWidget):
         info["source"] = (
             "recorded by trace(keep_values=True)"
             if d.recorded is not None
+            else f"iteration {d.iteration}, reference interpreter"
+            if isinstance(d, _BodyDrawn)
             else "example inputs, reference interpreter"
         )
         return info
@@ -1262,6 +1408,26 @@ def _kernels_meta(c, d: _Drawn) -> list[dict]:
     return out
 
 
+def _loop_kernels_meta(c, d: _Drawn) -> list[dict]:
+    """The compiled loops: how each runs, its body's nodes and the source compiled for it."""
+    out = []
+    for node, run_ in (getattr(getattr(c, "program", None), "loops", None) or {}).items():
+        body, prefix = node.attrs["body"], d.node_id(node) + "/"
+        out.append(
+            {
+                "id": f"kernel-loop-{node.outputs[0].name}",
+                "name": f"loop %{node.outputs[0].name}",
+                "kind": "loop",
+                "nodes": [f"{prefix}node-{n.outputs[0].name}" for n in body.nodes],
+                "labels": [format_node(n, comment=False) for n in body.nodes],
+                "source": getattr(run_, "source", ""),
+                "plan": f"{body.name}: {run_.how}",
+                "reasons": [],
+            }
+        )
+    return out
+
+
 def _details_text(det: dict) -> str:
     if not det:
         return "nothing selected"
@@ -1328,6 +1494,16 @@ def _details_text(det: dict) -> str:
             lines += _hist_text(val)
             if "array" in val:
                 lines += ["  " + s for s in val["array"].splitlines()]
+    loop = det.get("loop")
+    if loop and "error" in loop:
+        lines.append("loop: " + loop["error"])
+    elif loop:
+        traced = "" if loop["count"] == loop["trips"] else f", {loop['trips']} when traced"
+        lines.append(
+            f"iteration {loop['iteration']} of {loop['count']}{traced}: `{loop['header']}:`"
+        )
+        for c in loop["carried"]:
+            lines.append(f"  %{c['of']} -> %{c['name']}: " + _stats_line(c["value"]))
     return "\n".join(lines)
 
 

@@ -834,7 +834,25 @@ class Explorer {
     }
     if (det && det.value) s += this.valueHTML(det.value);
     else if (m.type === "op" || m.type === "input" || m.type === "output") s += `<div class="tk-d-sec">Value</div><div class="tk-d-dim">computing…</div>`;
+    if (det && det.loop) s += this.loopHTML(det.loop);
     this.details.innerHTML = s;
+    const slider = this.details.querySelector(".tk-iter");
+    if (slider) slider.addEventListener("input", () => this.setModel({ iteration: Number(slider.value) }));
+  }
+
+  // a loop (or a node of its body) is selected: the iteration the body's values are from
+  loopHTML(loop) {
+    let s = `<div class="tk-d-sec">Iterations <span class="tk-d-where">${esc(loop.header || "")}</span></div>`;
+    if (loop.error) return s + `<div class="tk-d-dim">${esc(loop.error)}</div>`;
+    const last = Math.max(0, loop.count - 1);
+    const traced = loop.count === loop.trips ? "" : ` (${loop.trips} when traced)`;
+    s += `<div class="tk-iterbar"><input type="range" class="tk-iter" min="0" max="${last}" step="1" value="${loop.iteration}" title="the iteration whose values the body shows">`;
+    s += `<span class="tk-iter-label">iteration ${loop.iteration} of ${loop.count}${esc(traced)}${loop.while ? ", a while loop" : ""}</span></div>`;
+    for (const c of loop.carried || []) {
+      s += `<div class="tk-d-dim">carried <code>%${esc(c.of)}</code> → <code>%${esc(c.name)}</code> after iteration ${loop.iteration}</div>`;
+      s += this.valueHTML(c.value);
+    }
+    return s;
   }
 
   valueHTML(v) {

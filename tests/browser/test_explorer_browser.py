@@ -402,3 +402,53 @@ def test_explorer_with_2000_nodes_stays_usable(page, notebook7):
     out.wait_for()
     assert f"STATE '{node_id}'" in out.inner_text()
     print(f"2,000 nodes: wheel zoom {zoom_s:.2f} s, click to selected {click_s:.2f} s")
+
+
+LOOP = textwrap.dedent(
+    """\
+    import numpy as np
+    import tracekit as tk
+
+
+    def relax(x):
+        for _ in range(10):
+            x = 0.5 * x + 1.0
+        return x.sum()
+
+
+    t = tk.trace(relax, np.zeros(4))
+    (loop,) = [n for n in t.graph.nodes if n.op == "loop"]
+    """
+)
+
+
+def test_explorer_loop_iteration_slider(page, notebook7, tmp_path):
+    """A rolled loop in the browser: clicking a node of its body shows the iteration slider;
+    moving it shows that iteration's values, and Python sees the iteration."""
+    check = 'print("ITER", int(w.iteration), repr(w.selected))'
+    notebook7.write_notebook("loop.ipynb", [LOOP, SHOW, check, "w.iteration"])
+    ex = _open_explorer(page, notebook7, "notebooks/loop.ipynb")
+    ns: dict = {}
+    source = tmp_path / "loop_model.py"  # a file: tracing finds the loop in its source
+    source.write_text(LOOP)
+    exec(compile(LOOP, str(source), "exec"), ns)  # the ids the notebook's trace has
+    loop = ns["loop"]
+    body_node = loop.attrs["body"].nodes[-1]  # x = 0.5 * x + 1.0: the add
+    node_id = f"node-{loop.outputs[0].name}/node-{body_node.outputs[0].name}"
+    ex.locator(f'[id="{node_id}"]').click()
+    label = ex.locator(".tk-iter-label")
+    label.wait_for()
+    assert "iteration 0 of 10" in label.inner_text()
+    ex.locator(".tk-iter").evaluate(
+        "(s) => { s.value = '3'; s.dispatchEvent(new Event('input', { bubbles: true })); }"
+    )
+    page.wait_for_function(
+        "() => { const l = document.querySelector('.tk-explorer .tk-iter-label');"
+        " return l && l.textContent.includes('iteration 3 of 10'); }"
+    )
+    # x after iteration 3 starting from 0: 1, 1.5, 1.75, 1.875
+    assert "1.875" in ex.locator(".tk-details").inner_text()
+    page.evaluate(JS_RUN_CELL, 2)
+    out = page.locator(".jp-OutputArea-output", has_text=re.compile("ITER [0-9]")).first
+    out.wait_for()
+    assert f"ITER 3 '{node_id}'" in out.inner_text()

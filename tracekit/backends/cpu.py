@@ -387,6 +387,7 @@ def compile_loop(node, math: str, disk: bool):
     except NoDriver as why:
         run = loop_runner(node, compile_body(g, plan, program, disk))
         run.how = f"its body compiled once, called from Python each iteration ({why})"
+        run.source = program.source
         return run
     program.load(disk=disk)
     driver = program.module.loop_driver
@@ -404,7 +405,7 @@ def compile_loop(node, math: str, disk: bool):
             out = out[:-1]
         return out[0] if single else out
 
-    run.how = "one numba function"
+    run.how, run.source = "one numba function", program.source
     return run
 
 

@@ -25,8 +25,9 @@ def _loop_spans(file: str) -> list:
     cached = _spans.get(file)
     if cached is not None and cached[0] is lines:
         return cached[1]
+    text = "".join(lines)
     try:
-        tree = ast.parse("".join(lines))
+        tree = ast.parse(text)
     except (SyntaxError, ValueError):
         tree = None
     spans, functions = [], []
@@ -36,7 +37,7 @@ def _loop_spans(file: str) -> list:
             # statement's condition in every iteration
             statement = isinstance(node, ast.For | ast.AsyncFor)
             first = node.body[0].lineno if statement else node.lineno
-            spans.append((first, node.end_lineno, node.lineno))
+            spans.append((first, node.end_lineno, node.lineno, _header(node, text)))
         elif isinstance(node, _FUNCTIONS):
             functions.append((node.lineno, node.end_lineno))
     spans.sort(key=lambda s: s[1] - s[0])  # the innermost loop first
@@ -59,7 +60,21 @@ def enclosing_loops(file: str, line: int) -> tuple:
     # a loop around the definition of the function the line is in does not run that line
     fn = next(((a, b) for a, b in functions if a <= line <= b), None)
     return tuple(
-        (file, at, linecache.getline(file, at).strip())
-        for first, last, at in spans
+        (file, at, header or linecache.getline(file, at).strip())
+        for first, last, at, header in spans
         if first <= line <= last and (fn is None or fn[0] <= at <= fn[1])
     )
+
+
+def _header(node, text: str) -> str | None:
+    """A loop statement's first line as written, without its comment (``for k in range(n):``);
+    None for a comprehension."""
+
+    def part(n):
+        return " ".join((ast.get_source_segment(text, n) or ast.unparse(n)).split())
+
+    if isinstance(node, ast.For | ast.AsyncFor):
+        return f"for {part(node.target)} in {part(node.iter)}:"
+    if isinstance(node, ast.While):
+        return f"while {part(node.test)}:"
+    return None
