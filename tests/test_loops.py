@@ -129,6 +129,19 @@ def heat_calls_a_function(u, steps=20):
     return u
 
 
+def forced(x, steps=25):
+    dt = 0.05
+    for t in range(steps):  # t * dt and 0.01 * t move with the loop: a + b * k of a counter k
+        x = x + dt * np.cos(x + t * dt) + 0.01 * t
+    return x
+
+
+def forced_f32(x, steps=20):
+    for t in range(steps):
+        x = x * np.float32(0.9) + np.float32(0.25) * t  # a float32 number moving with the loop
+    return x
+
+
 def newton_sqrt(x, a):
     err = 1.0  # a Python float: the first test is not traced
     while err > 1e-10:  # a traced test in every iteration: a while loop
@@ -178,6 +191,8 @@ PROGRAMS = {
     "stacked": (stacked, lambda s: (_r(s, 5),)),
     "folded_input": (folded_input, lambda s: (_r(s, 4, 4),)),
     "rows_written": (rows_written, lambda s: (_r(s, 6), _r(s + 1, 16, 6))),
+    "forced": (forced, lambda s: (_r(s, 6),)),
+    "forced_f32": (forced_f32, lambda s: (_r(s, 5).astype(np.float32),)),
     "newton_sqrt": (newton_sqrt, lambda s: (np.full(5, 1.0 + s), 1.0 + np.abs(_r(s, 5)) * (s + 1))),
     "jacobi_solve": (jacobi_solve, _solvable),
     "halving_while_positive": (halving_while_positive, lambda s: (30.0 + np.abs(_r(s, 4)),)),
@@ -185,7 +200,7 @@ PROGRAMS = {
 WHILE = ["newton_sqrt", "jacobi_solve"]  # new data needs another number of iterations
 DIFFERENTIABLE = [
     "jacobi", "heat", "recurrent", "sum_from_zero", "nested", "with_invariant_work", "diagonal",
-    "rows_written", "stacked", "newton_sqrt", "halving_while_positive",
+    "rows_written", "stacked", "newton_sqrt", "halving_while_positive", "forced",
 ]  # fmt: skip
 
 
@@ -657,3 +672,32 @@ def test_loop_gradients_match_jax_fori_loop():
         got = tk.grad(_rnn, argnums=(0, 1), checkpoint=checkpoint)(x, w)
         for g, e in zip(got, want):
             np.testing.assert_allclose(g, np.asarray(e), rtol=1e-10, atol=1e-12)
+
+
+# ---------------------------------------------------------------------- numbers moving with a loop
+def test_numbers_that_move_with_the_loop_are_computed_from_a_counter():
+    sizes = set()
+    for steps in (10, 100):
+        with quiet():
+            t = tk.trace(lambda x, _s=steps: forced(x, _s), _r(0, 6))
+        (loop,) = _loops(t.graph)
+        assert loop.attrs["trips"] == steps
+        body = loop.attrs["body"]
+        counter = body.inputs[loop.attrs["carried"] - 1]
+        assert counter.weak and counter.dtype == np.int64  # carried after x: k = 0, 1, ...
+        sizes.add(len(body.nodes))
+    assert len(sizes) == 1
+
+
+def squares(x, steps=8):
+    for t in range(steps):
+        x = x + t * t  # 0, 1, 4, 9: not a constant step
+    return x
+
+
+def test_a_number_that_does_not_move_by_a_constant_step_does_not_roll():
+    with quiet():
+        t = tk.trace(squares, np.zeros(3))
+    assert not _loops(t.graph)
+    assert any("not by a constant step" in note for note in t.notes), t.notes
+    assert_same(t(np.ones(3)), squares(np.ones(3)))

@@ -76,8 +76,14 @@ def _statements(nodes, ids: dict, taken: set, indent: str) -> list[str]:
             lines += _loop(n, ins, ids, taken, indent)
             continue
         targets = ", ".join(ids[o] for o in n.outputs)
-        lines.append(f"{indent}{targets} = {OPS[n.op].code(ins, dict(n.attrs))}")
+        call = OPS[n.op].code(ins, dict(n.attrs))
+        if len(n.outputs) == 1 and n.out.weak:  # a Python number, as the graph has it (NEP 50)
+            call = f"{_PYTHON_NUMBER[n.out.dtype.kind]}({call})"
+        lines.append(f"{indent}{targets} = {call}")
     return lines
+
+
+_PYTHON_NUMBER = {"b": "bool", "i": "int", "u": "int", "f": "float", "c": "complex"}
 
 
 def _loop(node, ins, ids, taken, indent) -> list[str]:

@@ -426,12 +426,15 @@ def compile_body(g, plan, program, disk: bool):
     consts = [g.constants[v] for v, s in zip(g.inputs, g.specs) if s.kind == "const"]
     fn, pool, iteration = runner.fn, {}, runner.iteration
     guarded = [gd.var for gd in g.guards]
+    weak = [i for i, o in enumerate(g.outputs) if o.weak]  # Python numbers, as the body takes them
 
     def run(values, k):
         iteration[0] = k
         outs, guard_values = fn(values + consts if consts else values, None, pool)
         if guarded:
             check_guards(g, dict(zip(guarded, guard_values)), f" in iteration {k} of `{g.name}:`")
+        for i in weak:
+            outs[i] = np.asarray(outs[i]).item()
         return outs
 
     return run

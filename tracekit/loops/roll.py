@@ -128,37 +128,32 @@ def _roll_all(nodes, live_out, ctx) -> list:
 def _roll_once(nodes, live_out, ctx) -> list:
     graph, stacks, notes = ctx.graph, ctx.stacks, ctx.notes
     taken = {v.name for v in graph.inputs} | value_names(nodes)  # for the stacked outputs' names
-    sigs = [_signature(n) for n in nodes]
+    # numbers in a node's inputs may move with the loop (``x * t``): first try runs that
+    # match them by type only, then runs that match them by value
+    loose = [_signature(n, moving=True) for n in nodes]
+    strict = [_signature(n) for n in nodes]
     loops = [_loops_of(n, stacks) for n in nodes]
-    at: dict = {}
-    for i, s in enumerate(sigs):
-        at.setdefault(s, []).append(i)
+    at_loose, at_strict = _positions(loose), _positions(strict)
     last_use: dict = {}
     for i, n in enumerate(nodes):
         for v in n.var_inputs:
             last_use[v] = i
+    uses = (last_use, live_out, taken)
     out, i, n_nodes = [], 0, len(nodes)
     while i < n_nodes:
-        best = _best_run(i, sigs, loops, at) if loops[i] else None
-        if best is None:
+        tried = None
+        for sigs, at in ((loose, at_loose), (strict, at_strict)):
+            best = _best_run(i, sigs, loops, at) if loops[i] else None
+            if best is not None:
+                tried = _attempt(nodes, i, best, sigs, uses, ctx)
+                if not isinstance(tried[1], str) or sigs is strict:
+                    break
+        if tried is None:
             out.append(nodes[i])
             i += 1
             continue
-        period, trips, loop = best
-        shift = _while_shift(nodes, i, period, trips, sigs, loop, ctx.guards)
+        shift, made, run, end, trips, loop = tried
         out.extend(nodes[i : i + shift])  # a while's first test, before the loop
-        i += shift
-        run = nodes[i : i + period * trips]
-        end = i + period * trips
-        uses = (last_use, live_out, taken)
-        made = _build(run, period, trips, loop, end, uses, ctx)
-        if isinstance(made, int):  # a value of iteration ``made`` is used after the loop
-            trips, end = made, i + period * made  # the loop ends there; the rest follows it
-            run = run[: period * trips]
-            made = _build(run, period, trips, loop, end, uses, ctx)
-            if isinstance(made, int):
-                made = "values of several of its last iterations are used after it, or "
-                made += "control flow goes another way in some iterations"
         if isinstance(made, str):
             notes.append(RollNote(Source(loop[0], loop[1], "", loop[2]), trips, made))
             out.extend(run)
@@ -170,6 +165,32 @@ def _roll_once(nodes, live_out, ctx) -> list:
             out.extend(rows)
         i = end
     return _fold_stacks(out)
+
+
+def _positions(sigs) -> dict:
+    at: dict = {}
+    for i, s in enumerate(sigs):
+        at.setdefault(s, []).append(i)
+    return at
+
+
+def _attempt(nodes, i, best, sigs, uses, ctx):
+    """Roll the run ``best`` found at node ``i``: (the nodes before its iterations, the loop
+    and its rows or why not, the run's nodes, where it ends, its trips, its loop)."""
+    period, trips, loop = best
+    shift = _while_shift(nodes, i, period, trips, sigs, loop, ctx.guards)
+    i += shift
+    run = nodes[i : i + period * trips]
+    end = i + period * trips
+    made = _build(run, period, trips, loop, end, uses, ctx)
+    if isinstance(made, int):  # a value of iteration ``made`` is used after the loop
+        trips, end = made, i + period * made  # the loop ends there; the rest follows it
+        run = run[: period * trips]
+        made = _build(run, period, trips, loop, end, uses, ctx)
+        if isinstance(made, int):
+            made = "values of several of its last iterations are used after it, or "
+            made += "control flow goes another way in some iterations"
+    return shift, made, run, end, trips, loop
 
 
 def _best_run(i, sigs, loops, at):
@@ -212,12 +233,17 @@ def _loops_of(node, stacks) -> tuple:
     return found
 
 
-def _signature(n: Node):
-    """What two iterations' nodes at one body position must share."""
+def _signature(n: Node, moving: bool = False):
+    """What two iterations' nodes at one body position must share (``moving``: a number among
+    the inputs only its type; :func:`_progression` matches the values)."""
     if _has_var_attr(n.attrs):
         return ("unique", id(n))
     ins = tuple(
-        ("v", x.shape, x.dtype.str, x.weak) if isinstance(x, Var) else _literal_key(x)
+        ("v", x.shape, x.dtype.str, x.weak)
+        if isinstance(x, Var)
+        else ("n", type(x).__name__)
+        if moving and _is_number(x)
+        else _literal_key(x)
         for x in n.inputs
     )
     attrs = dict(n.attrs)
@@ -364,10 +390,24 @@ def _build(run, period, trips, loop, end, uses, ctx):
         for slot in carried_slots
     }
     inner = {v: _like(v, v.name) for v in invariants}
-    body_nodes = []
+    numbers = _moving_numbers(run, period, trips)
+    if isinstance(numbers, str):
+        return numbers
+    if numbers and cond_slot is not None:
+        return "a while loop reads a number that changes with each iteration"
+    counter, counter_next, body_nodes, number_vars = None, None, [], {}
+    if numbers:  # an iteration counter, carried: each moving number is a + b * counter
+        counter = Var(_fresh_name("k", taken), (), np.int64, True)
+        for (j, s), (a, b) in numbers.items():
+            number_vars[(j, s)] = _number_nodes(counter, a, b, body_nodes, run[j], taken)
+        counter_next = Var(_fresh_name("k'", taken), (), np.int64, True)
+        body_nodes.append(Node("add", (counter, 1), {}, (counter_next,), run[0].source))
     for j in range(period):
         ins = []
         for s, x in enumerate(run[j].inputs):
+            if (j, s) in number_vars:
+                ins.append(number_vars[(j, s)])
+                continue
             kind, what = roles.get((j, s), ("literal", x))
             ins.append(
                 x
@@ -405,12 +445,13 @@ def _build(run, period, trips, loop, end, uses, ctx):
             )
         body_nodes = renamed
     header = loop[2].rstrip(":").strip()
+    counted = [counter] if counter is not None else []  # carried after the loop's own state
+    outputs = [inside.get(run[j].outputs[o], run[j].outputs[o]) for j, o in slots + stacked_slots]
+    outputs[len(carried_slots) : len(carried_slots)] = [counter_next] if counted else []
     body = Graph(
-        inputs=[state[s] for s in carried_slots] + list(inner.values()),
+        inputs=[state[s] for s in carried_slots] + counted + list(inner.values()),
         nodes=body_nodes,
-        outputs=[
-            inside.get(run[j].outputs[o], run[j].outputs[o]) for j, o in slots + stacked_slots
-        ],
+        outputs=outputs,
         guards=[
             gd.__class__(inside.get(gd.var, gd.var), gd.value, gd.how, gd.source)
             for gd in body_guards
@@ -422,15 +463,19 @@ def _build(run, period, trips, loop, end, uses, ctx):
         slot: _stacked_like(run[slot[0]].outputs[slot[1]], trips, taken) for slot in stacked_slots
     }
     src = Source(loop[0], loop[1], run[0].source.function if run[0].source else "", loop[2])
-    attrs = {"body": body, "trips": trips, "carried": len(carried_slots), "stacked": len(stacked)}
+    n_carried = len(carried_slots) + len(counted)
+    attrs = {"body": body, "trips": trips, "carried": n_carried, "stacked": len(stacked)}
     if cond_slot is not None:
         most = ctx.max_iterations or max(1000, 10 * trips)
         attrs.update(cond=slots.index(cond_slot), max_iterations=most)
+    outs = [run[last + j].outputs[o] for j, o in slots]
+    if counted:  # the counter's last value: no one reads it
+        outs.insert(len(carried_slots), _like(counter, _fresh_name(counter.name + "@end", taken)))
     node = Node(
         "while_loop" if cond_slot is not None else "loop",
-        tuple(carried[s] for s in carried_slots) + tuple(invariants),
+        tuple(carried[s] for s in carried_slots) + (0,) * len(counted) + tuple(invariants),
         attrs,
-        tuple(run[last + j].outputs[o] for j, o in slots) + tuple(stacked.values()),
+        tuple(outs) + tuple(stacked.values()),
         src,
         _common_prefix([n.scope for n in run]),
     )
@@ -517,6 +562,69 @@ def _bool_guard(node, loop, guards):
         if found[0].source.line == loop[1]:
             return found[0].value
     return None
+
+
+def _moving_numbers(run, period: int, trips: int):
+    """``{(position, input): (a, b)}`` for the numbers among the body's inputs that are
+    ``a + b * k`` in iteration ``k`` (the same number in every iteration is no entry), or why
+    a number changes otherwise."""
+    out = {}
+    for j in range(period):
+        for s, first in enumerate(run[j].inputs):
+            if not _is_number(first):
+                continue
+            values = [run[t * period + j].inputs[s] for t in range(trips)]
+            if all(_literal_key(v) == _literal_key(first) for v in values):
+                continue
+            found = _progression(values)
+            if found is None:
+                return (
+                    f"{run[j].op} at {run[j].source} reads a number that changes from one "
+                    "iteration to the next, not by a constant step"
+                )
+            out[(j, s)] = found
+    return out
+
+
+def _is_number(x) -> bool:
+    """A real number among a node's inputs that may move with the loop (not a bool)."""
+    return type(x) in (int, float) or isinstance(x, np.integer | np.floating)
+
+
+def _progression(values):
+    """(a, b) with ``values[k] == a + b * k`` exactly for every k (as Python computes it), or
+    None."""
+    if len({type(v) for v in values}) != 1 or not all(np.isfinite(values)):
+        return None
+    a, b = values[0], values[1] - values[0]
+    if all(_literal_key(a + b * k) == _literal_key(v) for k, v in enumerate(values)):
+        return a, b
+    return None
+
+
+def _number_nodes(counter: Var, a, b, nodes: list, at: Node, taken: set) -> Var:
+    """Append the nodes computing ``a + b * counter`` (a weak scalar, like the numbers it
+    stands for) to ``nodes``; its Var."""
+    value, sample = counter, 1
+    for op, other in (("multiply", b), ("add", a)):
+        if op == "multiply" and other == 1 and type(other) is int:
+            continue
+        if op == "add" and other == 0 and (type(other) is int or value.dtype.kind == "f" and b > 0):
+            continue  # nothing to add (where b * k may be -0.0, 0.0 + it is 0.0: kept)
+        sample = OPS[op].impl(sample, other)  # NumPy's type for it (NEP 50)
+        weak = value.weak and type(other) in (int, float)
+        name = _fresh_name(f"{at.outputs[0].name}.{op[:3]}", taken)
+        out = Var(name, (), np.asarray(sample).dtype, weak)
+        nodes.append(Node(op, (value, other), {}, (out,), at.source, at.scope))
+        value = out
+    return value
+
+
+def _fresh_name(name: str, taken: set) -> str:
+    while name in taken:
+        name += "'"
+    taken.add(name)
+    return name
 
 
 def _stacked_like(v: Var, trips: int, taken: set) -> Var:

@@ -17,6 +17,8 @@ is right for data that needs as many iterations, and says so otherwise).
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..ir import Graph, Guard, Var
 from ..ops import OPS
 from .op import body_at, value_names
@@ -62,6 +64,9 @@ def _iterations(node, nodes: list, guards: list, taken: set) -> list:
         env = dict(zip(body.inputs, state + invariants))
         for m in body_at(body, t):
             ins = tuple(env.get(x, x) if isinstance(x, Var) else x for x in m.inputs)
+            if _number(m, ins):  # a number moving with the loop: the literal tracing saw
+                env[m.out] = _number(m, ins)[0]
+                continue
             new = tuple(_renamed(o, f"@{t}", taken) for o in m.outputs)
             env.update(zip(m.outputs, new))
             nodes.append(m.replace(inputs=ins, outputs=new))
@@ -75,6 +80,17 @@ def _iterations(node, nodes: list, guards: list, taken: set) -> list:
     return outs[:plain] + [
         _stack(row, out, node, nodes, taken) for row, out in zip(rows, node.outputs[plain:])
     ]
+
+
+def _number(m, ins) -> tuple:
+    """``(value,)`` of a scalar arithmetic node on numbers only (a number moving with the loop:
+    rolling computes it from the iteration counter), else ()."""
+    if not (OPS[m.op].arithmetic and m.out.shape == () and len(m.outputs) == 1):
+        return ()
+    if any(isinstance(x, Var) or not isinstance(x, int | float | np.number) for x in ins):
+        return ()
+    value = OPS[m.op].impl(*ins, **m.attrs)
+    return (np.asarray(value).item() if m.out.weak else np.asarray(value, m.out.dtype)[()],)
 
 
 def _stack(values, out: Var, node, nodes: list, taken: set) -> Var:
