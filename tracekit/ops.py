@@ -59,17 +59,19 @@ class Reduction:
     index: bool = False
     wide: bool = False
     complex: bool = True
+    zero: float = -0.0  # where a float ``add`` starts: -0.0 + x is x for every x
 
     def __post_init__(self):
         if self.combine not in COMBINES:
             raise ValueError(f"unknown combine {self.combine!r}")
 
     def identity(self, dtype):
-        """The value an accumulator of ``dtype`` starts from (a Python scalar). A float sum
-        starts from -0.0: -0.0 + x is x for every x, as NumPy's sum starts from x[0]."""
+        """The value an accumulator of ``dtype`` starts from (a Python scalar). A float ``add``
+        starts from ``zero``: a cumsum from -0.0 (NumPy's starts from x[0]), a sum from the
+        zero NumPy's own sum of negative zeros gives (NumPy 2.4: +0.0, its identity)."""
         dtype = np.dtype(dtype)
         if self.combine == "add":
-            return {"f": -0.0, "c": complex(-0.0, -0.0)}.get(dtype.kind, 0)
+            return {"f": self.zero, "c": complex(self.zero, self.zero)}.get(dtype.kind, 0)
         if self.combine == "multiply":
             return 1
         if self.combine in ("or", "and"):
@@ -343,7 +345,7 @@ def _reduce_code(name):
 
 # mean, var and std have no Reduction: backends compute them from sums (backends/lowering.py)
 _REDUCTIONS = {
-    "sum": Reduction("add", wide=True),
+    "sum": Reduction("add", wide=True, zero=float(np.add.reduce(np.array([-0.0, -0.0])))),
     "prod": Reduction("multiply", wide=True, complex=False),
     "mean": None,
     "var": None,
