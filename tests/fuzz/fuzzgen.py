@@ -136,8 +136,13 @@ def _pyop(name):
 
 
 # ---------------------------------------------------------------------- executing a program
+_MOVING = ("int", "float", "float32", "float64", "int8")  # the numbers that may move with a loop
+
+
 def _scalar(s):
     t, v = s["t"], s["v"]
+    if "step" in s:  # a number moving with the loop: v + step * iteration
+        v = v + s["step"] * _ITERATION[-1]
     if t == "int":
         return int(v)
     if t == "float":
@@ -460,6 +465,8 @@ class _Gen:
 
     def __init__(self, seed, profile):
         self.rng = np.random.default_rng([seed, 1])
+        # draws of their own for numbers moving with a loop: a seed's other draws stay as they were
+        self.moving_rng = np.random.default_rng([seed, 2])
         self.seed, self.profile = seed, profile
         self.prog = {"seed": seed, "profile": profile, "inputs": [], "steps": [], "outputs": []}
         self.approx: list[bool] = []
@@ -496,7 +503,11 @@ class _Gen:
             v = [float(self.rng.integers(-2, 3)) / 2, 0.5]
         else:
             v = float(self.choice([0.5, -1.5, 2.0, 3.0, 0.0, -0.0, 1e-3, 7.25]))
-        return {"t": t, "v": v}
+        spec = {"t": t, "v": v}
+        if self.depth >= 1 and t in _MOVING and self.moving_rng.random() < 0.35:
+            steps = [1, -1, 2] if "int" in t else [0.5, -0.25, 1.0, 1e-3]
+            spec["step"] = steps[int(self.moving_rng.integers(len(steps)))]
+        return spec
 
     def operand(self, regs, a, exact=False):
         """A second operand broadcastable with register ``a``: a register or a scalar."""
