@@ -173,23 +173,25 @@ class _Driver:
             raise NoDriver("a write whose region has no static shape")
         value_shape = value.shape if isinstance(value, Var) and value not in self.scalars else ()
         dest = f"w_{n.out.ident}"
+        # a complex value written into a real array: NumPy keeps its real part, numba will not
+        real = ".real" if np.dtype(_dtype_of(value)).kind == "c" and base.dtype.kind != "c" else ""
         if region == ():  # one element
-            self.lines.append(f"{target}[{_index(idx)}] = {src}")
+            self.lines.append(f"{target}[{_index(idx)}] = ({src}){real}")
         elif value_shape == ():
             self.lines.append(f"{dest} = {target}[{_index(idx)}]")
-            self._fill(dest, src, region)
+            self._fill(dest, f"({src}){real}", region)
         elif value_shape == region:
             self.lines.append(f"{dest} = {target}[{_index(idx)}]")
-            self._copy(dest, src, region, region)
+            self._copy(dest, src, region, region, real)
         else:
             raise NoDriver("a write that broadcasts")
         self.names[n.out] = target
         self.contiguous.add(n.out)
 
-    def _copy(self, dest, src, dest_shape, src_shape):
+    def _copy(self, dest, src, dest_shape, src_shape, real=""):
         """Element loops copying ``src`` into ``dest`` (quicker to compile than numba's
-        slice assignment)."""
-        self._loops(dest_shape, lambda ix: f"{dest}[{ix}] = {src}[{ix}]")
+        slice assignment); ``real``: ".real" to keep the real part of complex elements."""
+        self._loops(dest_shape, lambda ix: f"{dest}[{ix}] = {src}[{ix}]{real}")
 
     def _fill(self, dest, value, shape):
         self._loops(shape, lambda ix: f"{dest}[{ix}] = {value}")
@@ -240,6 +242,10 @@ class _Driver:
             results.append("done")
         lines.append(f"    return ({', '.join(results)},)")
         return "\n".join(lines) + "\n"
+
+
+def _dtype_of(value):
+    return value.dtype if isinstance(value, Var) else np.asarray(value).dtype
 
 
 def _region(shape, idx):
