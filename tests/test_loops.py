@@ -701,3 +701,18 @@ def test_a_number_that_does_not_move_by_a_constant_step_does_not_roll():
     assert not _loops(t.graph)
     assert any("not by a constant step" in note for note in t.notes), t.notes
     assert_same(t(np.ones(3)), squares(np.ones(3)))
+
+
+def test_invariant_work_is_hoisted_out_of_the_loop():
+    """The optimiser moves what reads only values from before the loop out of it (np.cos(w)
+    in with_invariant_work; w.T in the reverse loop of a matmul chain's gradient)."""
+    t = tk.optimize(_trace("with_invariant_work"))
+    (loop,) = _loops(t.graph)
+    assert [n.op for n in t.graph.nodes] == ["cos", "multiply", "loop"]
+    assert [n.op for n in loop.attrs["body"].nodes] == ["add"]
+    b = tk.optimize(tk.vjp(tk.trace(_rnn, *_rnn_data())))
+    reverse = [n for n in b.graph.nodes if n.op == "loop"][-1]
+    (w_t,) = [n for n in b.graph.nodes if n.op == "transpose"]  # w.T, once, before the loop
+    assert w_t.inputs[0] is b.graph.inputs[1] and any(x is w_t.out for x in reverse.inputs)
+    args = _rnn_data(3)
+    assert_same(b(*args, np.ones(())), tk.vjp(tk.trace(_rnn, *_rnn_data()))(*args, np.ones(())))

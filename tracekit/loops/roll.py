@@ -605,12 +605,14 @@ def _progression(values):
 def _number_nodes(counter: Var, a, b, nodes: list, at: Node, taken: set) -> Var:
     """Append the nodes computing ``a + b * counter`` (a weak scalar, like the numbers it
     stands for) to ``nodes``; its Var."""
+    steps = [] if b == 1 and type(b) is int else [("multiply", b)]
+    # adding a zero changes nothing when it is an int, or a float of b's own type (b * k is
+    # then a float of that type, and not -0.0, which 0.0 + would make 0.0, for b > 0)
+    same = type(a) is int or type(a) is type(b) and not isinstance(b, int | np.integer) and b > 0
+    if not (a == 0 and same):
+        steps.append(("add", a))
     value, sample = counter, 1
-    for op, other in (("multiply", b), ("add", a)):
-        if op == "multiply" and other == 1 and type(other) is int:
-            continue
-        if op == "add" and other == 0 and (type(other) is int or value.dtype.kind == "f" and b > 0):
-            continue  # nothing to add (where b * k may be -0.0, 0.0 + it is 0.0: kept)
+    for op, other in steps:
         sample = OPS[op].impl(sample, other)  # NumPy's type for it (NEP 50)
         weak = value.weak and type(other) in (int, float)
         name = _fresh_name(f"{at.outputs[0].name}.{op[:3]}", taken)

@@ -8,7 +8,7 @@ result's ``history``, which the explorer shows.
 >>> [n.op for n in t.graph.nodes]
 ['square']
 >>> [h.name for h in t.history]
-['cse', 'fold_constants', 'simplify', 'dce']
+['cse', 'fold_constants', 'simplify', 'hoist_invariants', 'dce']
 """
 
 from __future__ import annotations
@@ -18,9 +18,16 @@ from dataclasses import dataclass
 from .cse import cse
 from .dce import dce
 from .fold import fold_constants
+from .hoist import hoist_invariants
 from .simplify import simplify
 
-PIPELINE = (("cse", cse), ("fold_constants", fold_constants), ("simplify", simplify), ("dce", dce))
+PIPELINE = (
+    ("cse", cse),
+    ("fold_constants", fold_constants),
+    ("simplify", simplify),
+    ("hoist_invariants", hoist_invariants),
+    ("dce", dce),
+)
 
 
 @dataclass(frozen=True)
@@ -41,7 +48,8 @@ class PassRecord:
 def optimize(traced, passes=None):
     """Run the optimisation pipeline on a Traced; returns a new Traced with ``history``.
 
-    ``passes`` is a list of pass names (default: cse, fold_constants, simplify, dce).
+    ``passes`` is a list of pass names (default: cse, fold_constants, simplify,
+    hoist_invariants, dce).
 
     >>> import numpy as np, tracekit as tk
     >>> t = tk.trace(lambda x: x * 1.0 + 0.0, np.ones(3))
@@ -60,4 +68,13 @@ def optimize(traced, passes=None):
     return result
 
 
-__all__ = ["optimize", "dce", "cse", "fold_constants", "simplify", "PassRecord", "PIPELINE"]
+__all__ = [
+    "optimize",
+    "dce",
+    "cse",
+    "fold_constants",
+    "simplify",
+    "hoist_invariants",
+    "PassRecord",
+    "PIPELINE",
+]
