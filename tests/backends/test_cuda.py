@@ -394,6 +394,10 @@ def test_rolled_loops(dtype):
         "loop",
         "while_loop",
     ], str(c.graph)
+    # each body is a program of its own, launched from one host loop on device values
+    loops = [it for it in c.program.items if it.kind == "loop"]
+    assert len(loops) == 3 and all(it.body.items for it in loops), c.program.notes
+    assert sum("launched from one host loop" in n for n in c.program.notes) == 3
 
 
 @pytest.mark.parametrize(

@@ -31,17 +31,20 @@ import numpy as np
 
 from .. import pytree
 from ..interpret import as_input_value
-from ..ir import Var
+from ..ir import Var, moves
+from ..loops.op import iterate
 from ..ops import OPS
 from ..pyop import check_results
 from ..traced import check_guards, check_layout_guards, check_value
 from . import cache
+from .control import prepared
 from .cuda_device import Arg, DeviceUnsupported, Launch, Profile, _PseudoGroup
 from .cuda_helpers import HELPERS
 from .cuda_matmul import MatmulSource, epilogue_fits, matmul_plan
 from .cuda_views import gather_source, is_c_contiguous, scatter_source, view_geometry
 from .emit_cuda import CudaKernelSource, kernel_source
 from .planner import Plan, Step, escaping
+from .planner import plan as make_plan
 from .runtime import check_out_types, device_array_types, is_device_array, simulator_active
 
 
@@ -182,6 +185,7 @@ class CudaProgram:
         self.kernel_sources = {}
         self.items: list[Item] = []
         self.notes: list[str] = []
+        self.loops: list[CudaProgram] = []  # the programs of loop bodies
         self._blas = None
         modes = modes or {}
         parts = [_header(self.profile), HELPERS]
@@ -336,10 +340,32 @@ class CudaProgram:
             return
         if OPS[node.op].update and "idx" in node.attrs and self._update(step, parts):
             return
+        if OPS[node.op].kind == "control" and self._loop(step, parts):
+            return
         reason = why or step.reason or f"{node.op} runs as a NumPy call"
         self.notes.append(f"{node.op} -> %{node.out.name}: host (NumPy): {reason}")
         parts.append(f"# {node.op} -> %{node.out.name}: on the host through NumPy ({reason})")
         self.items.append(Item("host", step, nodes=[node]))
+
+    def _loop(self, step, parts) -> bool:
+        """A loop: its body compiled once as a program of its own, whose kernels the runner
+        launches from one host loop, the carried state staying on the device (a body whose
+        indices move with the iteration, or with stacked outputs, runs on the host)."""
+        node = step.nodes[0]
+        body = node.attrs["body"]
+        if node.attrs.get("stacked") or any(moves(n.attrs) for n in body.nodes):
+            return False
+        program = CudaProgram(make_plan(prepared(body)), self.math, self.profile)
+        self.loops.append(program)
+        kernels = sum(it.kind == "kernel" for it in program.items)
+        self.notes.append(
+            f"{node.op} -> %{node.out.name}: its body's {kernels} kernel(s) launched from one "
+            "host loop, the carried state on the device"
+        )
+        self.notes += [f"  {body.name}: {n}" for n in program.notes]
+        parts.append(f"# {node.op} -> %{node.out.name}: its body is a program of its own")
+        self.items.append(Item("loop", step, node=node, body=program))
+        return True
 
     def _update(self, step, parts) -> bool:
         node = step.nodes[0]
@@ -381,6 +407,8 @@ class CudaProgram:
 
     # -- compiling
     def load(self, disk=True, progress=None):
+        for body in self.loops:
+            body.load(disk=disk)
         mod = cache.load(self.source, disk=disk)
         self.module = mod
         if self.profile.simulator:
@@ -585,6 +613,7 @@ class CudaRunner:
 
         self.escaping = escaping(self.plan)
         self._const = {}
+        self._bodies: dict = {}  # a loop's item -> the runner of its body's program
         self._lock = threading.Lock()
         has_mm = any(isinstance(getattr(it, "src", None), MatmulSource) for it in program.items)
         self.blas = program.blas() if has_mm else None
@@ -785,6 +814,37 @@ class CudaRunner:
             flat[item.offset : item.offset + size] if (item.offset or size != flat.size) else flat
         )
         env[node.out] = view.reshape(_dshape(node.out))
+
+    def _do_loop(self, ctx, env, item):
+        """Run a loop's body program once per iteration on device values; the body's results
+        go to one of two pools by the iteration's parity (the state of the iteration before
+        is read while the next is written)."""
+        node, g = item.node, item.body.plan.graph
+        runner = self._bodies.get(id(item))
+        if runner is None:
+            runner = self._bodies[id(item)] = CudaRunner(item.body, stream=self.stream)
+        pools = ctx.pool.setdefault(("loop", item.step.name), ({}, {}))
+        weak = [i for i, o in enumerate(g.outputs) if o.weak]
+        cond = node.attrs.get("cond")
+
+        def run_body(values, k):
+            body_env = runner._run(_Call(runner, pools[k % 2], True, None), values)
+            if g.guards:
+                seen = {gd.var: self._host_value(body_env[gd.var]) for gd in g.guards}
+                check_guards(g, seen, f" in iteration {k} of `{g.name}:`")
+            outs = [body_env[o] for o in g.outputs]
+            for i in weak + ([cond] if cond is not None else []):
+                outs[i] = self._host_value(outs[i])
+            return outs
+
+        values = [env[x] if isinstance(x, Var) else x for x in node.inputs]
+        results = iterate(values, node.attrs, run_body)
+        for v, r in zip(node.outputs, results):  # out of the loop's pools, into the call's
+            if v.weak:
+                env[v] = r
+                continue
+            env[v] = ctx.alloc(v)
+            self._copy_device(env[v], r, v)
 
     def _do_host(self, ctx, env, item):
         local = {}
