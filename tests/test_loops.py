@@ -716,3 +716,22 @@ def test_invariant_work_is_hoisted_out_of_the_loop():
     assert w_t.inputs[0] is b.graph.inputs[1] and any(x is w_t.out for x in reverse.inputs)
     args = _rnn_data(3)
     assert_same(b(*args, np.ones(())), tk.vjp(tk.trace(_rnn, *_rnn_data()))(*args, np.ones(())))
+
+
+def test_a_kernel_writes_the_region_a_loop_stores_into_directly():
+    """``B[1:-1, 1:-1] = f(A)`` in a loop: the kernel writes B's interior, no temporary and no
+    copy; where the kernel reads the array it writes (``u[1:-1] = g(u)``), it keeps its
+    temporary (its neighbours would read values already written)."""
+    sources = {}
+    for name in ("jacobi", "heat"):
+        with quiet():
+            c = tk.compile(_trace(name), target="cpu", progress=False)
+        (run,) = c.program.loops.values()
+        assert run.how == "one numba function"
+        driver = run.source[run.source.index("def loop_driver") :]
+        sources[name] = driver
+        args = PROGRAMS[name][1](8)
+        want, got = _copies(args), _copies(args)
+        np.testing.assert_allclose(c(*got), PROGRAMS[name][0](*want), rtol=1e-12)
+    assert "np.empty" not in sources["jacobi"] and "for q0 in" not in sources["jacobi"]
+    assert "np.empty" in sources["heat"]

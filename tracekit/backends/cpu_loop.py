@@ -76,6 +76,7 @@ class _Driver:
     def _steps(self):
         seg_at = {first: (nm, steps, srcs) for nm, first, steps, srcs in self.program.segments}
         in_place = in_place_updates(self.plan)
+        self.direct = _direct_stores(self.plan, self.program.segments, in_place)
         self.temps: dict = {}  # Var -> its buffer(s)
         carried_next = set(self.body.outputs[: self.carried])
         for i, step in enumerate(self.plan.steps):
@@ -83,6 +84,9 @@ class _Driver:
                 nm, steps, srcs = seg_at[i]
                 for st in steps:
                     for v in st.outputs:
+                        if v in self.direct:  # the kernel writes into the store's region
+                            self._region_view(v, self.plan.steps[self.direct[v]].nodes[0])
+                            continue
                         self._temp(v, double=v in carried_next)
                 args = [self._operand(v, ks) for ks in srcs for v in ks.inputs + ks.outputs]
                 self.lines.append(f"{nm}({', '.join(args)})")
@@ -145,8 +149,19 @@ class _Driver:
         if all(type(e) is int or isinstance(e, Affine) for e in idx) and len(idx) == base.ndim:
             self.scalars.add(n.out)  # one element: numba gives a scalar
 
+    def _region_view(self, v: Var, store):
+        """``v``'s elements are the region ``store`` writes in place: the kernel making ``v``
+        writes there directly (:func:`_direct_stores`), and the store does nothing."""
+        name = f"w_{store.out.ident}"
+        self.lines.append(f"{name} = {self.names[store.inputs[0]]}[{_index(store.attrs['idx'])}]")
+        self.names[v] = name
+
     def _store(self, n, in_place: bool):
         base, value = n.inputs[0], n.inputs[1]
+        if value in self.direct:  # the kernel wrote the region already
+            self.names[n.out] = self.names[base]
+            self.contiguous.add(n.out)
+            return
         idx = n.attrs.get("idx")
         if not isinstance(idx, tuple) or any(isinstance(e, str) for e in idx):
             raise NoDriver("a write through index arrays")
@@ -242,6 +257,51 @@ class _Driver:
             results.append("done")
         lines.append(f"    return ({', '.join(results)},)")
         return "\n".join(lines) + "\n"
+
+
+def _direct_stores(plan, segments, in_place: set) -> dict:
+    """``{value: store step}`` for kernel results that a later in-place store writes into a
+    region of its base and nothing else reads, where the kernel reads no view of that base and
+    no step between them does (the region may then hold the result as the kernel makes it):
+    ``B[1:-1, 1:-1] = f(A)`` writes B's interior from the kernel, without a temporary."""
+    root, reads, users, made_at = {}, [], {}, {}
+    for i, st in enumerate(plan.steps):
+        reads.append({root.get(v, v) for v in st.inputs})
+        made_at.update({o: i for o in st.outputs})
+        for v in st.inputs:
+            users.setdefault(v, set()).add(i)
+        if st.kind == "view" or (st.kind == "host" and OPS[st.nodes[0].op].may_view):
+            base = st.nodes[0].inputs[0]
+            if isinstance(base, Var):
+                for o in st.outputs:
+                    root[o] = root.get(base, base)
+    made_by = {}  # a kernel result -> (its segment's first step, its last step, its kernel)
+    for _, first, steps, srcs in segments:
+        last = plan.steps.index(steps[-1])
+        for st, ks in zip(steps, srcs):
+            for v in st.outputs:
+                made_by[v] = (first, last, ks)
+    kept = set(plan.graph.outputs) | {gd.var for gd in plan.graph.guards}
+    out = {}
+    for i in sorted(in_place):
+        n = plan.steps[i].nodes[0]
+        base, value, idx = n.inputs[0], n.inputs[1], n.attrs.get("idx")
+        if not isinstance(value, Var) or value not in made_by or value in kept or n.inputs[2:]:
+            continue
+        first, last, ks = made_by[value]
+        if users.get(value) != {i} or value.dtype != base.dtype or not isinstance(idx, tuple):
+            continue
+        if any(not isinstance(e, int | slice | Affine) for e in idx):
+            continue
+        if _region(base.shape, idx) != value.shape or ks.layout.operand_shape(value) != value.shape:
+            continue
+        home = root.get(base, base)
+        if made_at.get(base, -1) >= first:
+            continue  # the base is made after the kernel runs
+        if any(home in reads[j] for j in range(first, i)):
+            continue  # the kernel, or a step before the store, reads what the region holds
+        out[value] = i
+    return out
 
 
 def _dtype_of(value):
