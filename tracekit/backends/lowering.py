@@ -53,6 +53,9 @@ def _divide_by_count(b: Builder, s: Var, n: int) -> Var:
 
 def _mean(b: Builder, x, axis, keepdims, dtype):
     out_dtype = b.origin.out.dtype
+    if dtype is None and out_dtype == np.float16:  # NumPy's mean of float16 adds in float32
+        s = b("sum", x, axis=axis, keepdims=keepdims, dtype=np.dtype(np.float32))
+        return b("astype", _divide_by_count(b, s, _count(x, axis)), dtype=out_dtype)
     s = b("sum", x, axis=axis, keepdims=keepdims, dtype=out_dtype)
     return _divide_by_count(b, s, _count(x, axis))
 
