@@ -1100,3 +1100,23 @@ def test_same_layout_copy(monkeypatch):
     monkeypatch.setattr(context, "LAYOUT_COPY_LIMIT", 0)
     c = same_layout_copy(column)
     assert c.flags.c_contiguous and not np.shares_memory(c, column)
+
+
+@pytest.mark.parametrize(
+    "fn,arg",
+    [
+        (lambda x: np.remainder(np.float32(0.5), np.imag(x)), 1.5),
+        (lambda x: np.float32(2) * np.real(x), 1 + 2j),
+        (lambda x: np.float32(2) * np.imag(x), 1 + 2j),
+    ],
+    ids=["imag-of-float", "real-of-complex", "imag-of-complex"],
+)
+def test_real_and_imag_of_a_python_number_are_python_numbers(fn, arg):
+    """np.imag(1.5) is the Python float 0.0: with a float32 it gives a float32, as NumPy's
+    does (the trace made it a float64 array: fuzz seed 9101436)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = tk.trace(fn, arg)
+        got, want = t(arg), fn(arg)
+    assert np.asarray(got).dtype == np.asarray(want).dtype == np.float32
+    np.testing.assert_array_equal(got, want)

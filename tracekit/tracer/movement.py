@@ -147,18 +147,24 @@ def real(x):
     x = ctx_of(x).lift(x)
     if x.dtype.kind != "c":
         return alias(x)
+    if x.weak:  # np.real of a Python complex is a Python float
+        return x._ctx.emit("real", [x], weak=True)
     return x._ctx.emit("real", [x], view=True)
 
 
 def imag(x):
     x = ctx_of(x).lift(x)
-    if x.dtype.kind != "c":  # NumPy gives read-only zeros
+    if x.dtype.kind != "c":  # NumPy gives read-only zeros (of a Python number: a Python zero)
         zero = np.zeros((), x.dtype)[()]
-        res = x._ctx.emit("full", [], {"shape": x.shape, "fill_value": zero, "dtype": x.dtype})
-        res._buf.readonly = True
-        if isinstance(res._value, np.ndarray):
-            res._value.flags.writeable = False
+        attrs = {"shape": x.shape, "fill_value": zero, "dtype": x.dtype}
+        res = x._ctx.emit("full", [], attrs, weak=x.weak)
+        if not x.weak:
+            res._buf.readonly = True
+            if isinstance(res._value, np.ndarray):
+                res._value.flags.writeable = False
         return res
+    if x.weak:
+        return x._ctx.emit("imag", [x], weak=True)
     return x._ctx.emit("imag", [x], view=True)
 
 
