@@ -660,3 +660,20 @@ def test_a_float16_mean_adds_in_float32_as_numpys(target):
         for axis in (None, 0):
             c = tk.compile(tk.trace(lambda v, ax=axis: v.mean(axis=ax), a), target=target)
             np.testing.assert_array_equal(c(a), a.mean(axis=axis))
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_python_numbers_computed_from_python_numbers_stay_python_numbers(target):
+    """``tol * 2.0 + 1.0`` of a Python-float argument is a Python number (NEP 50: it takes
+    the array's float32): a kernel computes it, and the kernels and NumPy calls reading it get
+    a number, not a 0-d float64 array (numba refused the cast: fuzz seed 9101997)."""
+    x = np.linspace(0.5, 2.0, 5, dtype=np.float32)
+
+    def f(x, tol):
+        s = tol * 2.0 + 1.0
+        return np.hypot(x, s), x * s, np.maximum(x, s) - s
+
+    c = tk.compile(tk.trace(f, x, 0.5), target=target)
+    for got, want in zip(c(x, 0.25), f(x, 0.25), strict=True):
+        assert got.dtype == want.dtype == np.float32
+        np.testing.assert_array_equal(got, want)

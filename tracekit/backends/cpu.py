@@ -264,6 +264,9 @@ class Runner:
                         args.append(self._operand(v, names[v], ks))
                 self.ns[name] = getattr(program.module, name)
                 lines.append(f"    {name}({', '.join(args)})")
+                for v in (v for st in steps for v in st.outputs if v.weak):
+                    # a weak value is a Python number to the ops reading it (NEP 50)
+                    lines.append(f"    {names[v]} = {names[v]}.item()")
             elif step.kind != "kernel":
                 self._step = i
                 node = step.nodes[0]
