@@ -91,6 +91,17 @@ def stacked(x, steps):
     return np.stack(history)
 
 
+def converge(x, c, steps):
+    """A fixed-point iteration until the update is small: how many iterations is the data's
+    (``steps`` is not read; the rolled graph is a while_loop)."""
+    err = 1.0
+    while err > 1e-9:
+        y = 0.5 * np.cos(x) + 0.5 * x + c
+        err = np.abs(y - x).max()
+        x = y
+    return x
+
+
 def _r(seed, *shape):
     return np.random.default_rng(seed).standard_normal(shape)
 
@@ -101,13 +112,13 @@ WORKLOADS = {  # name: (program, inputs, steps for the warm timing)
     "gray_scott": (gray_scott, lambda: (_r(3, 96, 96) * 0.1 + 1, _r(4, 96, 96) * 0.1), 50),
     "recurrent": (recurrent, lambda: (_r(5, 64, 64), 0.1 * _r(6, 64, 64)), 100),
     "kmeans": (kmeans, lambda: (_r(7, 2000, 2), _r(8, 4, 2)), 20),
+    "converge": (converge, lambda: (_r(12, 100_000), 0.1 * _r(13, 100_000)), 0),
 }
-NOT_ROLLED = {  # what tracekit does not roll yet, with its own reason
-    "moving_literal": (lambda x, steps: _moving_literal(x, steps), lambda: (_r(11, 64),), 50),
-}
+NOT_ROLLED: dict = {}  # what tracekit does not roll yet, with its own reason
 ROLLED_ONLY = {  # rolled, not timed against the peers (no fori_loop version written here)
     "diagonal": (diagonal, lambda: (_r(9, 300, 300),), 300),
     "stacked": (stacked, lambda: (_r(10, 256),), 100),
+    "moving_literal": (lambda x, steps: _moving_literal(x, steps), lambda: (_r(11, 64),), 50),
 }
 
 
@@ -168,6 +179,24 @@ def jax_version(name):
         d = ((points[:, None, :] - centers[None, :, :]) ** 2).sum(axis=-1)
         onehot = (d.argmin(axis=1)[:, None] == jnp.arange(centers.shape[0])).astype(jnp.float64)
         return points, (onehot.T @ points + centers) / (onehot.sum(axis=0)[:, None] + 1.0)
+
+    if name == "converge":  # lax.while_loop, the test in its condition
+
+        def body(state):
+            x, c, _ = state
+            y = 0.5 * jnp.cos(x) + 0.5 * x + c
+            return y, c, jnp.abs(y - x).max()
+
+        solve = jax.jit(
+            lambda x, c: lax.while_loop(lambda s: s[2] > 1e-9, body, (x, c, jnp.inf))[0]
+        )
+
+        def call_while(x, c, steps):
+            out = solve(jnp.asarray(x), jnp.asarray(c))
+            jax.block_until_ready(out)
+            return out
+
+        return call_while
 
     steps = {
         "jacobi": jacobi_step,

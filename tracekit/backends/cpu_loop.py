@@ -90,6 +90,11 @@ class _Driver:
                         self._temp(v, double=v in carried_next)
                 args = [self._operand(v, ks) for ks in srcs for v in ks.inputs + ks.outputs]
                 self.lines.append(f"{nm}({', '.join(args)})")
+                for v in (v for st in steps for v in st.outputs if v.weak):
+                    # a Python number the kernel computed: a numba scalar from here on
+                    self.lines.append(f"s_{v.ident} = {self.names[v]}[()]")
+                    self.names[v] = f"s_{v.ident}"
+                    self.scalars.add(v)
             elif step.kind == "kernel":
                 continue
             elif step.kind == "view":
@@ -100,7 +105,9 @@ class _Driver:
                 raise NoDriver(f"{step.nodes[0].op} has no numba form in a loop driver")
 
     def _temp(self, v: Var, double: bool):
-        if v.weak or v.dtype.kind not in "biufc":
+        if v.weak and v.shape == () and v.dtype.kind in "biufc":
+            double = False  # read into a scalar right after its kernel: one buffer serves
+        elif v.weak or v.dtype.kind not in "biufc":
             raise NoDriver("a weak or non-numeric temporary")
         dt = f"np.{v.dtype.name}"
         base = f"b_{v.ident}"
