@@ -18,6 +18,7 @@ import pytest
 
 import tracekit as tk
 from tracekit.ir import Graph, Node, Var
+from tracekit.loops import unroll
 
 R = importlib.import_module("tracekit.render")  # `tk.render` is the function
 
@@ -690,3 +691,14 @@ def test_a_rolled_loop_is_drawn_once_in_a_cluster_with_back_edges():
     assert d.edges("carried"), "no edge from a next value back to the carried value"
     x = f"input-{t.graph.inputs[0].name}"
     assert any(tail == x and head.startswith(cluster + "/input-") for tail, head in d.edges("data"))
+
+
+def test_the_unrolled_picture_on_request():
+    t = deep_traced(loops="roll")
+    (loop,) = [n for n in t.graph.nodes if n.op == "loop"]
+    d = tk.render(t, loops="unroll")
+    ops = [k for k, v in d.scene.items() if "op" in v.split()]
+    assert len(ops) == len(unroll(t.graph).nodes) >= 12 * len(loop.attrs["body"].nodes)
+    assert not any("loop" in v.split() for v in d.scene.values())
+    with pytest.raises(ValueError, match="loops must be"):
+        tk.render(t, loops="fold")

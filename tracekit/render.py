@@ -90,6 +90,7 @@ import numpy as np
 from graphviz.backend import dot_command, piping, rendering
 
 from .ir import Graph, Var, fmt_value, format_node, type_str
+from .loops import unroll
 from .loops.op import is_while
 from .ops import OPS
 
@@ -1153,6 +1154,7 @@ def render(
     collapse_repeats=False,
     max_label_width=40,
     with_forward=False,
+    loops="roll",
 ) -> Digraph:
     """Draw a traced graph as a ``graphviz.Digraph`` (``.pipe(format="svg")``, ``.render(path)``).
 
@@ -1183,6 +1185,9 @@ def render(
         Longer label lines are cut with ``…`` (full text in the tooltip).
     with_forward : bool
         For a backward graph: draw its forward graph on the same canvas, linked by dashed edges.
+    loops : "roll" or "unroll"
+        ``"roll"`` draws a loop's body once in a cluster; ``"unroll"`` draws every iteration, as
+        ``tk.trace(..., loops="unroll")`` records them (without a compiled graph's kernels).
 
     Returns
     -------
@@ -1198,7 +1203,12 @@ def render(
     """
     if rankdir not in ("TB", "LR", "BT", "RL"):
         raise ValueError(f"rankdir must be one of TB, LR, BT, RL; got {rankdir!r}")
+    if loops not in ("roll", "unroll"):
+        raise ValueError(f"loops must be 'roll' or 'unroll'; got {loops!r}")
     graph = _graph_of(x)
+    unrolled = loops == "unroll" and graph is not unroll(graph)
+    if unrolled:
+        graph = unroll(graph)
     notes = []
 
     def opts_for(g):
@@ -1246,6 +1256,8 @@ def render(
     kernels = getattr(x, "kernels", None)
     if kernels is not None and not isinstance(kernels, list | tuple):
         kernels = list(kernels)
+    if unrolled:  # the kernels and plan are the rolled graph's
+        kernels = refusals = None
 
     if with_forward:
         fwd = getattr(x, "forward", None)
@@ -1255,7 +1267,7 @@ def render(
                 "with_forward=True needs a backward graph with .forward (the forward Traced) "
                 "and .links (backward var name -> forward var name), as tk.vjp returns"
             )
-        fgraph = _graph_of(fwd)
+        fgraph = unroll(_graph_of(fwd)) if loops == "unroll" else _graph_of(fwd)
         fvalues = getattr(fwd, "values", None) if show_values else None
         fsub = graphviz.Digraph(name="cluster_forward")
         fsub.attr(id="graph-forward", label="forward", style="rounded", color="#9aa5b1",
