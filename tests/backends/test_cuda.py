@@ -1631,3 +1631,19 @@ def test_layout_guard_of_a_reshape_then_write():
     with pytest.raises(tk.GuardError, match="made a view of 'x' when traced but makes a copy"):
         c(strided)
     np.testing.assert_array_equal(strided, np.arange(24.0).reshape(3, 8)[:, :4])
+
+
+def test_a_loop_with_a_stacked_history_keeps_its_rows_on_the_device():
+    """np.stack(history) of a rolled loop: the rows are written into a device array, one per
+    iteration, by the loop that launches the body's kernels."""
+
+    def history(x):
+        rows = []
+        for _ in range(70):
+            x = np.tanh(x) * 0.9 + 0.1
+            rows.append(x)
+        return np.stack(rows), x
+
+    c = check(history, [np.linspace(-1, 1, 7)], new_args=[np.linspace(0, 2, 7)])
+    (item,) = [it for it in c.program.items if it.kind == "loop"]
+    assert item.node.attrs["stacked"] == 1

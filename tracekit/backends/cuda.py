@@ -349,11 +349,11 @@ class CudaProgram:
 
     def _loop(self, step, parts) -> bool:
         """A loop: its body compiled once as a program of its own, whose kernels the runner
-        launches from one host loop, the carried state staying on the device (a body whose
-        indices move with the iteration, or with stacked outputs, runs on the host)."""
+        launches from one host loop, the carried state and the stacked rows staying on the
+        device (a body whose indices move with the iteration runs on the host)."""
         node = step.nodes[0]
         body = node.attrs["body"]
-        if node.attrs.get("stacked") or any(moves(n.attrs) for n in body.nodes):
+        if any(moves(n.attrs) for n in body.nodes):
             return False
         program = CudaProgram(make_plan(prepared(body)), self.math, self.profile)
         self.loops.append(program)
@@ -838,13 +838,21 @@ class CudaRunner:
             return outs
 
         values = [env[x] if isinstance(x, Var) else x for x in node.inputs]
-        results = iterate(values, node.attrs, run_body)
-        for v, r in zip(node.outputs, results):  # out of the loop's pools, into the call's
+        plain = len(node.outputs) - node.attrs.get("stacked", 0)
+        rows = [ctx.alloc(v) for v in node.outputs[plain:]]  # one row per iteration, on the device
+        row_vars = g.outputs[plain:]
+
+        def set_row(buf, k, value):
+            self._copy_device(buf[k], value, row_vars[rows.index(buf)])
+
+        results = iterate(values, node.attrs, run_body, rows, set_row)
+        for v, r in zip(node.outputs[:plain], results):  # out of the loop's pools, the call's
             if v.weak:
                 env[v] = r
                 continue
             env[v] = ctx.alloc(v)
             self._copy_device(env[v], r, v)
+        env.update(zip(node.outputs[plain:], rows))
 
     def _do_host(self, ctx, env, item):
         local = {}

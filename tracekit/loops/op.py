@@ -57,23 +57,29 @@ def stacked_buffers(body: Graph, trips: int, stacked: int) -> list:
     ]
 
 
-def iterate(inputs, node_attrs: dict, run_body) -> list:
+def _set_row(buf, k, value):
+    buf[k] = value
+
+
+def iterate(inputs, node_attrs: dict, run_body, rows=None, set_row=_set_row) -> list:
     """A loop's outputs from ``inputs`` (carried values, then invariants): ``run_body(values,
     k)`` gives the body's outputs in iteration ``k``; the last ``stacked`` of them are gathered,
-    one row per iteration. A while loop (attribute ``cond``: the body output that says whether
-    to go on) stops after the iteration whose condition is false. The interpreter and every
-    target's loop share it."""
+    one row per iteration, into ``rows`` (default: fresh NumPy arrays) by ``set_row(buffer, k,
+    value)``. A while loop (attribute ``cond``: the body output that says whether to go on)
+    stops after the iteration whose condition is false. The interpreter and every target's
+    loop share it."""
     body, carried = node_attrs["body"], node_attrs["carried"]
     trips, stacked, cond = node_attrs["trips"], node_attrs.get("stacked", 0), node_attrs.get("cond")
     state, invariants = list(inputs[:carried]), list(inputs[carried:])
-    outs, rows = state, stacked_buffers(body, trips, stacked)
+    outs = state
+    rows = stacked_buffers(body, trips, stacked) if rows is None else rows
     plain = len(body.outputs) - stacked
     k = 0
     while cond is not None or k < trips:
         outs = run_body(state + invariants, k)
         state = outs[:carried]
         for buf, value in zip(rows, outs[plain:]):
-            buf[k] = value
+            set_row(buf, k, value)
         k += 1
         if cond is not None and not bool(outs[cond]):
             break
