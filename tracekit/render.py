@@ -1144,6 +1144,9 @@ def _auto_depth(graph: Graph):
     return 0 if deepest else None
 
 
+LOOP_DRAWINGS = ("roll", "unroll")  # render(loops=): a loop's body once, or every iteration
+
+
 def render(
     x,
     depth=None,
@@ -1203,7 +1206,7 @@ def render(
     """
     if rankdir not in ("TB", "LR", "BT", "RL"):
         raise ValueError(f"rankdir must be one of TB, LR, BT, RL; got {rankdir!r}")
-    if loops not in ("roll", "unroll"):
+    if loops not in LOOP_DRAWINGS:
         raise ValueError(f"loops must be 'roll' or 'unroll'; got {loops!r}")
     graph = _graph_of(x)
     unrolled = loops == "unroll" and graph is not unroll(graph)
