@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import GuardError
 from ..interpret import check_guards
 from ..ir import Var
-from ..loops.op import at_iteration, moves, not_converged
+from ..loops.op import at_iteration, in_iteration, moves, not_converged
 from ..ops import OPS, build_index
 from ..pyop import check_results
 from . import cache
@@ -435,7 +435,7 @@ def compile_body(g, plan, program, disk: bool):
         iteration[0] = k
         outs, guard_values = fn(values + consts if consts else values, None, pool)
         if guarded:
-            check_guards(g, dict(zip(guarded, guard_values)), f" in iteration {k} of `{g.name}:`")
+            check_guards(g, dict(zip(guarded, guard_values)), in_iteration(g, k))
         for i in weak:
             outs[i] = np.asarray(outs[i]).item()
         return outs

@@ -32,7 +32,7 @@ import numpy as np
 from .. import pytree
 from ..interpret import as_input_value
 from ..ir import Var, moves
-from ..loops.op import iterate
+from ..loops.op import in_iteration, iterate
 from ..ops import OPS
 from ..pyop import check_results
 from ..traced import check_guards, check_layout_guards, check_value
@@ -831,7 +831,7 @@ class CudaRunner:
             body_env = runner._run(_Call(runner, pools[k % 2], True, None), values)
             if g.guards:
                 seen = {gd.var: self._host_value(body_env[gd.var]) for gd in g.guards}
-                check_guards(g, seen, f" in iteration {k} of `{g.name}:`")
+                check_guards(g, seen, in_iteration(g, k))
             outs = [body_env[o] for o in g.outputs]
             for i in weak + ([cond] if cond is not None else []):
                 outs[i] = self._host_value(outs[i])
@@ -840,10 +840,10 @@ class CudaRunner:
         values = [env[x] if isinstance(x, Var) else x for x in node.inputs]
         plain = len(node.outputs) - node.attrs.get("stacked", 0)
         rows = [ctx.alloc(v) for v in node.outputs[plain:]]  # one row per iteration, on the device
-        row_vars = g.outputs[plain:]
+        row_of = {id(buf): v for buf, v in zip(rows, g.outputs[plain:])}
 
         def set_row(buf, k, value):
-            self._copy_device(buf[k], value, row_vars[rows.index(buf)])
+            self._copy_device(buf[k], value, row_of[id(buf)])
 
         results = iterate(values, node.attrs, run_body, rows, set_row)
         for v, r in zip(node.outputs[:plain], results):  # out of the loop's pools, the call's

@@ -88,6 +88,11 @@ def iterate(inputs, node_attrs: dict, run_body, rows=None, set_row=_set_row) -> 
     return list(outs[:plain]) + rows
 
 
+def in_iteration(body: Graph, k: int) -> str:
+    """Where a guard of ``body`` failed, for its ``GuardError``."""
+    return f" in iteration {k} of `{body.name}:`"
+
+
 def not_converged(attrs: dict) -> str:
     """Why a while loop stopped without its condition becoming false."""
     return (
@@ -106,7 +111,7 @@ def run_loop(*inputs, body: Graph, **attrs):
         env = {v: as_input_value(v, x) for v, x in zip(body.inputs, values)}
         for node in body_at(body, k) if moving else body.nodes:
             run_node(node, env)
-        check_guards(body, env, f" in iteration {k} of `{body.name}:`")
+        check_guards(body, env, in_iteration(body, k))
         return [env[o] for o in body.outputs]
 
     outs = iterate(inputs, {**attrs, "body": body}, run_body)

@@ -504,7 +504,7 @@ def _guards_of(where: dict, trips: int, period: int, loop, guards: dict):
     for slot, per in sorted(per_slot.items()):
         if len(per) != trips:
             return "control flow on a value of some iterations only (a guard)"
-        seen = [[(gd.how, _guard_key(gd.value)) for gd in per[t]] for t in range(trips)]
+        seen = [[(gd.how, _literal_key(gd.value)) for gd in per[t]] for t in range(trips)]
         if all(s == seen[0] for s in seen):
             body_guards += per[0]
         elif cond_slot is None and _is_while_exit(slot, per, trips, period, loop):
@@ -515,12 +515,6 @@ def _guards_of(where: dict, trips: int, period: int, loop, guards: dict):
                 return same
             return "control flow goes another way in some iterations (a guarded value differs)"
     return body_guards, cond_slot
-
-
-def _guard_key(value):
-    return (
-        json.dumps(_canonical(value)) if not isinstance(value, bool | int | float) else repr(value)
-    )
 
 
 def _is_while_exit(slot, per: dict, trips: int, period: int, loop) -> bool:
