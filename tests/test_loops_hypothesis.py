@@ -11,24 +11,16 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
-import os
 
 import numpy as np
 from helpers.compare import assert_same
-from helpers.run import quiet
-from hypothesis import HealthCheck, given, settings
+from helpers.run import hypothesis_settings, quiet
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tracekit as tk
 
-N_EXAMPLES = int(os.environ.get("TK_HYPOTHESIS_EXAMPLES", "40"))
-SETTINGS = settings(
-    max_examples=N_EXAMPLES,
-    deadline=None,
-    database=None,
-    derandomize="TK_HYPOTHESIS_EXAMPLES" not in os.environ,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+SETTINGS = hypothesis_settings(40)
 
 # one statement of a body: ``x`` the carried value, ``w`` an invariant, ``t`` the loop variable
 STATEMENTS = [
@@ -93,13 +85,24 @@ def _inputs(seed, trips):
     return [rng.standard_normal(4), rng.standard_normal(4), np.zeros((trips, 4))]
 
 
+def _traced(program, seed, folder):
+    """(the program's function, it traced on inputs of ``seed``, its trip count)."""
+    source, trips = program
+    f = _load(source, folder)
+    with quiet():
+        return f, tk.trace(f, *_inputs(seed, trips)), trips
+
+
+def _parts(x) -> tuple:
+    return x if isinstance(x, tuple) else (x,)
+
+
 @SETTINGS
 @given(program=loop_programs(), seed=st.integers(0, 2**16))
 def test_random_loops_roll_and_agree_with_numpy(program, seed, tmp_path):
-    source, trips = program
-    f = _load(source, tmp_path)
+    source = program[0]
+    f, rolled, trips = _traced(program, seed, tmp_path)
     with quiet():
-        rolled = tk.trace(f, *_inputs(seed, trips))
         flat = tk.trace(f, *_inputs(seed, trips), loops="unroll")
     loops = [n for n in rolled.graph.nodes if n.op in ("loop", "while_loop")]
     assert loops or rolled.notes, source + str(rolled.graph)  # rolled, or it says why not
@@ -113,21 +116,15 @@ def test_random_loops_roll_and_agree_with_numpy(program, seed, tmp_path):
             assert_same(got_args, want_args, "arguments after the call (writes into inputs)")
 
 
-@settings(SETTINGS, max_examples=max(4, N_EXAMPLES // 8))
+@settings(SETTINGS, max_examples=max(4, SETTINGS.max_examples // 8))
 @given(program=loop_programs(), seed=st.integers(0, 2**16))
 def test_random_loops_compiled_for_the_cpu_agree_with_the_interpreter(program, seed, tmp_path):
-    source, trips = program
-    f = _load(source, tmp_path)
+    _, t, trips = _traced(program, seed, tmp_path)
     with quiet():
-        t = tk.trace(f, *_inputs(seed, trips))
         c = tk.compile(t, target="cpu", progress=False)
         new = _inputs(seed + 2, trips)
         want_args, got_args = [a.copy() for a in new], [a.copy() for a in new]
         want, got = t(*want_args), c(*got_args)
-    for g, w in zip(
-        got if isinstance(got, tuple) else (got,),
-        want if isinstance(want, tuple) else (want,),
-        strict=True,
-    ):
+    for g, w in zip(_parts(got), _parts(want), strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(got_args[2], want_args[2], rtol=1e-12, atol=1e-14)

@@ -11,25 +11,17 @@ into its inputs, and the same exception type where NumPy raises).
 from __future__ import annotations
 
 import functools
-import os
 
 import numpy as np
 from helpers.compare import assert_same
-from helpers.run import check_trace, quiet
+from helpers.run import check_trace, hypothesis_settings, quiet
 from helpers.values import random_values, seed_of
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import tracekit as tk
 
-N_EXAMPLES = int(os.environ.get("TK_HYPOTHESIS_EXAMPLES", "120"))
-SETTINGS = settings(
-    max_examples=N_EXAMPLES,
-    deadline=None,
-    database=None,
-    derandomize="TK_HYPOTHESIS_EXAMPLES" not in os.environ,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+SETTINGS = hypothesis_settings(120)
 
 DTYPES = [
     "bool",

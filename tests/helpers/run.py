@@ -122,3 +122,24 @@ def both(c, t, *args):
         got = c(*a1)
         want = t(*a2)
     return got, want, a1, a2
+
+
+def hypothesis_settings(default_examples: int):
+    """The settings of tracekit's hypothesis tests: ``default_examples`` examples, derandomized
+    (``TK_HYPOTHESIS_EXAMPLES=N`` explores N examples, randomized), no deadline, no database."""
+    import os
+
+    from hypothesis import HealthCheck, settings
+
+    chosen = os.environ.get("TK_HYPOTHESIS_EXAMPLES")
+    return settings(
+        max_examples=int(chosen or default_examples),
+        deadline=None,
+        database=None,
+        derandomize=chosen is None,
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+            HealthCheck.function_scoped_fixture,
+        ],
+    )
