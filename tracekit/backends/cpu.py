@@ -30,6 +30,7 @@ from .cpu_loop import NoDriver, driver_signature, driver_source, prepare_inputs
 from .emit_cpu import PARALLEL_MIN_WORK, PARALLEL_MIN_WORK_BESIDE_BLAS, kernel_source
 from .planner import Plan, blas_out, escaping, in_place_updates
 from .planner import plan as make_plan
+from .windows import view_windows
 
 
 class CompileError(RuntimeError):
@@ -67,7 +68,9 @@ import math
 class CpuProgram:
     """Source and compiled code for one plan."""
 
-    def __init__(self, plan: Plan, math: str = "fast"):
+    def __init__(self, plan: Plan, math: str = "fast", out_windows: dict | None = None):
+        """``out_windows``: kernel results written straight into a region of another array
+        (a loop driver's direct stores), ``{result: Window}``."""
         self.plan, self.math = plan, math
         self.kernel_sources = {}
         self.segments = []
@@ -75,9 +78,10 @@ class CpuProgram:
         blas = any(s.kind == "host" and blas_out(s.nodes[0]) for s in plan.steps)
         min_parallel = PARALLEL_MIN_WORK_BESIDE_BLAS if blas else PARALLEL_MIN_WORK
         views = frozenset(o for st in plan.steps if st.kind == "view" for o in st.outputs)
+        windows = {**view_windows(plan), **(out_windows or {})}
         for k, (first, steps) in enumerate(_segments(plan)):
             name = f"segment{k}"
-            srcs = [kernel_source(s, math, min_parallel, views) for s in steps]
+            srcs = [kernel_source(s, math, min_parallel, views, windows) for s in steps]
             params = [p for ks in srcs for p in ks.params()]
             parallel = any("prange(" in ks.text for ks in srcs)
             lines = [
@@ -133,7 +137,9 @@ class CpuProgram:
         start = time.perf_counter()
         for done, (name, _, steps, srcs) in enumerate(self.segments, 1):
             disp = getattr(mod, name)
-            sig = tuple(_numba_type(v, ks) for ks in srcs for v in ks.inputs + ks.outputs)
+            sig = tuple(
+                _numba_type(v, ks, whole) for ks in srcs for _, v, whole in ks.operands()
+            )
             try:
                 disp.compile(sig)
             except Exception as e:
@@ -144,9 +150,11 @@ class CpuProgram:
         return mod
 
 
-def _numba_type(v: Var, ks):
+def _numba_type(v: Var, ks, whole=False):
     import numba
 
+    if whole:  # a window's base: the runner passes it C-contiguous
+        return numba.types.Array(numba.from_dtype(v.dtype), v.ndim, "C")
     if ks.layout.is_scalar(v) and v in ks.inputs:
         if v.weak:
             return numba.typeof(np.asarray(0, v.dtype).item())
@@ -237,7 +245,12 @@ class Runner:
     def __init__(self, plan: Plan, program: CpuProgram):
         self.plan, self.program = plan, program
         g = plan.graph
-        self.ns = {"np": np, "_empty": np.empty, "_ndarray": np.ndarray}
+        self.ns = {
+            "np": np,
+            "_empty": np.empty,
+            "_ndarray": np.ndarray,
+            "_contiguous": np.ascontiguousarray,
+        }
         # the iteration a loop body runs (set by its loop before each call), for moving indices
         self.iteration = [0]
         self.ns.update(_iteration=self.iteration, _at_iteration=at_iteration)
@@ -251,6 +264,7 @@ class Runner:
         self.n_temps = 0
         result_pos = {v: i for i, v in enumerate(g.outputs[: g.n_results])}
         seg_at = {first: (name, steps, srcs) for name, first, steps, srcs in program.segments}
+        made_here = {v for _, _, steps, _ in program.segments for st in steps for v in st.outputs}
         for i, step in enumerate(plan.steps):
             if i in seg_at:
                 name, steps, srcs = seg_at[i]
@@ -260,8 +274,13 @@ class Runner:
                         lines.append(f"    {names[v]} = {self._alloc(v, result_pos)}")
                 args = []
                 for ks in srcs:
-                    for v in ks.inputs + ks.outputs:
-                        args.append(self._operand(v, names[v], ks))
+                    for _, v, whole in ks.operands():
+                        if not whole:
+                            args.append(self._operand(v, names[v], ks))
+                        elif v in made_here:  # a kernel's result: C-contiguous
+                            args.append(names[v])
+                        else:  # an input or a host op's value: a copy only if it is strided
+                            args.append(f"_contiguous({names[v]})")
                 self.ns[name] = getattr(program.module, name)
                 lines.append(f"    {name}({', '.join(args)})")
                 for v in (v for st in steps for v in st.outputs if v.weak):
@@ -385,8 +404,12 @@ def compile_loop(node, math: str, disk: bool):
     function where its body allows (:mod:`.cpu_loop`), else its body compiled once and
     called once per iteration."""
     g, plan, program = _body_program(node.attrs["body"], node.attrs["carried"], math)
+    def remake(out_windows):
+        return CpuProgram(plan, math, out_windows)
+
     try:
-        program.source += "\n\n" + driver_source(node, plan, program, "loop_driver")
+        source, program = driver_source(node, plan, program, "loop_driver", remake)
+        program.source += "\n\n" + source
     except NoDriver as why:
         run = loop_runner(node, compile_body(g, plan, program, disk))
         run.how = f"its body compiled once, called from Python each iteration ({why})"

@@ -28,24 +28,29 @@ from ..ir import Var
 from ..loops.op import Affine
 from ..ops import OPS, py_literal
 from .planner import in_place_updates
+from .windows import Window
 
 
 class NoDriver(Exception):
     """A body step without a numba form: the loop runs its body from Python."""
 
 
-def driver_source(node, plan, program, name: str) -> str:
-    """Source of ``name(carried..., invariants...)``: loop ``node`` whose body was planned as
-    ``plan`` and compiled as ``program`` (its segments); raises :class:`NoDriver`."""
-    return _Driver(node, plan, program, name).source
+def driver_source(node, plan, program, name: str, remake=None):
+    """``(source, program)``: the source of ``name(carried..., invariants...)`` running loop
+    ``node`` whose body was planned as ``plan`` and compiled as ``program`` (its segments), and
+    the program it calls: ``remake(out_windows)`` when kernels write their results straight
+    into the regions that stores would copy them to. Raises :class:`NoDriver`."""
+    d = _Driver(node, plan, program, name, remake)
+    return d.source, d.program
 
 
 class _Driver:
-    def __init__(self, node, plan, program, name):
+    def __init__(self, node, plan, program, name, remake=None):
         self.node, self.plan, self.program = node, plan, program
         g = plan.graph
         self.body, self.carried = g, node.attrs["carried"]
         self.trips = node.attrs["trips"]
+        self.remake = remake
         self.names: dict = {}
         self.contiguous: set = set()  # Vars known to be C-contiguous arrays in the driver
         self.scalars: set = set()  # Vars that are numba scalars (an index giving one element)
@@ -74,9 +79,14 @@ class _Driver:
 
     # -- the body's steps
     def _steps(self):
-        seg_at = {first: (nm, steps, srcs) for nm, first, steps, srcs in self.program.segments}
         in_place = in_place_updates(self.plan)
         self.direct = _direct_stores(self.plan, self.program.segments, in_place)
+        windows = _store_windows(self.plan, self.direct)
+        if windows and self.remake is not None:
+            self.program = self.remake(windows)
+        else:
+            windows = {}
+        seg_at = {first: (nm, steps, srcs) for nm, first, steps, srcs in self.program.segments}
         self.temps: dict = {}  # Var -> its buffer(s)
         carried_next = set(self.body.outputs[: self.carried])
         for i, step in enumerate(self.plan.steps):
@@ -84,11 +94,13 @@ class _Driver:
                 nm, steps, srcs = seg_at[i]
                 for st in steps:
                     for v in st.outputs:
+                        if v in windows:  # the kernel writes into its base's region
+                            continue
                         if v in self.direct:  # the kernel writes into the store's region
                             self._region_view(v, self.plan.steps[self.direct[v]].nodes[0])
                             continue
                         self._temp(v, double=v in carried_next)
-                args = [self._operand(v, ks) for ks in srcs for v in ks.inputs + ks.outputs]
+                args = [self._operand(v, ks, whole) for ks in srcs for _, v, whole in ks.operands()]
                 self.lines.append(f"{nm}({', '.join(args)})")
                 for v in (v for st in steps for v in st.outputs if v.weak):
                     # a Python number the kernel computed: a numba scalar from here on
@@ -123,8 +135,14 @@ class _Driver:
         self.names[v] = f"d_{v.ident}"
         self.contiguous.add(v)
 
-    def _operand(self, v: Var, ks) -> str:
+    def _operand(self, v: Var, ks, whole=False) -> str:
         name = self.names[v]
+        if whole:  # a window's base (see windows.py)
+            if v in self.contiguous:
+                return name
+            if v in set(ks.outputs) | {w.base for o, w in ks.windows.items() if o in ks.outputs}:
+                raise NoDriver("a kernel writing through a strided view")
+            return f"np.ascontiguousarray({name})"
         if ks.layout.is_scalar(v) and v in ks.inputs:
             if v in self.scalars:
                 return name
@@ -308,6 +326,28 @@ def _direct_stores(plan, segments, in_place: set) -> dict:
         if any(home in reads[j] for j in range(first, i)):
             continue  # the kernel, or a step before the store, reads what the region holds
         out[value] = i
+    return out
+
+
+def _store_windows(plan, direct: dict) -> dict:
+    """``{value: Window}`` for the direct stores (:func:`_direct_stores`) whose base is an array
+    the driver holds whole and C-contiguous (an input, a kernel's temporary, a store's result)
+    and whose index is static: the kernel making ``value`` writes into the base through it."""
+    whole = set(plan.graph.inputs)
+    for st in plan.steps:
+        if st.kind == "kernel":
+            whole.update(o for o in st.outputs if o not in direct)
+        elif st.kind == "host" and OPS[st.nodes[0].op].store:
+            whole.update(st.outputs)
+    out = {}
+    for value, i in direct.items():
+        n = plan.steps[i].nodes[0]
+        base = n.inputs[0]
+        if base not in whole or base.weak or base.ndim == 0:
+            continue
+        w = Window.of(base, n.attrs["idx"], base.shape)
+        if w is not None and w.shape == value.shape:
+            out[value] = w
     return out
 
 

@@ -63,6 +63,7 @@ class KernelSource:
         math: str = "fast",
         min_parallel: int = PARALLEL_MIN_WORK,
         strided: frozenset = frozenset(),
+        windows: dict | None = None,
     ):
         self.step, self.group, self.math = step, step.group, math
         self.min_parallel = min_parallel
@@ -71,7 +72,14 @@ class KernelSource:
         self.inputs = list(step.inputs)
         self.outputs = list(step.outputs)
         rows = {v: g.row_shape for v in self.outputs if g.role.get(v) == "row"}
-        self.strided = frozenset(v for v in self.inputs if v in strided)  # read in place
+        windows = windows or {}
+        # operands indexed through the array they slice (see windows.py)
+        self.windows = {
+            v: windows[v]
+            for v in self.inputs + self.outputs
+            if v in windows and v not in rows and any(n != 1 for n in v.shape)
+        }
+        self.strided = frozenset(v for v in self.inputs if v in strided) | set(self.windows)
         self.layout = Layout(
             g.shape, g.axes, self.inputs + self.outputs, self.p, rows, self.strided
         )
@@ -84,12 +92,42 @@ class KernelSource:
     def arg(self, v: Var) -> str:
         return f"{self.p}{v.ident}"
 
+    def base_arg(self, base: Var) -> str:
+        return f"{self.p}base_{base.ident}"
+
     def at(self, v: Var) -> str:
         """The element of array operand ``v`` at the current loop position."""
+        w = self.windows.get(v)
+        if w is not None:
+            return f"{self.base_arg(w.base)}[{w.index(self._view_index(v))}]"
         return f"{self.arg(v)}[{self.layout.index(v) or '()'}]"
 
+    def _view_index(self, v: Var) -> list[str]:
+        """Source of the index of each of ``v``'s own dims (a windowed operand's dims never
+        merge with others: see Layout's ``strided``)."""
+        L = self.layout
+        lead = len(L.shape) - v.ndim
+        out = []
+        for d, n in enumerate(v.shape):
+            c = next((c for c, dims in enumerate(L.dims) if d + lead in dims), None)
+            out.append("0" if n == 1 or c is None else L.names[c])
+        return out
+
+    def operands(self) -> list:
+        """``(parameter, Var, whole)`` per parameter: the Var whose array the caller passes, and
+        whether it is passed whole (a window's base) rather than in the layout's shape."""
+        out, bases = [], set()
+        for v in self.inputs + self.outputs:
+            w = self.windows.get(v)
+            if w is None:
+                out.append((self.arg(v), v, False))
+            elif w.base not in bases:
+                bases.add(w.base)
+                out.append((self.base_arg(w.base), w.base, True))
+        return out
+
     def params(self) -> list[str]:
-        return [self.arg(v) for v in self.inputs + self.outputs]
+        return [p for p, _, _ in self.operands()]
 
     def read(self, v: Var) -> str:
         if v in self.local:
@@ -499,9 +537,14 @@ def _block_dtype(r):
 
 
 def kernel_source(
-    step: Step, math: str = "fast", min_parallel=PARALLEL_MIN_WORK, strided=frozenset()
+    step: Step,
+    math: str = "fast",
+    min_parallel=PARALLEL_MIN_WORK,
+    strided=frozenset(),
+    windows: dict | None = None,
 ) -> KernelSource:
-    """The kernel of ``step``; ``strided`` inputs are views the plan makes (read in place)."""
-    ks = KernelSource(step, math, min_parallel, strided)
+    """The kernel of ``step``; ``strided`` inputs are views the plan makes (read in place),
+    ``windows`` the views read (or written) through the arrays they slice."""
+    ks = KernelSource(step, math, min_parallel, strided, windows)
     ks.text = ks.source()
     return ks

@@ -1,0 +1,126 @@
+"""Slices that kernels index through their base array: ``A[1:-1, :-2]`` read as ``A[i0 + 1, i1]``.
+
+numba types a slice as an array of any layout, whose strides it learns only at run time, and
+does not vectorise a loop over it; the array it slices is C-contiguous, and indexed at constant
+offsets from the loop variables the same loop vectorises. A 5-point Jacobi stencil on 150²
+float64, 50 steps: 2.06 ms through slices, 0.44 ms through the base (AVX-512).
+
+A :class:`Window` maps a view's indices to its base's: per base dimension, either a fixed
+index or ``start + step * i`` of one view dimension ``i``. Slices of slices compose into one
+window of the array at the bottom.
+
+>>> w = Window.of(None, (slice(1, -1), slice(None, -2)), (150, 150))
+>>> w.index(["i0", "i1"])
+'1 + i0, i1'
+>>> w.then((3, slice(None, None, 2)), (148, 148)).index(["j"])
+'4, 2 * j'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ir import Var
+from ..ops import OPS
+
+
+@dataclass(frozen=True)
+class Window:
+    base: Var | None
+    dims: tuple  # per base dim: (view dim, start, step); view dim None: the fixed index start
+    shape: tuple  # the view's shape
+
+    @staticmethod
+    def of(base, idx, shape) -> Window | None:
+        """The window of ``base[idx]`` (``base`` of ``shape``): ints, slices of static bounds,
+        ``None`` and ``Ellipsis``; None for anything else (arrays, indices moving with a loop)."""
+        if not isinstance(idx, tuple):
+            return None
+        if idx.count(Ellipsis) > 1:
+            return None
+        if Ellipsis in idx:
+            at = idx.index(Ellipsis)
+            fill = len(shape) - sum(1 for e in idx if e is not None and e is not Ellipsis)
+            idx = idx[:at] + (slice(None),) * fill + idx[at + 1 :]
+        dims, out, d = [], [], 0
+        for e in idx:
+            if e is None:
+                out.append(1)
+                continue
+            if d >= len(shape):
+                return None
+            n = shape[d]
+            if isinstance(e, slice):
+                if not all(x is None or type(x) is int for x in (e.start, e.stop, e.step)):
+                    return None
+                start, stop, step = e.indices(n)
+                dims.append((len(out), start, step))
+                out.append(len(range(start, stop, step)))
+            elif type(e) is int and -n <= e < n:
+                dims.append((None, e % n, 0))
+            else:
+                return None
+            d += 1
+        for n in shape[d:]:
+            dims.append((len(out), 0, 1))
+            out.append(n)
+        return Window(base, tuple(dims), tuple(out))
+
+    def then(self, idx, shape) -> Window | None:
+        """This window indexed further by ``idx`` (the view being of ``shape``)."""
+        inner = Window.of(None, idx, shape)
+        if inner is None:
+            return None
+        dims = []
+        for view_dim, start, step in self.dims:
+            if view_dim is None:
+                dims.append((None, start, 0))
+                continue
+            d, s, st = inner.dims[view_dim]
+            dims.append((d, start + step * s, step * st))
+        return Window(self.base, tuple(dims), inner.shape)
+
+    def index(self, view_index: list) -> str:
+        """Source of the base's index, ``view_index`` the source of each view dim's index."""
+        parts = []
+        for view_dim, start, step in self.dims:
+            if view_dim is None:
+                parts.append(str(start))
+                continue
+            i = view_index[view_dim]
+            if i == "0":
+                parts.append(str(start))
+                continue
+            term = i if step == 1 else f"{step} * {i}" if step > 0 else f"{-step} * {i}"
+            if step < 0:
+                parts.append(f"{start} - {term}")
+            else:
+                parts.append(term if start == 0 else f"{start} + {term}")
+        return ", ".join(parts) if parts else "()"
+
+
+def view_windows(plan) -> dict:
+    """``{view: Window}`` for the views the plan's view steps make by slicing (slices of slices
+    included), each of the array at the bottom of its chain: an input, or an array a step
+    makes that is not a view of another (its copy, were it strided, would cost a pass)."""
+    out, views = {}, set()
+    for step in plan.steps:
+        if step.kind == "view" or step.kind == "host" and OPS[step.nodes[0].op].may_view:
+            views.update(step.outputs)
+        if step.kind != "view":
+            continue
+        node = step.nodes[0]
+        base = node.inputs[0]
+        if not OPS[node.op].view or "idx" not in node.attrs or not isinstance(base, Var):
+            continue
+        if base in views and base not in out:
+            continue
+        parent = out.get(base)
+        w = (
+            parent.then(node.attrs["idx"], base.shape)
+            if parent is not None
+            else Window.of(base, node.attrs["idx"], base.shape)
+        )
+        if w is not None and w.shape == node.out.shape:
+            out[node.out] = w
+    return out
