@@ -165,6 +165,12 @@ def halving_while_positive(x, steps=8):
     return x
 
 
+def repeats_in_its_body(u, v, steps=30):
+    for _ in range(steps):
+        u = 0.5 * u * v * v + 0.1  # one line, the same op twice: not iterations of the loop
+    return u
+
+
 def _solvable(seed, n=6):
     rng = np.random.default_rng(seed)
     A = rng.random((n, n)) * 0.5
@@ -195,6 +201,7 @@ PROGRAMS = {
     "forced_f32": (forced_f32, lambda s: (_r(s, 5).astype(np.float32),)),
     "newton_sqrt": (newton_sqrt, lambda s: (np.full(5, 1.0 + s), 1.0 + np.abs(_r(s, 5)) * (s + 1))),
     "jacobi_solve": (jacobi_solve, _solvable),
+    "repeats_in_its_body": (repeats_in_its_body, lambda s: (_r(s, 9), 0.5 + 0.1 * _r(s + 1, 9))),
     "halving_while_positive": (halving_while_positive, lambda s: (30.0 + np.abs(_r(s, 4)),)),
 }
 WHILE = ["newton_sqrt", "jacobi_solve"]  # new data needs another number of iterations
@@ -303,7 +310,7 @@ def test_cpu_target_agrees_with_the_interpreter(name):
 @pytest.mark.parametrize(
     "name,steps,driver",
     [("jacobi", 30, True), ("heat", 40, True), ("diagonal", 60, True), ("stacked", 50, True),
-     ("recurrent", 40, False), ("kmeans", 12, False)],
+     ("repeats_in_its_body", 50, True), ("recurrent", 40, False), ("kmeans", 12, False)],
 )  # fmt: skip
 def test_a_loop_runs_as_one_numba_function_where_its_body_allows(name, steps, driver):
     """Slices, fused kernels and writes have numba forms: the whole loop is one compiled
@@ -451,6 +458,14 @@ def test_iterations_that_differ_do_not_roll(fn, why):
     new = x if fn is chaotic else x + 0.25  # the guarded branches hold for x itself
     with quiet():
         assert_same(t(new), fn(new))
+
+
+def test_a_body_that_repeats_an_op_on_one_line_is_one_iteration():
+    """Two multiplies of one line inside an iteration are not a loop nested in it."""
+    t = _trace("repeats_in_its_body")
+    (loop,) = _loops(t.graph)
+    assert loop.attrs["trips"] == 30
+    assert [n.op for n in loop.attrs["body"].nodes] == ["multiply"] * 3 + ["add"]
 
 
 def test_unknown_loops_option_is_refused():

@@ -51,19 +51,25 @@ class RollNote:
 
 
 def roll(
-    graph: Graph, stacks: dict | None = None, top=True, max_iterations: int | None = None
+    graph: Graph,
+    stacks: dict | None = None,
+    top=True,
+    max_iterations: int | None = None,
+    within: tuple | None = None,
 ) -> tuple[Graph, list[RollNote]]:
     """``graph`` with its runs of identical loop iterations rolled, and notes on the runs that
     could not be. ``stacks`` maps a node to the sources of its whole call chain (outermost
     first), so that a loop calling a function rolls too; without it a node's own source is
     its only one. A ``while`` loop whose condition held in every iteration but the last
     becomes a ``while_loop`` that evaluates it when it runs, for at most ``max_iterations``
-    (default: ten times the traced count, at least 1,000)."""
+    (default: ten times the traced count, at least 1,000). ``within``: the loop statement
+    whose body ``graph`` is; the runs rolled in it are of loops inside that one (``u * v * v``
+    in its body is not two iterations of it)."""
     notes: list[RollNote] = []
     guards: dict = {}
     for g in graph.guards:
         guards.setdefault(g.var, []).append(g)
-    ctx = _Context(graph, stacks, notes, guards, max_iterations)
+    ctx = _Context(graph, stacks, notes, guards, max_iterations, within)
     nodes = _roll_all(graph.nodes, set(graph.outputs), ctx)
     if top:
         notes += _unmatched(nodes, stacks, notes)
@@ -82,6 +88,7 @@ class _Context:
     notes: list
     guards: dict  # Var -> the guards on it
     max_iterations: int | None
+    within: tuple | None  # the loop statement whose body this is
     handled: set = field(default_factory=set)  # ids of the guards the loops check now
 
 
@@ -132,7 +139,7 @@ def _roll_once(nodes, live_out, ctx) -> list:
     # match them by type only, then runs that match them by value
     loose = [_signature(n, moving=True) for n in nodes]
     strict = [_signature(n) for n in nodes]
-    loops = [_loops_of(n, stacks) for n in nodes]
+    loops = [_inside(_loops_of(n, stacks), ctx.within) for n in nodes]
     at_loose, at_strict = _positions(loose), _positions(strict)
     last_use: dict = {}
     for i, n in enumerate(nodes):
@@ -159,7 +166,9 @@ def _roll_once(nodes, live_out, ctx) -> list:
             out.extend(run)
         else:
             loop_node, *rows = made
-            body, body_notes = roll(loop_node.attrs["body"], stacks, False, ctx.max_iterations)
+            body, body_notes = roll(
+                loop_node.attrs["body"], stacks, False, ctx.max_iterations, within=loop
+            )
             notes.extend(body_notes)
             out.append(loop_node.replace(attrs={**loop_node.attrs, "body": body}))
             out.extend(rows)
@@ -223,6 +232,11 @@ def _common_loop(chains):
         if not common:
             return None
     return next(loop for loop in chains[0] if loop in common)
+
+
+def _inside(chain: tuple, loop) -> tuple:
+    """The loops of ``chain`` (innermost first) inside ``loop``."""
+    return chain[: chain.index(loop)] if loop in chain else chain
 
 
 def _loops_of(node, stacks) -> tuple:
