@@ -330,6 +330,62 @@ def test_a_loop_runs_as_one_numba_function_where_its_body_allows(name, steps, dr
         np.testing.assert_allclose(g, w, rtol=1e-9)
 
 
+def scalar_state(a, steps=300):
+    s = np.float64(0.0)
+    for i in range(steps):
+        s = s * 0.99 + np.tanh(a[i, i])  # 0-d state, carried
+    return s
+
+
+def test_scalar_state_stays_in_registers_and_comes_back_as_numpys_type():
+    """A loop's 0-d state is a numba scalar in the driver (each kernel making it returns it),
+    and the caller gets what NumPy gives: an np.float64."""
+    a = _r(3, 300, 300)
+    with quiet():
+        c = tk.compile(tk.trace(scalar_state, a), target="cpu", progress=False)
+    (run,) = c.program.loops.values()
+    assert run.how == "one numba function"
+    driver = run.source.split("def loop_driver")[1]
+    assert "= segment0(" in driver and "b_v" not in driver  # no 0-d buffers for the state
+    got, want = c(a), scalar_state(a)
+    assert type(got) is type(want) is np.float64
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def hands_back_an_invariant(x, w, steps=40):
+    for _ in range(steps):
+        x, y = x * 0.5 + w, w  # y is the invariant w in every iteration
+    return x, y
+
+
+def test_a_loop_result_that_is_an_input_is_a_copy():
+    x, w = _r(4, 6), _r(5, 6)
+    with quiet():
+        c = tk.compile(tk.trace(hands_back_an_invariant, x, w), target="cpu", progress=False)
+    got_x, got_y = c(x, w)
+    want_x, want_y = hands_back_an_invariant(x, w)
+    np.testing.assert_allclose(got_x, want_x, rtol=1e-12)
+    assert np.array_equal(got_y, want_y) and not np.shares_memory(got_y, w)
+
+
+def test_static_arguments_take_the_fast_path_and_are_checked(monkeypatch):
+    a = _r(6, 50, 50)
+    with quiet():
+        c = tk.compile(tk.trace(scalar_state, a, 40), target="cpu", progress=False)
+    want = scalar_state(a, 40)
+
+    def slow(*_):
+        raise AssertionError("the general path checked the arguments")
+
+    with monkeypatch.context() as m:
+        m.setattr(c.traced, "flatten_args", slow)
+        np.testing.assert_allclose(c(a, 40), want, rtol=1e-12)
+    with pytest.raises(TypeError, match="static value was 40, got 41"):
+        c(a, 41)
+    with pytest.raises(TypeError, match=r"args\[1\]: traced with 40"):
+        c(a, 40.0)  # a float is not the int it was traced with
+
+
 def test_large_loops_stay_loops_on_the_cpu_target():
     t = _trace("jacobi")
     c = tk.compile(t, target="cpu", progress=False)

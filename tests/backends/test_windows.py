@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import tracekit as tk
 from helpers.run import hypothesis_settings
 from hypothesis import given
 from hypothesis import strategies as st
+
+import tracekit as tk
 from tracekit.backends.windows import Window
 
 pytestmark = pytest.mark.filterwarnings("ignore::tracekit.TracerWarning")

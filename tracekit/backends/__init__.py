@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import pytree
+from ..ops import OPS
 from ..passes import optimize
 from ..traced import Traced, check_guards, check_layout_guards
 from .control import unroll_small_loops
@@ -88,6 +89,7 @@ class Compiled:
             self.runner = self.program.runner(stream=stream)
         self._pools = threading.local()
         self._fast = _fast_signature(traced)
+        self._statics = self._fast if any(k is STATIC for k, _ in self._fast or ()) else None
         self._detach = _results_may_alias(self.plan)
         if (self._fast is None or self._detach) and target == "cpu":
             self.runner.fast = None  # the generated fast path returns one fresh plain result
@@ -125,10 +127,14 @@ class Compiled:
         fast = self._fast
         if fast is not None and len(args) == len(fast):
             for a, (shape, dtype) in zip(args, fast):
-                if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype:
+                if shape is STATIC:
+                    if type(a) is not type(dtype) or a != dtype:
+                        break
+                elif type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype:
                     break
             else:
-                return list(args) + self.traced.capture_values()
+                arrays = args if self._statics is None else _arrays_of(args, fast)
+                return list(arrays) + self.traced.capture_values()
         return self.traced.flatten_args(args)
 
     def __call__(self, *args, out=None):
@@ -152,12 +158,17 @@ class Compiled:
             outs = self._plain_out(out, args)
             if outs is None:
                 fast = None  # out= that needs the general path's checks (or shares memory)
+        if fast is not None and self._statics is not None:  # f(x, steps): the arrays only
+            arrays = _arrays_of(args, self._statics) if len(args) == len(self._statics) else None
+            fast = None if arrays is None else fast
+        else:
+            arrays = args
         if fast is not None:
             try:
                 pool = self._pools.pool
             except AttributeError:
                 pool = self._pool()
-            result = fast(args, outs, pool)
+            result = fast(arrays, outs, pool)
             if result is not None:
                 if out is not None:
                     if result is not outs[0]:
@@ -211,15 +222,43 @@ class Compiled:
 
 
 def _fast_signature(traced):
-    """(shape, dtype) per argument when the arguments are a flat list of arrays, else None."""
+    """Per argument, (shape, dtype) of an array or ``(STATIC, value)`` of a static number,
+    string or None (``f(x, steps)``), when the arguments are a flat list of those; else
+    None."""
     g = traced.graph
     args = [v for v, s in zip(g.inputs, g.specs) if s.kind == "arg"]
-    flat = traced.in_tree[0] is list and all(isinstance(t, pytree.Leaf) for t in traced.in_tree[1])
-    if not flat or len(args) != len(traced.in_tree[1]) or any(v.weak for v in args):
+    items = traced.in_tree[1] if traced.in_tree[0] is list else None
+    if items is None or any(v.weak for v in args) or not isinstance(traced.out_tree, pytree.Leaf):
         return None
-    if not (isinstance(traced.out_tree, pytree.Leaf)):
-        return None
-    return [(v.shape, v.dtype) for v in args]
+    arrays = iter(args)
+    out = []
+    for t in items:
+        if isinstance(t, pytree.Leaf):
+            v = next(arrays, None)
+            if v is None:
+                return None
+            out.append((v.shape, v.dtype))
+        elif t[0] == "static" and type(t[1]) in _SIMPLE_STATICS:
+            out.append((STATIC, t[1]))
+        else:
+            return None
+    return out if next(arrays, None) is None else None
+
+
+STATIC = object()  # marks a static argument in a fast signature
+_SIMPLE_STATICS = (int, bool, str, type(None))
+
+
+def _arrays_of(args, fast):
+    """The array arguments of a call matching ``fast``'s statics exactly, or None."""
+    arrays = []
+    for a, (kind, value) in zip(args, fast):
+        if kind is STATIC:
+            if type(a) is not type(value) or a != value:
+                return None
+        else:
+            arrays.append(a)
+    return arrays
 
 
 def _results_may_alias(plan) -> bool:
@@ -228,10 +267,23 @@ def _results_may_alias(plan) -> bool:
     g = plan.graph
     passed = set(g.inputs)
     for step in plan.steps:
-        if step.kind == "view" or (step.kind == "host" and not blas_out(step.nodes[0])):
+        node = step.nodes[0]
+        if OPS[node.op].kind == "control":  # a loop gives fresh arrays unless its body passes
+            if _passes_through(node.attrs["body"]):  # an input (or a view of one) on
+                passed.update(step.outputs)
+        elif step.kind == "view" or (step.kind == "host" and not blas_out(node)):
             passed.update(step.outputs)
     res = g.outputs[: g.n_results]
     return len(set(res)) < len(res) or any(o in passed for o in res)
+
+
+def _passes_through(body) -> bool:
+    """Whether a loop body's results may be its inputs' arrays, or views of them."""
+    passed = set(body.inputs)
+    for n in body.nodes:
+        if OPS[n.op].view or OPS[n.op].may_view or OPS[n.op].kind == "control":
+            passed.update(n.outputs)
+    return any(o in passed for o in body.outputs)
 
 
 def _overlaps(out, args) -> bool:

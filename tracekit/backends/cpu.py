@@ -68,9 +68,17 @@ import math
 class CpuProgram:
     """Source and compiled code for one plan."""
 
-    def __init__(self, plan: Plan, math: str = "fast", out_windows: dict | None = None):
+    def __init__(
+        self,
+        plan: Plan,
+        math: str = "fast",
+        out_windows: dict | None = None,
+        returns: frozenset = frozenset(),
+    ):
         """``out_windows``: kernel results written straight into a region of another array
-        (a loop driver's direct stores), ``{result: Window}``."""
+        (a loop driver's direct stores), ``{result: Window}``; ``returns``: 0-d results a
+        segment may return as scalars instead of storing (a loop driver's scalar state; the
+        ones it does are its kernels' ``returned``, in order)."""
         self.plan, self.math = plan, math
         self.kernel_sources = {}
         self.segments = []
@@ -81,7 +89,11 @@ class CpuProgram:
         windows = {**view_windows(plan), **(out_windows or {})}
         for k, (first, steps) in enumerate(_segments(plan)):
             name = f"segment{k}"
-            srcs = [kernel_source(s, math, min_parallel, views, windows) for s in steps]
+            read_here = {v for s in steps for v in s.inputs}  # stay arrays: read in the segment
+            srcs = [
+                kernel_source(s, math, min_parallel, views, windows, returns - read_here)
+                for s in steps
+            ]
             params = [p for ks in srcs for p in ks.params()]
             parallel = any("prange(" in ks.text for ks in srcs)
             lines = [
@@ -93,7 +105,8 @@ class CpuProgram:
             for ks in srcs:
                 lines.append(ks.text)
                 self.kernel_sources[ks.group.name] = ks
-            lines.append("    return 0")
+            returned = [ks.returned_name(v) for ks in srcs for v in ks.returned]
+            lines.append(f"    return ({', '.join(returned)},)" if returned else "    return 0")
             parts.append("\n\n" + "\n".join(lines) + "\n")
             self.segments.append((name, first, steps, srcs))
         self.pyops = {
@@ -137,9 +150,7 @@ class CpuProgram:
         start = time.perf_counter()
         for done, (name, _, steps, srcs) in enumerate(self.segments, 1):
             disp = getattr(mod, name)
-            sig = tuple(
-                _numba_type(v, ks, whole) for ks in srcs for _, v, whole in ks.operands()
-            )
+            sig = tuple(_numba_type(v, ks, whole) for ks in srcs for _, v, whole in ks.operands())
             try:
                 disp.compile(sig)
             except Exception as e:
@@ -404,8 +415,9 @@ def compile_loop(node, math: str, disk: bool):
     function where its body allows (:mod:`.cpu_loop`), else its body compiled once and
     called once per iteration."""
     g, plan, program = _body_program(node.attrs["body"], node.attrs["carried"], math)
-    def remake(out_windows):
-        return CpuProgram(plan, math, out_windows)
+
+    def remake(out_windows, returns):
+        return CpuProgram(plan, math, out_windows, returns)
 
     try:
         source, program = driver_source(node, plan, program, "loop_driver", remake)
@@ -422,9 +434,10 @@ def compile_loop(node, math: str, disk: bool):
     except Exception as e:
         raise CompileError(_describe_failure("loop_driver", [], e, program.source)) from e
     single, until = len(node.outputs) == 1, node.attrs.get("cond") is not None
+    carried = node.attrs["carried"]
 
     def run(*inputs):
-        out = driver(*prepare_inputs(inputs, g))
+        out = driver(*prepare_inputs(inputs, g, carried))
         if until:  # a while loop's driver says last whether its condition became false
             if not out[-1]:
                 raise GuardError(not_converged(node.attrs))

@@ -82,11 +82,16 @@ class _Driver:
         in_place = in_place_updates(self.plan)
         self.direct = _direct_stores(self.plan, self.program.segments, in_place)
         windows = _store_windows(self.plan, self.direct)
-        if windows and self.remake is not None:
-            self.program = self.remake(windows)
+        scalar = _scalar_results(self.plan, self.direct)
+        if (windows or scalar) and self.remake is not None:
+            self.program = self.remake(windows, scalar)
         else:
             windows = {}
         seg_at = {first: (nm, steps, srcs) for nm, first, steps, srcs in self.program.segments}
+        returned = {
+            v for _, _, _, srcs in self.program.segments for ks in srcs for v in ks.returned
+        }
+        self._scalar_state(returned)
         self.temps: dict = {}  # Var -> its buffer(s)
         carried_next = set(self.body.outputs[: self.carried])
         for i, step in enumerate(self.plan.steps):
@@ -94,15 +99,21 @@ class _Driver:
                 nm, steps, srcs = seg_at[i]
                 for st in steps:
                     for v in st.outputs:
-                        if v in windows:  # the kernel writes into its base's region
+                        if v in windows or v in returned:  # into its base's region; a scalar
                             continue
                         if v in self.direct:  # the kernel writes into the store's region
                             self._region_view(v, self.plan.steps[self.direct[v]].nodes[0])
                             continue
                         self._temp(v, double=v in carried_next)
                 args = [self._operand(v, ks, whole) for ks in srcs for _, v, whole in ks.operands()]
-                self.lines.append(f"{nm}({', '.join(args)})")
-                for v in (v for st in steps for v in st.outputs if v.weak):
+                gives = [v for ks in srcs for v in ks.returned]
+                for v in gives:
+                    self.names[v] = f"s_{v.ident}"
+                    self.scalars.add(v)
+                got = "".join(f"{self.names[v]}, " for v in gives)
+                call = f"{nm}({', '.join(args)})"
+                self.lines.append(f"{got}= {call}" if got else call)
+                for v in (v for st in steps for v in st.outputs if v.weak and v not in returned):
                     # a Python number the kernel computed: a numba scalar from here on
                     self.lines.append(f"s_{v.ident} = {self.names[v]}[()]")
                     self.names[v] = f"s_{v.ident}"
@@ -115,6 +126,16 @@ class _Driver:
                 self._store(step.nodes[0], i in in_place)
             else:
                 raise NoDriver(f"{step.nodes[0].op} has no numba form in a loop driver")
+
+    def _scalar_state(self, returned: set):
+        """Carried 0-d arrays whose next value a kernel returns as a scalar are numba scalars
+        for the whole loop (read out of their array once, before it)."""
+        g = self.body
+        for v, nxt in zip(g.inputs[: self.carried], g.outputs[: self.carried]):
+            if not v.weak and v.shape == () and nxt in returned:
+                self.before.append(f"{self.names[v]} = {self.names[v]}[()]")
+                self.contiguous.discard(v)
+                self.scalars.add(v)
 
     def _temp(self, v: Var, double: bool):
         if v.weak and v.shape == () and v.dtype.kind in "biufc":
@@ -248,9 +269,13 @@ class _Driver:
     # -- the function
     def _assemble(self, name, params) -> str:
         g, c = self.body, self.carried
-        nexts = [self.names[o] for o in g.outputs[:c]]
+        invariants = set(g.inputs[c:])  # the caller's own arrays: handed back as copies
+        own = {
+            o: f"{self.names[o]}.copy()" if o in invariants else self.names[o] for o in g.outputs
+        }
+        nexts = [own[o] for o in g.outputs[:c]]
         state = [self.names[v] for v in g.inputs[:c]]
-        outs = [self.names[o] for o in g.outputs]
+        outs = [own[o] for o in g.outputs]
         for o in g.outputs:
             if o not in self.contiguous and o not in self.scalars:
                 raise NoDriver("a body output that is a view")
@@ -275,11 +300,17 @@ class _Driver:
         if c:
             lines.append(f"        {', '.join(state)}, = {', '.join(nexts)},")
         results = state + outs[c:plain] + [f"r_{s}" for s in range(stacked)]
+        boxed = []  # a 0-d value held as a scalar goes back as the 0-d array it is
+        for j, (v, name) in enumerate(zip(list(g.inputs[:c]) + list(g.outputs[c:plain]), results)):
+            if v in self.scalars and not v.weak:
+                boxed += [f"o_{j} = np.empty((), np.{v.dtype.name})", f"o_{j}[()] = {name}"]
+                results[j] = f"o_{j}"
         if cond is not None:
             flag = g.outputs[cond]
             test = self.names[flag] if flag in self.scalars else f"{self.names[flag]}[()]"
             lines += [f"        if not {test}:", "            done = True", "            break"]
             results.append("done")
+        lines += ["    " + b for b in boxed]
         lines.append(f"    return ({', '.join(results)},)")
         return "\n".join(lines) + "\n"
 
@@ -327,6 +358,18 @@ def _direct_stores(plan, segments, in_place: set) -> dict:
             continue  # the kernel, or a step before the store, reads what the region holds
         out[value] = i
     return out
+
+
+def _scalar_results(plan, direct: dict) -> frozenset:
+    """0-d numeric kernel results a segment may return as scalars: not written into a region,
+    read only by kernels and stores (never by a view)."""
+    made = {o for st in plan.steps if st.kind == "kernel" for o in st.outputs}
+    viewed = {x for st in plan.steps if st.kind == "view" for x in st.inputs}
+    return frozenset(
+        v
+        for v in made
+        if v.shape == () and v.dtype.kind in "biufc" and v not in direct and v not in viewed
+    )
 
 
 def _store_windows(plan, direct: dict) -> dict:
@@ -408,14 +451,18 @@ def _int(x) -> str:
     return str(int(x))
 
 
-def prepare_inputs(values, body) -> list:
-    """The driver's arguments: C-contiguous copies of the arrays (the carried ones are the
-    loop's own and written into), numbers as they are."""
+def prepare_inputs(values, body, carried: int) -> list:
+    """The driver's arguments: C-contiguous copies of the carried arrays (the loop's own,
+    written into), the invariants C-contiguous (copied only if they are not), numbers as they
+    are."""
     out = []
-    for v, x in zip(body.inputs, values):
-        out.append(
-            x if v.weak else np.array(x, dtype=v.dtype, order="C", copy=True).reshape(v.shape)
-        )
+    for i, (v, x) in enumerate(zip(body.inputs, values)):
+        if v.weak:
+            out.append(x)
+        elif i < carried:
+            out.append(np.array(x, dtype=v.dtype, order="C", copy=True).reshape(v.shape))
+        else:
+            out.append(np.ascontiguousarray(x, dtype=v.dtype).reshape(v.shape))
     return out
 
 

@@ -64,6 +64,7 @@ class KernelSource:
         min_parallel: int = PARALLEL_MIN_WORK,
         strided: frozenset = frozenset(),
         windows: dict | None = None,
+        returns: frozenset = frozenset(),
     ):
         self.step, self.group, self.math = step, step.group, math
         self.min_parallel = min_parallel
@@ -83,6 +84,11 @@ class KernelSource:
         self.layout = Layout(
             g.shape, g.axes, self.inputs + self.outputs, self.p, rows, self.strided
         )
+        # 0-d results computed outside every loop (no kept dims) that the kernel gives back
+        # as numba scalars instead of storing them (a loop driver's scalar state)
+        self.returned = [
+            v for v in self.outputs if v in returns and not v.shape and not self.layout.kept
+        ]
         self.lines: list[str] = []
         self.local: dict = {}  # Var -> source of its current element / row value
         self.reduces = [n for n in g.nodes if is_reduction(n)]
@@ -119,6 +125,8 @@ class KernelSource:
         out, bases = [], set()
         for v in self.inputs + self.outputs:
             w = self.windows.get(v)
+            if v in self.returned:
+                continue
             if w is None:
                 out.append((self.arg(v), v, False))
             elif w.base not in bases:
@@ -170,8 +178,13 @@ class KernelSource:
         self.local[out] = name
 
     def store(self, v: Var, depth: int):
-        if v in self.outputs:
+        if v in self.returned:
+            self.emit(f"{self.returned_name(v)} = {self.local[v]}", depth)
+        elif v in self.outputs:
             self.emit(f"{self.at(v)} = {self.local[v]}", depth)
+
+    def returned_name(self, v: Var) -> str:
+        return f"{self.p}ret_{v.ident}"
 
     # -- kernels
     def source(self) -> str:
@@ -542,9 +555,11 @@ def kernel_source(
     min_parallel=PARALLEL_MIN_WORK,
     strided=frozenset(),
     windows: dict | None = None,
+    returns: frozenset = frozenset(),
 ) -> KernelSource:
     """The kernel of ``step``; ``strided`` inputs are views the plan makes (read in place),
-    ``windows`` the views read (or written) through the arrays they slice."""
-    ks = KernelSource(step, math, min_parallel, strided, windows)
+    ``windows`` the views read (or written) through the arrays they slice, ``returns`` the
+    0-d results it may give back as scalars (``KernelSource.returned``)."""
+    ks = KernelSource(step, math, min_parallel, strided, windows, returns)
     ks.text = ks.source()
     return ks
