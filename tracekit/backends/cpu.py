@@ -26,7 +26,7 @@ from ..pyop import check_results
 from . import cache
 from . import scalar as S
 from .control import loop_runner, prepared
-from .cpu_loop import NoDriver, driver_signature, driver_source, prepare_inputs
+from .cpu_loop import NoDriver, driver_signature, driver_source, input_preparer
 from .emit_cpu import PARALLEL_MIN_WORK, PARALLEL_MIN_WORK_BESIDE_BLAS, kernel_source
 from .planner import Plan, blas_out, escaping, in_place_updates
 from .planner import plan as make_plan
@@ -434,10 +434,10 @@ def compile_loop(node, math: str, disk: bool):
     except Exception as e:
         raise CompileError(_describe_failure("loop_driver", [], e, program.source)) from e
     single, until = len(node.outputs) == 1, node.attrs.get("cond") is not None
-    carried = node.attrs["carried"]
+    prepare = input_preparer(g, node.attrs["carried"])
 
     def run(*inputs):
-        out = driver(*prepare_inputs(inputs, g, carried))
+        out = driver(*prepare(inputs))
         if until:  # a while loop's driver says last whether its condition became false
             if not out[-1]:
                 raise GuardError(not_converged(node.attrs))

@@ -451,23 +451,33 @@ def _int(x) -> str:
     return str(int(x))
 
 
-def prepare_inputs(values, body, carried: int) -> list:
-    """The driver's arguments: C-contiguous copies of the carried arrays (the loop's own,
-    written into), the invariants C-contiguous (copied only if they are not), numbers as they
-    are."""
-    out = []
-    for i, (v, x) in enumerate(zip(body.inputs, values)):
-        if v.weak:
-            out.append(x)
-        elif i < carried:
-            out.append(np.array(x, dtype=v.dtype, order="C", copy=True).reshape(v.shape))
-        else:
-            out.append(np.ascontiguousarray(x, dtype=v.dtype).reshape(v.shape))
-    return out
+def input_preparer(body, carried: int):
+    """``prepare(values)``: the driver's arguments: C-contiguous copies of the carried arrays
+    (the loop's own, written into), the invariants C-contiguous (copied only if they are
+    not), numbers as they are."""
+    arrays = [(i, v.dtype, v.shape) for i, v in enumerate(body.inputs) if not v.weak]
+
+    def prepare(values) -> list:
+        out = list(values)
+        for i, dtype, shape in arrays:
+            x = out[i]
+            plain = (
+                type(x) is np.ndarray
+                and x.dtype == dtype
+                and x.shape == shape
+                and x.flags.c_contiguous
+            )
+            if i < carried:
+                out[i] = x.copy() if plain else np.array(x, dtype, order="C").reshape(shape)
+            elif not plain:
+                out[i] = np.ascontiguousarray(x, dtype=dtype).reshape(shape)
+        return out
+
+    return prepare
 
 
 def driver_signature(body):
-    """numba types of a driver's arguments (what :func:`prepare_inputs` gives)."""
+    """numba types of a driver's arguments (what :func:`input_preparer` gives)."""
     import numba
 
     return tuple(

@@ -137,9 +137,13 @@ def _roll_once(nodes, live_out, ctx) -> list:
     taken = {v.name for v in graph.inputs} | value_names(nodes)  # for the stacked outputs' names
     # numbers in a node's inputs may move with the loop (``x * t``): first try runs that
     # match them by type only, then runs that match them by value
-    loose = [_signature(n, moving=True) for n in nodes]
-    strict = [_signature(n) for n in nodes]
-    loops = [_inside(_loops_of(n, stacks), ctx.within) for n in nodes]
+    loose, strict = _signatures(nodes)
+    loops, memo = [], {}  # the nodes of one line share their loops: found once per call chain
+    for n in nodes:
+        sources = (stacks or {}).get(n) or ((n.source,) if n.source else ())
+        if sources not in memo:
+            memo[sources] = _inside(_loops_of(n, stacks), ctx.within)
+        loops.append(memo[sources])
     at_loose, at_strict = _positions(loose), _positions(strict)
     last_use: dict = {}
     for i, n in enumerate(nodes):
@@ -247,26 +251,64 @@ def _loops_of(node, stacks) -> tuple:
     return found
 
 
-def _signature(n: Node, moving: bool = False):
-    """What two iterations' nodes at one body position must share (``moving``: a number among
-    the inputs only its type; :func:`_progression` matches the values)."""
-    if _has_var_attr(n.attrs):
-        return ("unique", id(n))
-    ins = tuple(
-        ("v", x.shape, x.dtype.str, x.weak)
-        if isinstance(x, Var)
-        else ("n", type(x).__name__)
-        if moving and _is_number(x)
-        else _literal_key(x)
-        for x in n.inputs
-    )
-    attrs = dict(n.attrs)
+def _signatures(nodes) -> tuple[list, list]:
+    """What two iterations' nodes at one body position must share, per node: loosely (a
+    number among the inputs only its type; :func:`_progression` matches the values) and
+    strictly."""
+    loose, strict = [], []
+    for n in nodes:
+        attrs = _attrs_key(n)
+        if attrs is None:  # an attribute holding a value of the graph: never a repeat
+            loose.append(("unique", id(n)))
+            strict.append(loose[-1])
+            continue
+        outs = tuple((o.shape, o.dtype.str, o.weak) for o in n.outputs)
+        src = (n.source.file, n.source.line) if n.source else None
+        ins, numbers = [], False
+        for x in n.inputs:
+            if isinstance(x, Var):
+                ins.append(("v", x.shape, x.dtype.str, x.weak))
+            else:
+                numbers = numbers or _is_number(x)
+                ins.append(_literal_key(x))
+        strict.append((n.op, tuple(ins), attrs, outs, src))
+        if numbers:
+            ins = [("n", type(x).__name__) if _is_number(x) else k for x, k in zip(n.inputs, ins)]
+            loose.append((n.op, tuple(ins), attrs, outs, src))
+        else:
+            loose.append(strict[-1])
+    ids: dict = {}  # each signature as a small int: runs of them compare quickly
+    return [ids.setdefault(k, len(ids)) for k in loose], [
+        ids.setdefault(k, len(ids)) for k in strict
+    ]
+
+
+_PLAIN = (int, float, bool, str, type(None))
+
+
+def _attrs_key(n: Node) -> str | None:
+    """A node's attributes as a string equal for equal attributes (an index's integers by
+    their sign only: :func:`_moving` matches them), None if one holds a Var."""
+    attrs = n.attrs
+    if not attrs:
+        return ""
     if _may_move(n):  # an index may move with the loop: its integers are matched in _moving
-        attrs["idx"] = _skeleton(attrs["idx"])
-    attrs = json.dumps(_canonical(attrs, graph=_body_key)) if attrs else ""
-    outs = tuple((o.shape, o.dtype.str, o.weak) for o in n.outputs)
-    src = (n.source.file, n.source.line) if n.source else None
-    return (n.op, ins, attrs, outs, src)
+        attrs = {**attrs, "idx": _skeleton(attrs["idx"])}
+    if all(_is_plain(v) for v in attrs.values()):  # repr tells these apart, and quickly
+        return repr(sorted(attrs.items()))
+    if _has_var_attr(attrs):
+        return None
+    return json.dumps(_canonical(attrs, graph=_body_key))
+
+
+def _is_plain(x) -> bool:
+    if type(x) in _PLAIN or x is Ellipsis:
+        return True
+    if type(x) is tuple:
+        return all(_is_plain(e) for e in x)
+    if type(x) is slice:
+        return _is_plain(x.start) and _is_plain(x.stop) and _is_plain(x.step)
+    return False
 
 
 def _may_move(n: Node) -> bool:
