@@ -102,7 +102,7 @@ DISCONTINUOUS = set(
     "copysign // % < == >=".split()
 )
 # Steps that write into a register instead of making one (``out`` names it, else ``a``).
-IN_PLACE_STEPS = {"iop", "setitem", "addat", "setpart", "uout"}
+IN_PLACE_STEPS = {"iop", "setitem", "addat", "setpart", "uout", "stencil_into"}
 # Ops that read the sign of a NaN, which NumPy does not define (its SIMD loops and its scalar
 # code give x % 0.0 NaNs of either sign; seed 8200031): never applied to a NaN.
 NAN_SIGN = {"signbit", "copysign"}
@@ -260,6 +260,12 @@ def run_step(regs, st):
         regs.append(np.flip(a, axis=st["axis"]))
     elif k == "pad":
         regs.append(np.pad(a, [tuple(p) for p in st["pw"]], constant_values=st["value"]))
+    elif k in ("stencil", "stencil_into"):
+        v = getattr(np, st["fn"])(a[_index(regs, st["i1"])], a[_index(regs, st["i2"])])
+        if k == "stencil":
+            regs.append(v)
+        else:
+            regs[st["out"]][_index(regs, st["at"])] = v
     elif k == "getitem":
         regs.append(a[_index(regs, st["idx"])])
     elif k == "setitem":
@@ -949,6 +955,41 @@ class _Gen:
                 return None if n == 0 else self._getitem_by_register(regs, a, ints, n)
         return {"k": "getitem", "a": a, "idx": idx}, self.approx[a]
 
+    def _stencil(self, regs):
+        """``fn`` of two slices of one register at different constant offsets (``a[1:, :-1] -
+        a[:-1, 1:]``): a new register, or written into a region of the same shape of a
+        register shaped like it (``b[1:-1] = ...``; ``b`` may be ``a``), as stencils are."""
+        a = self.pick(
+            regs, lambda r: isinstance(r, np.ndarray) and r.ndim >= 1 and min(r.shape) >= 2
+        )
+        if a is None:
+            return None
+        x, rng = regs[a], self.rng
+        i1, i2, at = [], [], []
+        for n in x.shape:
+            d = int(rng.integers(0, 3 if n > 2 else 2))  # the halo: the slices are n - d long
+            for idx in (i1, i2, at):
+                o = int(rng.integers(0, d + 1))
+                idx.append(["s", o, o - d if o < d else None, None])
+        fn = self.choice(
+            ["add", "subtract", "multiply"] + ([] if self.profile == "grad" else ["maximum"])
+        )
+        st = {"k": "stencil", "a": a, "fn": fn, "i1": i1, "i2": i2}
+        if rng.random() < 0.5:
+            into = [
+                i
+                for i, r in enumerate(regs)
+                if isinstance(r, np.ndarray)
+                and r.shape == x.shape
+                and r.dtype == x.dtype
+                and r.flags.writeable
+            ]
+            if into:
+                out = self.choice(into)
+                st.update(k="stencil_into", at=at, out=out)
+                return st, self.approx[a] or self.approx[out]
+        return st, self.approx[a]
+
     def _getitem_by_register(self, regs, a, ints, n):
         if self.depth:  # it adds a step of its own to the program: not inside a loop's body
             return None
@@ -1033,7 +1074,8 @@ class _Gen:
         times."""
         if self.depth >= 1:
             return None
-        c = self.pick(regs, lambda r: isinstance(r, np.ndarray) and r.ndim > 0)
+        # an array, or a NumPy scalar (a sum carried from iteration to iteration)
+        c = self.pick(regs, lambda r: isinstance(r, np.ndarray | np.generic))
         if c is None:
             return None
         base, trips, outer_approx = len(regs), int(self.rng.integers(2, 5)), self.approx
@@ -1065,7 +1107,7 @@ class _Gen:
         if not body:
             return None
         last = self._body_regs(c, body)[-1]
-        if not isinstance(last, np.ndarray) or last.shape != regs[c].shape:
+        if not isinstance(last, np.ndarray | np.generic) or np.shape(last) != np.shape(regs[c]):
             return None
         if last.dtype != regs[c].dtype:
             return None
@@ -1111,14 +1153,14 @@ class _Gen:
             self.kinds = {
                 "unary": 4, "binary": 5, "inplace": 1, "where": 1, "compare": 1, "clip": 1,
                 "reduce": 3, "scan": 1, "matmul": 2, "reshape": 3, "join": 2, "getitem": 3,
-                "setitem": 2, "create": 1, "copy": 1, "loop": 2,
+                "setitem": 2, "create": 1, "copy": 1, "loop": 2, "stencil": 1,
             }  # fmt: skip
         else:
             self.kinds = {
                 "unary": 6, "binary": 8, "inplace": 3, "uout": 1, "where": 1, "clip": 1,
                 "astype": 2, "complexpart": 1.5, "setpart": 1, "reduce": 4, "arg": 1, "scan": 1,
                 "matmul": 2, "reshape": 4, "join": 3, "getitem": 4, "setitem": 4, "create": 1,
-                "copy": 1, "pyop": 0.3, "loop": 3,
+                "copy": 1, "pyop": 0.3, "loop": 3, "stencil": 2,
             }  # fmt: skip
         tries = 0
         while len(self.prog["steps"]) < n_steps and tries < n_steps * 8:
@@ -1468,7 +1510,7 @@ def _dependents(prog, i):
 
 
 def _appends(st):
-    return st["k"] not in ("iop", "uout", "setitem", "addat", "setpart")
+    return st["k"] not in IN_PLACE_STEPS
 
 
 def _reads(st):
