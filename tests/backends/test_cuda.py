@@ -1633,6 +1633,27 @@ def test_layout_guard_of_a_reshape_then_write():
     np.testing.assert_array_equal(strided, np.arange(24.0).reshape(3, 8)[:, :4])
 
 
+def moving_indices(a, out):
+    s = np.float64(0.0)
+    for t in range(40):
+        s = s + np.tanh(a[t, t])  # one element moving along the diagonal: an alias
+        out[t, 1:] = a[t, ::2][:5] * s  # a strided row (a gather) into a moving region
+        out[t + 1, 0] = out[t, 3]  # a scatter of one element, read from the row before
+    return s, out
+
+
+def test_a_loop_whose_indices_move_runs_its_body_on_the_device():
+    """Indices that move with the iteration (``a[t, t]``, ``out[t, 1:] = ...``) are offsets
+    given to the body's launches: the loop stays on the device."""
+    r = np.random.default_rng(7)
+    args = [r.standard_normal((41, 41)), np.zeros((41, 6))]
+    c = check(moving_indices, args, new_args=[r.standard_normal((41, 41)), np.ones((41, 6))])
+    (item,) = [it for it in c.program.items if it.kind == "loop"]
+    assert any("launched from one host loop" in n for n in c.program.notes), c.program.notes
+    kinds = [it.kind for it in item.body.items]
+    assert "host" not in kinds and "alias" in kinds and "update" in kinds, kinds
+
+
 def test_a_loop_with_a_stacked_history_keeps_its_rows_on_the_device():
     """np.stack(history) of a rolled loop: the rows are written into a device array, one per
     iteration, by the loop that launches the body's kernels."""

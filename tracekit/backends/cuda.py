@@ -31,7 +31,7 @@ import numpy as np
 
 from .. import pytree
 from ..interpret import as_input_value
-from ..ir import Var, moves
+from ..ir import Var, at_iteration, moves
 from ..loops.op import in_iteration, iterate
 from ..ops import OPS
 from ..pyop import check_results
@@ -300,23 +300,29 @@ class CudaProgram:
     def _view(self, step, parts):
         node = step.nodes[0]
         x = node.inputs[0]
-        geo = None
+        geo = moving = None
         if isinstance(x, Var) and not x.weak:
-            op, attrs = OPS[node.op], dict(node.attrs)
-            if op.kind != "index":
-                geo = view_geometry(x.shape, x.dtype, lambda a: op.impl(a, **attrs))
-            elif not any(isinstance(e, str) for e in attrs["idx"]):  # basic indexing
+            op = OPS[node.op]
+
+            def view(attrs):
+                if op.kind != "index":
+                    return lambda a: op.impl(a, **attrs)
+                if any(isinstance(e, str) for e in attrs["idx"]):
+                    return None  # index arrays: a gather
                 idx = _as_view_index(attrs["idx"])
-                geo = view_geometry(x.shape, x.dtype, lambda a: a[idx])
+                return lambda a: a[idx]
+
+            geo, moving = _geometry(x, node.attrs, view)
         if geo is None or tuple(geo[0]) != node.out.shape:
             self._host_step(step, parts, "not a pure view")
             return
         shape, strides, off = geo
         if is_c_contiguous(shape, strides):
-            self.items.append(Item("alias", step, offset=off))
+            self.items.append(Item("alias", step, offset=off, offset_step=moving or 0))
             return
         name = self._name("v")
-        text, (blocks, threads) = gather_source(name, node, shape, strides, off, self.profile)
+        at = None if moving is not None else off
+        text, (blocks, threads) = gather_source(name, node, shape, strides, at, self.profile)
         parts.append(text)
         self.kernel_sources[name] = _Src(_PseudoGroup(name, "gather", [node]), text)
         size = node.out.size
@@ -324,7 +330,8 @@ class CudaProgram:
             name,
             (blocks,),
             (threads,),
-            [Arg("operand", x, (x.size,), x.dtype), Arg("operand", node.out, (size,), x.dtype)],
+            [Arg("operand", x, (x.size,), x.dtype), Arg("operand", node.out, (size,), x.dtype)]
+            + ([Arg("offset", moving=(off, moving))] if moving is not None else []),
         )
         self.items.append(Item("kernel", step, launches=[launch], src=None))
 
@@ -350,11 +357,9 @@ class CudaProgram:
     def _loop(self, step, parts) -> bool:
         """A loop: its body compiled once as a program of its own, whose kernels the runner
         launches from one host loop, the carried state and the stacked rows staying on the
-        device (a body whose indices move with the iteration runs on the host)."""
+        device; an index moving with the iteration is an offset each launch is given."""
         node = step.nodes[0]
         body = node.attrs["body"]
-        if any(moves(n.attrs) for n in body.nodes):
-            return False
         program = CudaProgram(make_plan(prepared(body)), self.math, self.profile)
         self.loops.append(program)
         kernels = sum(it.kind == "kernel" for it in program.items)
@@ -375,7 +380,9 @@ class CudaProgram:
         idx = node.attrs["idx"]
         if not isinstance(x, Var) or any(isinstance(e, str) for e in idx):
             return False
-        region = view_geometry(x.shape, x.dtype, lambda a: a[_as_view_index(idx)])
+        region, moving = _geometry(
+            x, node.attrs, lambda attrs: lambda a: a[_as_view_index(attrs["idx"])]
+        )
         if region is None:
             return False
         rshape = region[0]
@@ -397,11 +404,14 @@ class CudaProgram:
             val = ("literal", value)
             arg = None
         name = self._name("u")
-        text, (blocks, threads) = scatter_source(name, node, region, val, self.profile)
+        at = region if moving is None else (*region[:2], None)
+        text, (blocks, threads) = scatter_source(name, node, at, val, self.profile)
         parts.append(text)
         self.kernel_sources[name] = _Src(_PseudoGroup(name, "scatter", [node]), text)
         out_arg = Arg("operand", node.out, (node.out.size,), node.out.dtype)
-        launch = Launch(name, (blocks,), (threads,), [arg, out_arg])
+        moved = [Arg("offset", moving=(region[2], moving))] if moving is not None else []
+        args = [arg, out_arg, *moved]
+        launch = Launch(name, (blocks,), (threads,), args)
         self.items.append(Item("update", step, launches=[launch], src=None))
         return True
 
@@ -435,6 +445,23 @@ class CudaProgram:
         return CudaRunner(self, stream)
 
 
+def _geometry(x: Var, attrs: dict, view):
+    """``((shape, strides, offset), moving)`` of the view ``view(attrs)`` makes of ``x``
+    (``view(attrs)`` a function of an array, or None), ``moving`` the offset's step per
+    iteration where the attributes move with a loop (None where they do not); ``(None,
+    None)`` when it is not a pure view, or when its shape or strides change as it moves."""
+    if not moves(attrs):
+        fn = view(attrs)
+        return (None if fn is None else view_geometry(x.shape, x.dtype, fn)), None
+    at = [view(at_iteration(attrs, k)) for k in (0, 1)]  # an Affine index: offsets in a line
+    if None in at:
+        return None, None
+    g0, g1 = (view_geometry(x.shape, x.dtype, fn) for fn in at)
+    if g0 is None or g1 is None or g0[:2] != g1[:2]:
+        return None, None
+    return g0, g1[2] - g0[2]
+
+
 def _as_view_index(idx) -> tuple:
     """A basic index that gives a (0-d) view even when it picks one element."""
     idx = tuple(idx)
@@ -452,7 +479,7 @@ def _signature(args) -> tuple:
 
     sig = []
     for a in args:
-        if a is None:
+        if a is None or a.kind == "offset":
             sig.append(nbt.int64)
         elif a.shape is None:
             sig.append(nbt.complex128 if np.dtype(a.dtype).kind == "c" else nbt.float64)
@@ -771,6 +798,8 @@ class CudaRunner:
             return 0
         if a.kind == "scratch":
             return ctx.temp(("s", item.step.name, a.key), a.shape, a.dtype)
+        if a.kind == "offset":  # a loop body's index at this iteration
+            return a.moving[0] + ctx.k * a.moving[1]
         val = env[a.var]
         if a.shape is None:
             return self._host_value(val) if _is_dev(val) else val
@@ -810,9 +839,8 @@ class CudaRunner:
         src = env[node.inputs[0]]
         flat = src.reshape(max(node.inputs[0].size, 1))
         size = max(node.out.size, 1)
-        view = (
-            flat[item.offset : item.offset + size] if (item.offset or size != flat.size) else flat
-        )
+        at = item.offset + ctx.k * item.offset_step  # a loop body's index moving with it
+        view = flat[at : at + size] if (at or size != flat.size) else flat
         env[node.out] = view.reshape(_dshape(node.out))
 
     def _do_loop(self, ctx, env, item):
@@ -828,7 +856,9 @@ class CudaRunner:
         cond = node.attrs.get("cond")
 
         def run_body(values, k):
-            body_env = runner._run(_Call(runner, pools[k % 2], True, None), values)
+            call = _Call(runner, pools[k % 2], True, None)
+            call.k = k
+            body_env = runner._run(call, values)
             if g.guards:
                 seen = {gd.var: self._host_value(body_env[gd.var]) for gd in g.guards}
                 check_guards(g, seen, in_iteration(g, k))
@@ -842,8 +872,8 @@ class CudaRunner:
         rows = [ctx.alloc(v) for v in node.outputs[plain:]]  # one row per iteration, on the device
         row_of = {id(buf): v for buf, v in zip(rows, g.outputs[plain:])}
 
-        def set_row(buf, k, value):
-            self._copy_device(buf[k], value, row_of[id(buf)])
+        def set_row(buf, k, value):  # rows of one element: a slice (an index gives a number)
+            self._copy_device(buf[k] if buf.ndim > 1 else buf[k : k + 1], value, row_of[id(buf)])
 
         results = iterate(values, node.attrs, run_body, rows, set_row)
         for v, r in zip(node.outputs[:plain], results):  # out of the loop's pools, the call's
@@ -872,8 +902,9 @@ class CudaRunner:
 
         for node in item.nodes:
             args = [get(x) for x in node.inputs]
+            attrs = at_iteration(node.attrs, ctx.k) if moves(node.attrs) else node.attrs
             try:
-                res = OPS[node.op].impl(*args, **node.attrs)
+                res = OPS[node.op].impl(*args, **attrs)
                 if OPS[node.op].kind == "opaque":  # device code after it assumes the traced types
                     res = check_results(node, res)
             except Exception as e:
@@ -999,6 +1030,7 @@ class _Call:
     def __init__(self, runner: CudaRunner, pool: dict, device_mode: bool, outs):
         self.runner, self.pool, self.device_mode = runner, pool, device_mode
         self.outs = outs
+        self.k = 0  # the iteration of the loop whose body this call runs
         self.result_pos = {}
         g = runner.graph
         for i, v in enumerate(g.outputs[: g.n_results]):

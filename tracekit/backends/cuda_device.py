@@ -96,11 +96,12 @@ def _pow2(n: int) -> int:
 class Arg:
     """One kernel argument: a Var's device array (reshaped), a Var's scalar, or scratch."""
 
-    kind: str  # "operand" | "scratch"
+    kind: str  # "operand" | "scratch" | "offset"
     var: Var | None = None
     shape: tuple | None = None  # None: a weak (Python scalar) operand
     dtype: np.dtype | None = None
     key: str = ""
+    moving: tuple = ()  # an "offset": (base, step), the element offset at iteration k
 
 
 @dataclass

@@ -67,12 +67,15 @@ def _unravel_lines(flat, sizes, names, indent) -> list[str]:
 
 
 def gather_source(name: str, node: Node, shape, strides, offset, profile: Profile):
-    """A kernel copying the view ``(shape, strides, offset)`` of flat ``src`` into flat ``out``."""
+    """A kernel copying the view ``(shape, strides, offset)`` of flat ``src`` into flat ``out``;
+    ``offset`` None: the kernel's third argument ``base`` (an index moving with a loop)."""
     size = int(np.prod(shape, dtype=np.int64))
     names = [f"i{k}" for k in range(len(shape))]
+    params = "src, out" if offset is not None else "src, out, base"
+    offset = "base" if offset is None else offset
     lines = [
         "@cuda.jit(cache=_TRACEKIT_DISK_CACHE)",
-        f"def {name}(src, out):",
+        f"def {name}({params}):",
         f"    # view {node.op} as a gather: shape {list(shape)}, strides {list(strides)}, "
         f"offset {offset}",
         f"    # {format_node(node)}",
@@ -91,8 +94,11 @@ def scatter_source(name, node, region, value, profile: Profile):
     """A kernel writing ``value`` (broadcast) into the region ``(shape, strides, offset)`` of
     flat ``out`` (``index_update`` with a basic index, after ``out`` got a copy of ``x``).
 
-    ``value`` is ``("var", Var, value strides)``, ``("weak", Var)`` or ``("literal", x)``."""
+    ``value`` is ``("var", Var, value strides)``, ``("weak", Var)`` or ``("literal", x)``;
+    ``offset`` None: the kernel's third argument ``base`` (an index moving with a loop)."""
     shape, strides, offset = region
+    params = "val, out" if offset is not None else "val, out, base"
+    offset = "base" if offset is None else offset
     x = node.inputs[0]
     size = int(np.prod(shape, dtype=np.int64))
     names = [f"i{k}" for k in range(len(shape))]
@@ -108,7 +114,7 @@ def scatter_source(name, node, region, value, profile: Profile):
         src = S.cast(S.literal(lit, d), d, x.dtype)
     lines = [
         "@cuda.jit(cache=_TRACEKIT_DISK_CACHE)",
-        f"def {name}(val, out):",
+        f"def {name}({params}):",
         f"    # in-place write as direct stores: region {list(shape)}, strides {list(strides)}, "
         f"offset {offset}",
         f"    # {format_node(node)}",
