@@ -15,6 +15,7 @@ import tracekit as tk
 from tracekit import interpret
 from tracekit.ir import Graph
 from tracekit.loops import unroll
+from tracekit.ops import OPS
 
 
 # ---------------------------------------------------------------------- programs that roll
@@ -743,6 +744,45 @@ def test_loop_gradients_match_jax_fori_loop():
         got = tk.grad(_rnn, argnums=(0, 1), checkpoint=checkpoint)(x, w)
         for g, e in zip(got, want):
             np.testing.assert_allclose(g, np.asarray(e), rtol=1e-10, atol=1e-12)
+
+
+def _driven(a, x, out):
+    for i in range(60):
+        x = np.tanh(x * a[i] + a[i + 1, ::-1])  # rows of a read with the iteration count
+        out[i, 1:] = x[:-1] * 2.0  # and a row of out written
+    return (x * x).sum() + (out**2).sum()
+
+
+def test_a_loop_whose_indices_move_differentiates_as_a_reverse_loop_like_jax():
+    """Its gradient is a reverse loop whose indices move backwards (not 60 unrolled
+    iterations), equal to jax.grad of the same loop written with lax.fori_loop."""
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    jnp = jax.numpy
+
+    def with_fori(a, x, out):
+        def step(i, s):
+            x, out = s
+            x = jnp.tanh(x * a[i] + a[i + 1, ::-1])
+            return x, out.at[i, 1:].set(x[:-1] * 2.0)
+
+        x, out = jax.lax.fori_loop(0, 60, step, (x, out))
+        return (x * x).sum() + (out**2).sum()
+
+    rng = np.random.default_rng(3)
+    a, x, out = 0.3 * rng.standard_normal((61, 9)), rng.standard_normal(9), np.zeros((61, 9))
+    with quiet():
+        b = tk.vjp(tk.trace(_driven, a, x, out.copy()))
+    assert [n.op for n in b.graph.nodes if OPS[n.op].kind == "control"] == ["loop", "loop"]
+    want = jax.jit(jax.grad(with_fori, argnums=(0, 1, 2)))(a, x, out)
+    for checkpoint in (None, 7):  # a loop indexing with its count is not split in segments
+        got = tk.grad(_driven, argnums=(0, 1, 2), checkpoint=checkpoint)(a, x, out.copy())
+        for g, e in zip(got, want):
+            np.testing.assert_allclose(g, np.asarray(e), rtol=1e-10, atol=1e-12)
+    with quiet():
+        c = tk.compile(b, target="cpu", progress=False)
+    for g, e in zip(c(a, x, out.copy(), np.ones(())), want):
+        np.testing.assert_allclose(g, np.asarray(e), rtol=1e-10, atol=1e-12)
 
 
 # ---------------------------------------------------------------------- numbers moving with a loop

@@ -13,8 +13,10 @@ start of each segment, and the reverse of a segment replays it (saving its ``S``
 before running it backwards. Memory holds ``trips / S + S`` states instead of ``trips``, for
 one more forward pass.
 
-Loops whose indices move with the iteration, and while loops, are differentiated through their
-iterations (unrolled).
+An index that moves with the forward loop (``a[t]``, ``out[t] = ...``) moves the other way in
+the reverse loop; such loops are not split into segments (each segment would need its offset),
+so ``checkpoint`` leaves them whole. While loops are differentiated through their iterations
+(unrolled).
 
 >>> import numpy as np, tracekit as tk
 >>> def f(x):
@@ -41,9 +43,28 @@ from .op import is_while
 
 def reversible(node: Node) -> bool:
     """``node`` is a loop whose gradient is a reverse loop (others are unrolled first)."""
-    if OPS[node.op].kind != "control" or is_while(node):
-        return False
-    return not any(moves(n.attrs) for n in node.attrs["body"].nodes)
+    return OPS[node.op].kind == "control" and not is_while(node)
+
+
+def _moves(node: Node) -> bool:
+    """A loop whose body indexes with the iteration count."""
+    return any(moves(n.attrs) for n in node.attrs["body"].nodes)
+
+
+def _reversed(attrs: dict, trips: int) -> dict:
+    """A node's attributes in the reverse loop, whose iteration ``k`` is the forward's
+    ``trips - 1 - k``: each index moving with the forward loop moves the other way."""
+
+    def flip(x):
+        if isinstance(x, Affine):
+            return Affine(x.base + x.step * (trips - 1), -x.step)
+        if isinstance(x, tuple):
+            return tuple(flip(e) for e in x)
+        if isinstance(x, slice):
+            return slice(flip(x.start), flip(x.stop), flip(x.step))
+        return x
+
+    return {k: flip(v) for k, v in attrs.items()} if moves(attrs) else attrs
 
 
 def _inexact(v: Var) -> bool:
@@ -70,7 +91,13 @@ def segmented(graph: Graph, size: int) -> Graph:
     taken = {v.name for v in graph.inputs} | {o.name for n in graph.nodes for o in n.outputs}
     nodes = []
     for n in graph.nodes:
-        if reversible(n) and n.attrs["trips"] > size and not n.attrs.get("stacked"):
+        # (a body indexing with the iteration count would need the segment's offset too)
+        if (
+            reversible(n)
+            and n.attrs["trips"] > size
+            and not n.attrs.get("stacked")
+            and not _moves(n)
+        ):
             nodes += _segments(n, size, taken)
         else:
             nodes.append(n)
@@ -146,7 +173,7 @@ def loop_vjp(ctx, node: Node, gs: list, ins: list, states: list, backward) -> li
         else:
             env[v] = made.zeros(v)
     env.update(zip(consts, const_vars))
-    grads = dict(zip(wrt, made.inline(gb, env)))
+    grads = dict(zip(wrt, made.inline(gb, env, trips)))
     nexts = [grads[i] for i in d_state]
     nexts += [made.zeros(d) for d in d_plain.values()]  # the last iteration's only
     nexts += [made.node("add", [sums[i], grads[i]], {}, like=sums[i]) for i in sums]
@@ -210,12 +237,13 @@ class _Body:
         attrs = {"shape": like.shape, "fill_value": z, "dtype": like.dtype}
         return self.node("full", [], attrs, like=Var("", like.shape, like.dtype))
 
-    def inline(self, g: Graph, env: dict) -> list:
-        """Append ``g``'s nodes with its inputs bound by ``env``; the Vars of its outputs."""
+    def inline(self, g: Graph, env: dict, trips: int) -> list:
+        """Append ``g``'s nodes (of a forward loop's iteration, run here in reverse) with its
+        inputs bound by ``env``; the Vars of its outputs."""
         for n in g.nodes:
             outs = tuple(self._var(o, "r") for o in n.outputs)
             ins = tuple(env.get(x, x) if isinstance(x, Var) else x for x in n.inputs)
-            self.nodes.append(n.replace(inputs=ins, outputs=outs))
+            self.nodes.append(n.replace(inputs=ins, outputs=outs, attrs=_reversed(n.attrs, trips)))
             env.update(zip(n.outputs, outs))
         return [env.get(o, o) for o in g.outputs]
 

@@ -16,7 +16,7 @@ import numpy as np
 from numpy.lib.array_utils import byte_bounds
 
 from ..errors import TraceError, TracerWarning
-from ..ir import Guard, InputSpec, Node, Var
+from ..ir import Guard, InputSpec, Node, Var, at_iteration, moves
 from ..ops import OPS
 from .array import Buffer, TracedArray, ViewStep, dtype_of, iter_deep
 from .captures import find_capture
@@ -135,8 +135,11 @@ class TraceContext:
         attrs = dict(attrs or {})
         tins = [self.lift(x) for x in inputs]
         vals = [x._value if isinstance(x, TracedArray) else x for x in tins]
+        # an index moving with a loop (a loop body's backward pass is built from its first
+        # iteration's values): computed where it is then, recorded as it moves
+        now = at_iteration(attrs, 0) if moves(attrs) else attrs
         try:
-            out = OPS[op].impl(*vals, **attrs)
+            out = OPS[op].impl(*vals, **now)
         except TraceError:
             raise
         except Exception as e:
