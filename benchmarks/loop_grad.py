@@ -1,7 +1,9 @@
 """Gradients through a 1,000-step loop: memory (peak RSS) and time of the backward pass, with
-the states saved in every iteration, with checkpointing, and jax's ``grad`` of the same program
-written with ``lax.fori_loop``; each measured in a fresh process of its own, side by side in
-one run. Also the largest difference between the gradients.
+the residuals saved in every iteration (the default), with the state alone saved in every
+iteration (``checkpoint=1``: the reverse replays each body), with checkpointing in segments, and
+jax's ``grad`` of the same program written with ``lax.fori_loop``; each measured in a fresh
+process of its own, side by side in one run. Also the largest difference between the
+gradients.
 
     .venv/bin/python benchmarks/loop_grad.py                 # 1,000 steps on a 256x256 state
     .venv/bin/python benchmarks/loop_grad.py --steps 100 --size 64
@@ -61,7 +63,7 @@ def run_one(how: str, steps: int, size: int, repeats: int) -> dict:
         sys.path.insert(0, str(ROOT))
         import tracekit as tk
 
-        checkpoint = None if how == "saved" else int(how.split("=")[1])
+        checkpoint = None if how == "residuals" else int(how.split("=")[1])
         base, start = _rss_mb(), time.perf_counter()
         t = tk.trace(lambda x, w: program(x, w, steps), x, w)
         b = tk.compile(tk.vjp(t, checkpoint=checkpoint), target="cpu", progress=False)
@@ -101,7 +103,7 @@ def main(argv=None):
         print(json.dumps(run_one(args.one, args.steps, args.size, args.repeats)))
         return
     segment = max(1, int(round(args.steps**0.5)))
-    hows = ["saved", f"checkpoint={segment}", "jax"]
+    hows = ["residuals", "checkpoint=1", f"checkpoint={segment}", "jax"]
     state_mb = args.size * args.size * 8 / 2**20
     print(
         f"gradient of a {args.steps}-step loop on a {args.size}x{args.size} float64 state "

@@ -719,9 +719,34 @@ def test_checkpointed_gradients_equal_the_saved_ones(checkpoint):
         np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-15)
     b = tk.vjp(tk.trace(_rnn, x, w), checkpoint=checkpoint)
     outer = b.graph.nodes[0]
-    if checkpoint < 100:  # the forward loop runs segments: it saves one state per segment
+    if 1 < checkpoint < 100:  # the forward loop runs segments: it saves one state per segment
         assert outer.attrs["trips"] == 100 // checkpoint, str(b.graph)
         assert "segments of" in outer.attrs["body"].name
+    if checkpoint == 1:  # the state of every iteration, from which the reverse replays the body
+        assert outer.attrs["trips"] == 100 and outer.attrs["stacked"] == 1, str(b.graph)
+
+
+def _reverse_body_ops(b) -> list:
+    (reverse,) = [
+        n for n in b.graph.nodes if n.op == "loop" and "(reverse)" in n.attrs["body"].name
+    ]
+    return [n.op for n in reverse.attrs["body"].nodes]
+
+
+def test_the_reverse_loop_reads_saved_residuals_and_checkpoint_1_replays_the_body():
+    """By default the forward loop stacks what the body's backward graph reads (here the state
+    x and tanh(x @ w)), and the reverse loop does not compute the forward again; with
+    ``checkpoint=1`` it saves the state only and replays the body in every reverse step."""
+    x, w = _rnn_data(1)
+    t = tk.trace(_rnn, x, w)
+    saved, replayed = tk.vjp(t), tk.vjp(t, checkpoint=1)
+    forward = saved.graph.nodes[0]
+    assert forward.attrs["stacked"] == 2, str(saved.graph)  # x and tanh(x @ w), per iteration
+    assert "tanh" not in _reverse_body_ops(saved)
+    assert "tanh" in _reverse_body_ops(replayed)
+    args = (x, w, np.ones(()))
+    for g, e in zip(saved(*args), replayed(*args)):
+        np.testing.assert_allclose(g, e, rtol=1e-13, atol=1e-15)
 
 
 def test_checkpoint_must_be_a_positive_int():

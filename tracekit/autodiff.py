@@ -144,8 +144,13 @@ def backward(t: Traced, wrt=None, *, seed: bool = False, with_value: bool = Fals
     """
     # a loop's gradient is a reverse loop (tracekit.loops.grad), or it is unrolled
     g = unroll(t.graph, which=lambda n: not loop_grad.reversible(n))
-    if checkpoint is not None:
-        g = loop_grad.segmented(g, checkpoint)
+    recompute = set()  # loops whose reverse replays their body from the saved state
+    if checkpoint is not None and checkpoint > 1:
+        g, recompute = loop_grad.segmented(g, checkpoint)
+
+    def body_backward(body_traced, body_wrt):
+        return backward(body_traced, body_wrt, checkpoint=checkpoint)
+
     arg_pos = _leaf_args(g)
     if wrt is None:
         wrt = [k for k, i in enumerate(arg_pos) if _inexact(g.inputs[i])]
@@ -179,7 +184,9 @@ def backward(t: Traced, wrt=None, *, seed: bool = False, with_value: bool = Fals
         ctx.link_to = None
         ins = [env[x] if isinstance(x, Var) else _literal(ctx, x, consts) for x in node.inputs]
         if OPS[node.op].kind == "control":
-            res, saved[node] = loop_grad.replay(ctx, node, ins)
+            res, saved[node] = loop_grad.replay(
+                ctx, node, ins, body_backward, checkpoint == 1 or node in recompute
+            )
         else:
             attrs, n_out = dict(node.attrs), len(node.outputs)
             res = ctx.emit(node.op, ins, attrs, n_out=n_out, weak=node.out.weak)
@@ -232,7 +239,7 @@ def backward(t: Traced, wrt=None, *, seed: bool = False, with_value: bool = Fals
         rule = OPS[node.op].vjp
         where = f" at {node.source} `{node.source.text}`" if node.source else ""
         if node in saved:
-            rule = functools.partial(_loop_rule, node, saved[node], ctx, checkpoint)
+            rule = functools.partial(_loop_rule, node, saved[node], ctx)
         if rule is None:
             raise TraceError(f"op {node.op!r} has no gradient rule (in: {node}){where}")
         ctx.at = (node.source, node.scope)
@@ -314,14 +321,10 @@ def backward(t: Traced, wrt=None, *, seed: bool = False, with_value: bool = Fals
     return b
 
 
-def _loop_rule(node, states, ctx, checkpoint, g, outs, *ins, **attrs):
+def _loop_rule(node, saved, ctx, g, outs, *ins, **attrs):
     """The gradient rule of a loop, called as the op table's rules are."""
     gs = list(g) if len(node.outputs) > 1 else [g]
-
-    def body_backward(t, wrt):
-        return backward(t, wrt, checkpoint=checkpoint)
-
-    return loop_grad.loop_vjp(ctx, node, gs, list(ins), states, body_backward)
+    return loop_grad.loop_vjp(ctx, node, gs, list(ins), saved)
 
 
 def _renumber(graph: Graph, generated: set, reserved: set):

@@ -975,6 +975,7 @@ class _Gen:
             ["add", "subtract", "multiply"] + ([] if self.profile == "grad" else ["maximum"])
         )
         st = {"k": "stencil", "a": a, "fn": fn, "i1": i1, "i2": i2}
+        approx = self.approx[a] or (_kind(x) == "c" and fn in APPROX_COMPLEX)  # (FMA on CUDA)
         if rng.random() < 0.5:
             into = [
                 i
@@ -987,8 +988,8 @@ class _Gen:
             if into:
                 out = self.choice(into)
                 st.update(k="stencil_into", at=at, out=out)
-                return st, self.approx[a] or self.approx[out]
-        return st, self.approx[a]
+                return st, approx or self.approx[out]
+        return st, approx
 
     def _getitem_by_register(self, regs, a, ints, n):
         if self.depth:  # it adds a step of its own to the program: not inside a loop's body

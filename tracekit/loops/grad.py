@@ -33,12 +33,14 @@ True
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .. import pytree
 from ..ir import Affine, Graph, Node, Var, moves
 from ..ops import OPS
-from .op import is_while
+from .op import is_while, value_names
 
 
 def reversible(node: Node) -> bool:
@@ -72,24 +74,99 @@ def _inexact(v: Var) -> bool:
 
 
 # ---------------------------------------------------------------------- the forward
-def replay(ctx, node: Node, ins: list):
-    """Emit loop ``node`` on ``ins`` in the backward trace ``ctx``, also stacking its carried
-    state at the start of every iteration. Returns (its outputs, the stacked states)."""
+@dataclass
+class Saved:
+    """What a loop's forward pass keeps for its reverse loop."""
+
+    backward: Graph  # the body's: (body inputs, a cotangent per output, constants) -> grads
+    wrt: list  # the body inputs it differentiates
+    kept: list  # the values of ``backward`` the forward loop stacks, one row per iteration
+    rows: list  # those stacks, traced
+    consts: list  # the traced inputs of ``backward``'s constants
+
+
+def replay(ctx, node: Node, ins: list, backward, recompute: bool = False):
+    """Emit loop ``node`` on ``ins`` in the backward trace ``ctx``, also stacking in every
+    iteration what the reverse loop reads: the residuals, the body's values its backward graph
+    reads (``recompute``: the carried state only, from which the reverse loop replays the
+    body). ``backward(traced, wrt)`` builds the body's backward graph. Returns (the loop's
+    outputs, :class:`Saved`)."""
     body, c = node.attrs["body"], node.attrs["carried"]
-    saving = body.replace(outputs=list(body.outputs) + list(body.inputs[:c]))
-    attrs = {**node.attrs, "body": saving, "stacked": node.attrs.get("stacked", 0) + c}
+    n_in, n_out = len(body.inputs), len(body.outputs)
+    wrt = [i for i in range(n_in) if _inexact(body.inputs[i])]
+    gb = _body_backward(body, ins, backward, wrt)
+    consts = gb.inputs[n_in + n_out :]
+    const_ins = [ctx.add_input(np.array(gb.constants[v]), "const", "const") for v in consts]
+    if recompute:
+        kept, computing = list(gb.inputs[:c]), []
+    else:
+        kept, computing = _residuals(gb, n_in, n_out, c)
+    ctx.taken |= {v.name for v in body.inputs} | value_names(body.nodes)
+    made = _Body(ctx, body.name)
+    made.inputs, made.nodes = list(body.inputs), list(body.nodes)
+    env = dict(zip(gb.inputs[:n_in], body.inputs))
+    env.update((v, made.input(v, v.name)) for v in consts)
+    made.inline(computing, env, None)
+    saving = made.graph(list(body.outputs) + [env.get(v, v) for v in kept])
+    attrs = {**node.attrs, "body": saving, "stacked": node.attrs.get("stacked", 0) + len(kept)}
     n = len(node.outputs)
-    res = ctx.emit("loop", ins, attrs, n_out=n + c)
-    res = [res] if n + c == 1 else list(res)
-    return res[:n], res[n:]
+    res = ctx.emit("loop", list(ins) + const_ins, attrs, n_out=n + len(kept))
+    res = [res] if n + len(kept) == 1 else list(res)
+    return res[:n], Saved(gb, wrt, kept, res[n:], const_ins)
 
 
-def segmented(graph: Graph, size: int) -> Graph:
+def _body_backward(body: Graph, ins: list, backward, wrt: list) -> Graph:
+    from ..traced import Traced
+
+    examples = [x._value if hasattr(x, "_value") else x for x in ins]
+    t = Traced(
+        body,
+        pytree.flatten(list(examples))[1],
+        pytree.flatten(tuple(body.outputs))[1],
+        [None] * len(body.inputs),
+        examples,
+    )
+    return backward(t, wrt).graph
+
+
+def _residuals(gb: Graph, n_in: int, n_out: int, carried: int):
+    """(the residuals, the nodes computing them) of a body's backward graph ``gb``: the values
+    that depend on the carried state and not on a cotangent, read where a cotangent is (or
+    given as a gradient). Values of the invariants alone are recomputed by the reverse loop
+    (the hoisting pass takes them out of it)."""
+    tangent = set(gb.inputs[n_in : n_in + n_out])
+    on_state = set(gb.inputs[:carried])
+    reads = []
+    for n in gb.nodes:
+        if any(x in tangent for x in n.var_inputs):
+            tangent.update(n.outputs)
+            reads += n.var_inputs
+        elif any(x in on_state for x in n.var_inputs):
+            on_state.update(n.outputs)
+    kept = list(dict.fromkeys(x for x in reads + list(gb.outputs) if x in on_state))
+    return kept, _needed(gb.nodes, kept, set(gb.inputs))
+
+
+def _needed(nodes: list, wanted: list, known: set) -> list:
+    """The nodes (in order) that compute ``wanted`` from ``known`` values."""
+    made = {o: n for n in nodes for o in n.outputs}
+    need, todo = set(), [v for v in wanted if v not in known]
+    while todo:
+        n = made.get(todo.pop())
+        if n is None or id(n) in need:
+            continue
+        need.add(id(n))
+        todo += [x for x in n.var_inputs if x not in known]
+    return [n for n in nodes if id(n) in need]
+
+
+def segmented(graph: Graph, size: int) -> tuple[Graph, set]:
     """``graph`` with each reversible loop of more than ``size`` iterations (and no stacked
     outputs) split into a loop over segments of ``size`` iterations, and a loop of the
-    iterations left over."""
+    iterations left over; and the loops over segments (their reverse replays a segment from
+    the state saved at its start)."""
     taken = {v.name for v in graph.inputs} | {o.name for n in graph.nodes for o in n.outputs}
-    nodes = []
+    nodes, outer = [], set()
     for n in graph.nodes:
         # (a body indexing with the iteration count would need the segment's offset too)
         if (
@@ -98,10 +175,12 @@ def segmented(graph: Graph, size: int) -> Graph:
             and not n.attrs.get("stacked")
             and not _moves(n)
         ):
-            nodes += _segments(n, size, taken)
+            made = _segments(n, size, taken)
+            outer.add(made[0])
+            nodes += made
         else:
             nodes.append(n)
-    return graph.replace(nodes=nodes)
+    return graph.replace(nodes=nodes), outer
 
 
 def _segments(node: Node, size: int, taken: set) -> list:
@@ -129,25 +208,14 @@ def _like(v: Var, name: str, taken: set) -> Var:
 
 
 # ---------------------------------------------------------------------- the reverse loop
-def loop_vjp(ctx, node: Node, gs: list, ins: list, states: list, backward) -> list:
+def loop_vjp(ctx, node: Node, gs: list, ins: list, saved: Saved) -> list:
     """Cotangents of loop ``node``'s inputs (``ins``, traced in ``ctx``; None where none) from
-    those of its outputs (``gs``, None where none): a reverse loop over the ``states`` that
-    :func:`replay` saved. ``backward(traced, wrt)`` builds the body's backward graph."""
-    from ..traced import Traced
-
+    those of its outputs (``gs``, None where none): a reverse loop over the rows that
+    :func:`replay` saved."""
     body, c, trips = node.attrs["body"], node.attrs["carried"], node.attrs["trips"]
     n_in, n_out = len(body.inputs), len(body.outputs)
     plain = n_out - node.attrs.get("stacked", 0)
-    examples = [x._value if hasattr(x, "_value") else x for x in ins]
-    t = Traced(
-        body,
-        pytree.flatten(list(examples))[1],
-        pytree.flatten(tuple(body.outputs))[1],
-        [None] * n_in,
-        examples,
-    )
-    wrt = [i for i in range(n_in) if _inexact(body.inputs[i])]
-    gb = backward(t, wrt).graph  # (body inputs, a cotangent per output, constants) -> grads
+    gb, wrt = saved.backward, saved.wrt
     consts = gb.inputs[n_in + n_out :]
     made = _Body(ctx, f"{body.name}  (reverse)")
     # carried: the cotangents of the state and of the plain outputs, the invariants' sums
@@ -156,15 +224,15 @@ def loop_vjp(ctx, node: Node, gs: list, ins: list, states: list, backward) -> li
     d_plain = {j: v for j, v in d_plain.items() if _inexact(v) and gs[j] is not None}
     sums = {i: made.input(body.inputs[i], "sum_d", weak=False) for i in wrt if i >= c}
     carried = len(made.inputs)
-    # invariants: the saved states, the loop's invariants, the stacked outputs' cotangents
-    rows = [made.input(_stack_of(v, trips), f"{v.name}[]") for v in body.inputs[:c]]
+    # invariants: the saved rows, the loop's invariants, the stacked outputs' cotangents
+    rows = [made.input(_stack_of(v, trips), f"{v.name}[]") for v in saved.kept]
     invariants = [made.input(v, v.name) for v in body.inputs[c:]]
     d_rows = {s: made.input(_stack_of(body.outputs[s], trips), "d[]") for s in range(plain, n_out)}
     d_rows = {s: v for s, v in d_rows.items() if gs[s] is not None}
     const_vars = [made.input(v, v.name) for v in consts]
     back = {"idx": (Affine(trips - 1, -1),)}  # reverse iteration k: forward iteration trips-1-k
-    state = [made.node("index", [r], back, like=v) for r, v in zip(rows, body.inputs)]
-    env = dict(zip(gb.inputs[:n_in], state + invariants))
+    env = dict(zip(gb.inputs[c:n_in], invariants))
+    env.update((v, made.node("index", [r], back, like=v)) for r, v in zip(rows, saved.kept))
     for j, v in enumerate(gb.inputs[n_in : n_in + n_out]):
         if j in d_state or j in d_plain:
             env[v] = d_state.get(j, d_plain.get(j))
@@ -173,7 +241,8 @@ def loop_vjp(ctx, node: Node, gs: list, ins: list, states: list, backward) -> li
         else:
             env[v] = made.zeros(v)
     env.update(zip(consts, const_vars))
-    grads = dict(zip(wrt, made.inline(gb, env, trips)))
+    made.inline(_needed(gb.nodes, list(gb.outputs), set(env)), env, trips)
+    grads = {i: env[o] for i, o in zip(wrt, gb.outputs)}
     nexts = [grads[i] for i in d_state]
     nexts += [made.zeros(d) for d in d_plain.values()]  # the last iteration's only
     nexts += [made.node("add", [sums[i], grads[i]], {}, like=sums[i]) for i in sums]
@@ -182,8 +251,8 @@ def loop_vjp(ctx, node: Node, gs: list, ins: list, states: list, backward) -> li
     start = [gs[i] if gs[i] is not None else _zeros(ctx, body.outputs[i]) for i in d_state]
     start += [gs[j] for j in d_plain]
     start += [_zeros(ctx, sums[i]) for i in sums]
-    loop_ins = start + list(states) + list(ins[c:]) + [gs[s] for s in d_rows]
-    loop_ins += [ctx.add_input(np.array(gb.constants[v]), "const", "const") for v in consts]
+    loop_ins = start + list(saved.rows) + list(ins[c:]) + [gs[s] for s in d_rows]
+    loop_ins += saved.consts
     attrs = {"body": reverse, "trips": trips, "carried": carried, "stacked": 0}
     outs = ctx.emit("loop", loop_ins, attrs, n_out=carried)
     outs = [outs] if carried == 1 else list(outs)
@@ -237,15 +306,18 @@ class _Body:
         attrs = {"shape": like.shape, "fill_value": z, "dtype": like.dtype}
         return self.node("full", [], attrs, like=Var("", like.shape, like.dtype))
 
-    def inline(self, g: Graph, env: dict, trips: int) -> list:
-        """Append ``g``'s nodes (of a forward loop's iteration, run here in reverse) with its
-        inputs bound by ``env``; the Vars of its outputs."""
-        for n in g.nodes:
+    def inline(self, nodes: list, env: dict, trips: int | None) -> list:
+        """Append ``nodes`` (of a forward loop's iteration; with ``trips``, run here in reverse)
+        with their inputs bound by ``env`` (which gets their outputs); the Vars they make."""
+        made = []
+        for n in nodes:
             outs = tuple(self._var(o, "r") for o in n.outputs)
             ins = tuple(env.get(x, x) if isinstance(x, Var) else x for x in n.inputs)
-            self.nodes.append(n.replace(inputs=ins, outputs=outs, attrs=_reversed(n.attrs, trips)))
+            attrs = n.attrs if trips is None else _reversed(n.attrs, trips)
+            self.nodes.append(n.replace(inputs=ins, outputs=outs, attrs=attrs))
             env.update(zip(n.outputs, outs))
-        return [env.get(o, o) for o in g.outputs]
+            made += outs
+        return made
 
     def graph(self, outputs: list) -> Graph:
         return Graph(self.inputs, self.nodes, outputs, name=self.name).check()
