@@ -88,8 +88,9 @@ def jit(fn=None, *, target: str = "cpu", **options):
 def grad(fn, argnums=0, checkpoint=None):
     """``d fn / d args[argnums]`` as a function (``fn`` must return a scalar).
 
-    Through a loop, the gradient is a reverse loop over the states the forward iterations
-    saved; ``checkpoint=S`` saves one per ``S`` iterations and recomputes the others.
+    Through a loop, the gradient is a reverse loop over the residuals the forward iterations
+    saved; ``checkpoint=1`` saves their states instead (the reverse replays each iteration),
+    ``checkpoint=S`` one state per ``S`` iterations (the reverse replays each segment).
 
     >>> import numpy as np, tracekit as tk
     >>> tk.grad(lambda x: np.sum(x**2))(np.array([1.0, 2.0]))

@@ -140,7 +140,7 @@ def backward(t: Traced, wrt=None, *, seed: bool = False, with_value: bool = Fals
     one). ``seed``: the output cotangent is 1 (a constant), not an input (``tk.grad``).
     ``with_value``: the forward results come first in the outputs, then the gradients.
     ``checkpoint``: loops save their state every that many iterations (see
-    :mod:`tracekit.loops.grad`) instead of in every iteration.
+    :mod:`tracekit.loops.grad`) instead of their residuals in every iteration.
     """
     # a loop's gradient is a reverse loop (tracekit.loops.grad), or it is unrolled
     g = unroll(t.graph, which=lambda n: not loop_grad.reversible(n))

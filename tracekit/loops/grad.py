@@ -1,17 +1,21 @@
 """Loops under reverse-mode autodiff: a reverse loop over the gradient of the body.
 
-The backward pass replays the forward loop, which also stacks its carried state at the start
-of every iteration (the residuals: one row per iteration). The reverse loop then runs the
-iterations last to first: its iteration ``k`` reads the state saved by forward iteration
-``trips - 1 - k``, replays the body from it and runs the body's backward graph (the
-:func:`tracekit.vjp` of the body) on the cotangents of the next state; the cotangents of the
-invariants add up over the iterations. Neither loop grows with the trip count.
+The backward pass replays the forward loop, which also stacks, in every iteration, the
+residuals: the values of the body that its backward graph (the :func:`tracekit.vjp` of the
+body) reads and that depend on the carried state (``tanh(x @ w)`` and ``x`` for
+``x = tanh(x @ w)``). The reverse loop then runs the iterations last to first: its iteration
+``k`` reads the residuals of forward iteration ``trips - 1 - k`` and runs the body's backward
+graph on the cotangents of the next state, computing nothing of the forward again but what
+depends on the invariants alone (hoisted out of it); the cotangents of the invariants add up
+over the iterations. Neither loop grows with the trip count.
 
-Checkpointing (``checkpoint=S``) first splits a loop into an outer loop over segments of
-``S`` iterations, whose body is the loop of one segment: the forward saves the state at the
-start of each segment, and the reverse of a segment replays it (saving its ``S`` states)
-before running it backwards. Memory holds ``trips / S + S`` states instead of ``trips``, for
-one more forward pass.
+``checkpoint=1`` stacks the carried state alone, and the reverse loop replays the body from it
+in every iteration: less memory where the residuals outweigh the state, a second forward pass.
+``checkpoint=S`` first splits a loop into an outer loop over segments of ``S`` iterations,
+whose body is the loop of one segment: the forward saves the state at the start of each
+segment, and the reverse of a segment replays it (saving its ``S`` iterations' residuals)
+before running it backwards. Memory holds ``trips / S`` states and ``S`` iterations'
+residuals instead of ``trips`` iterations' residuals, for one more forward pass.
 
 An index that moves with the forward loop (``a[t]``, ``out[t] = ...``) moves the other way in
 the reverse loop; such loops are not split into segments (each segment would need its offset),
