@@ -22,6 +22,8 @@ True
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from ..ir import Var
@@ -56,6 +58,7 @@ class _Driver:
         self.scalars: set = set()  # Vars that are numba scalars (an index giving one element)
         self.before: list[str] = []
         self.lines: list[str] = []
+        self.view_lines: set = set()  # positions in lines of the views taken
         if g.constants or g.guards:
             raise NoDriver("the body has constants or guards")
         values = list(g.inputs) + [o for n in g.nodes for o in n.outputs]
@@ -192,6 +195,7 @@ class _Driver:
             raise NoDriver("an index of a scalar")
         out = self._name(n.out)
         self.lines.append(f"{out} = {self.names[base]}[{_index(idx)}]")
+        self.view_lines.add(len(self.lines) - 1)
         if all(type(e) is int or isinstance(e, Affine) for e in idx) and len(idx) == base.ndim:
             self.scalars.add(n.out)  # one element: numba gives a scalar
 
@@ -294,7 +298,7 @@ class _Driver:
         else:  # a while loop: returns whether its condition became false in time
             most = self.node.attrs["max_iterations"]
             lines += ["    done = False", f"    for k in range({most}):"]
-        lines += ["        " + ln for ln in self.lines]
+        lines += ["        " + ln for ln in _unread_views_dropped(self.lines, self.view_lines)]
         for s, o in enumerate(g.outputs[plain:]):
             lines.append(f"        r_{s}[k] = {self.names[o]}")
         if c:
@@ -358,6 +362,26 @@ def _direct_stores(plan, segments, in_place: set) -> dict:
             continue  # the kernel, or a step before the store, reads what the region holds
         out[value] = i
     return out
+
+
+def _unread_views_dropped(lines: list, views: set) -> list:
+    """``lines`` without the views nothing reads (the kernels index their bases instead)."""
+    lines, views = list(lines), set(views)
+    while True:
+        unread = {
+            i
+            for i in views
+            if not any(
+                re.search(rf"\b{lines[i].split(' = ')[0]}\b", ln)
+                for j, ln in enumerate(lines)
+                if j != i and ln
+            )
+        }
+        if not unread:
+            return [ln for ln in lines if ln]
+        for i in unread:
+            lines[i] = ""
+        views -= unread
 
 
 def _scalar_results(plan, direct: dict) -> frozenset:

@@ -374,6 +374,8 @@ def _body_key(body: Graph) -> dict:
 def _literal_key(x):
     if type(x) in (float, int, bool, complex):  # 0.0 and -0.0, 1 and True stay apart
         return ("c", type(x).__name__, repr(x))
+    if isinstance(x, np.generic) and x.dtype.kind in "biufc":  # a NumPy scalar: its dtype too
+        return ("c", x.dtype.str, repr(x.item()))
     return ("c", json.dumps(_canonical(x)))
 
 
