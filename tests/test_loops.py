@@ -734,16 +734,17 @@ def _reverse_body_ops(b) -> list:
 
 
 def test_the_reverse_loop_reads_saved_residuals_and_checkpoint_1_replays_the_body():
-    """By default the forward loop stacks what the body's backward graph reads (here the state
-    x and tanh(x @ w)), and the reverse loop does not compute the forward again; with
-    ``checkpoint=1`` it saves the state only and replays the body in every reverse step."""
+    """By default the forward loop stacks the state and the matmul's result (x and x @ w), and
+    the reverse loop computes only the elementwise tanh again; with ``checkpoint=1`` it saves
+    the state only and replays the whole body, matmul included, in every reverse step."""
     x, w = _rnn_data(1)
     t = tk.trace(_rnn, x, w)
     saved, replayed = tk.vjp(t), tk.vjp(t, checkpoint=1)
     forward = saved.graph.nodes[0]
-    assert forward.attrs["stacked"] == 2, str(saved.graph)  # x and tanh(x @ w), per iteration
-    assert "tanh" not in _reverse_body_ops(saved)
-    assert "tanh" in _reverse_body_ops(replayed)
+    assert forward.attrs["stacked"] == 2, str(saved.graph)  # x and x @ w, per iteration
+    ops, again = _reverse_body_ops(saved), _reverse_body_ops(replayed)
+    assert "tanh" in ops and ops.count("matmul") == 2  # the two of the matmul's gradient
+    assert again.count("matmul") == 3  # and the forward's
     args = (x, w, np.ones(()))
     for g, e in zip(saved(*args), replayed(*args)):
         np.testing.assert_allclose(g, e, rtol=1e-13, atol=1e-15)

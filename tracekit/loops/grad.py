@@ -1,13 +1,14 @@
 """Loops under reverse-mode autodiff: a reverse loop over the gradient of the body.
 
 The backward pass replays the forward loop, which also stacks, in every iteration, the
-residuals: the values of the body that its backward graph (the :func:`tracekit.vjp` of the
-body) reads and that depend on the carried state (``tanh(x @ w)`` and ``x`` for
-``x = tanh(x @ w)``). The reverse loop then runs the iterations last to first: its iteration
-``k`` reads the residuals of forward iteration ``trips - 1 - k`` and runs the body's backward
-graph on the cotangents of the next state, computing nothing of the forward again but what
-depends on the invariants alone (hoisted out of it); the cotangents of the invariants add up
-over the iterations. Neither loop grows with the trip count.
+residuals: of the values of the body that its backward graph (the :func:`tracekit.vjp` of the
+body) reads and that depend on the carried state, the state itself and those of matmuls,
+reductions and the like (``x`` and ``x @ w`` for ``x = tanh(x @ w)``; see :func:`_residuals`).
+The reverse loop then runs the iterations last to first: its iteration ``k`` reads the
+residuals of forward iteration ``trips - 1 - k``, computes the elementwise values again from
+them (``tanh(x @ w)``) and runs the body's backward graph on the cotangents of the next state;
+the cotangents of the invariants add up over the iterations. Neither loop grows with the trip
+count.
 
 ``checkpoint=1`` stacks the carried state alone, and the reverse loop replays the body from it
 in every iteration: less memory where the residuals outweigh the state, a second forward pass.
@@ -134,21 +135,42 @@ def _body_backward(body: Graph, ins: list, backward, wrt: list) -> Graph:
 
 
 def _residuals(gb: Graph, n_in: int, n_out: int, carried: int):
-    """(the residuals, the nodes computing them) of a body's backward graph ``gb``: the values
-    that depend on the carried state and not on a cotangent, read where a cotangent is (or
-    given as a gradient). Values of the invariants alone are recomputed by the reverse loop
-    (the hoisting pass takes them out of it)."""
+    """(the residuals, the nodes computing them) of a body's backward graph ``gb``.
+
+    The reverse loop reads values that depend on the carried state and not on a cotangent.
+    Those an elementwise op or a view makes are computed again there from what they are made
+    of (as jax's ``dots_saveable`` policy does: reading a saved array costs more memory traffic
+    than a few operations per element); the carried state and the values of the other ops
+    (matmuls, reductions, loops, Python ops) are saved. Values of the invariants alone are
+    computed again too (the hoisting pass takes them out of the reverse loop)."""
     tangent = set(gb.inputs[n_in : n_in + n_out])
     on_state = set(gb.inputs[:carried])
-    reads = []
+    made, reads = {}, []
     for n in gb.nodes:
         if any(x in tangent for x in n.var_inputs):
             tangent.update(n.outputs)
             reads += n.var_inputs
         elif any(x in on_state for x in n.var_inputs):
             on_state.update(n.outputs)
-    kept = list(dict.fromkeys(x for x in reads + list(gb.outputs) if x in on_state))
+            made.update((o, n) for o in n.outputs)
+    kept, seen, todo = [], set(), [x for x in reads + list(gb.outputs) if x in on_state]
+    while todo:
+        x = todo.pop(0)
+        if x in seen:
+            continue
+        seen.add(x)
+        n = made.get(x)
+        if n is not None and _cheap(n):  # computed again from its own inputs
+            todo += [y for y in n.var_inputs if y in on_state]
+        else:
+            kept.append(x)
     return kept, _needed(gb.nodes, kept, set(gb.inputs))
+
+
+def _cheap(n: Node) -> bool:
+    """An op the reverse loop computes again rather than reading its saved value."""
+    op = OPS[n.op]
+    return op.kind in ("elementwise", "movement") or (op.view and len(n.inputs) == 1)
 
 
 def _needed(nodes: list, wanted: list, known: set) -> list:
