@@ -110,3 +110,15 @@ def test_loops_quick_runs_and_checks_its_results():
     (row,) = [line for line in p.stdout.splitlines() if line.startswith("kmeans")]
     assert row.split()[1] == "1/1"  # one loop node at 10 and at 100 steps
     assert row.split()[-1] == "yes"  # the compiled loop computes NumPy's result
+
+
+def test_stencils_quick_runs_and_checks_its_results():
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "stencils.py"), "--quick", "--only", "hdiff",
+         "--peers", "numpy", "--no-json"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    (row,) = [line for line in p.stdout.splitlines() if line.startswith("hdiff ")]
+    assert row.split()[1:4] == ["4", "->", "3"]  # the Laplacian computed in the flux kernels
+    assert row.split()[-1] == "yes"  # fused and unfused compute NumPy's result

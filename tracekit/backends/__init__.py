@@ -20,6 +20,7 @@ from ..passes import optimize
 from ..traced import Traced, check_guards, check_layout_guards
 from .control import unroll_small_loops
 from .lowering import lower
+from .offsets import fuse_at_offsets
 from .planner import blas_out
 from .planner import plan as make_plan
 from .runtime import check_out_types
@@ -69,7 +70,12 @@ class Compiled:
         opt = optimize(traced.with_graph(unroll_small_loops(traced.graph)))
         self.history = opt.history
         self.graph = g = lower(opt.graph).check()
+        offsets = []
+        if target == "cpu":  # kernels there read slices in place (windows.py): fuse across them
+            self.graph, offsets = fuse_at_offsets(g)
+            g = self.graph
         self.plan = make_plan(self.graph)
+        self.plan.offsets = offsets
         report = _progress_reporter(progress, f"{traced.graph.name} ({target})")
         if target == "cpu":
             from .cpu import RUNTIME, CpuProgram, Runner

@@ -28,6 +28,7 @@ from . import scalar as S
 from .control import loop_runner, prepared
 from .cpu_loop import NoDriver, driver_signature, driver_source, input_preparer
 from .emit_cpu import PARALLEL_MIN_WORK, PARALLEL_MIN_WORK_BESIDE_BLAS, kernel_source
+from .offsets import fuse_at_offsets
 from .planner import Plan, blas_out, escaping, in_place_updates
 from .planner import plan as make_plan
 from .windows import view_windows
@@ -450,8 +451,9 @@ def compile_loop(node, math: str, disk: bool):
 
 def _body_program(body, carried: int, math: str):
     """(the prepared body, its plan, its program, not yet loaded) of a loop body."""
-    g = prepared(body)
+    g, fusions = fuse_at_offsets(prepared(body))
     plan = make_plan(g)
+    plan.offsets = fusions
     plan.owned = frozenset(g.inputs[:carried])  # the loop hands over its state's buffers
     return g, plan, CpuProgram(plan, math)
 

@@ -81,6 +81,7 @@ class Plan:
     steps: list
     refusals: list
     owned: frozenset = frozenset()  # inputs the runner may write into (a loop's carried state)
+    offsets: list = field(default_factory=list)  # values fused across offsets, or kept (offsets.py)
 
     @property
     def kernels(self) -> list:
@@ -104,6 +105,9 @@ class Plan:
         if self.refusals:
             lines.append("refused fusions:")
             lines += [f"  {r}" for r in self.refusals]
+        if self.offsets:
+            lines.append("fusion across offsets:")
+            lines += [f"  {d}" for d in self.offsets]
         return "\n".join(lines)
 
     def __bool__(self):

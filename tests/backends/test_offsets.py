@@ -1,0 +1,106 @@
+"""Fusion across constant offsets (backends/offsets.py): a cheap elementwise value read only
+through slices is computed again in its readers' kernels. Programs against NumPy, the plan's
+decisions and refusals, and the cases that must keep the value as an array."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers.run import quiet
+
+import tracekit as tk
+from tracekit.backends import offsets
+
+
+def _compile(fn, *args):
+    with quiet():
+        return tk.compile(tk.trace(fn, *args), target="cpu", cache=False, progress=False)
+
+
+def hdiff(f, coeff):
+    lap = 4.0 * f[1:-1, 1:-1] - (f[2:, 1:-1] + f[:-2, 1:-1] + f[1:-1, 2:] + f[1:-1, :-2])
+    res = lap[1:, 1:-1] - lap[:-1, 1:-1]
+    flx = np.where(res * (f[2:-1, 2:-2] - f[1:-2, 2:-2]) > 0, 0, res)
+    res = lap[1:-1, 1:] - lap[1:-1, :-1]
+    fly = np.where(res * (f[2:-2, 2:-1] - f[2:-2, 1:-2]) > 0, 0, res)
+    return f[2:-2, 2:-2] - coeff * (flx[1:] - flx[:-1] + fly[:, 1:] - fly[:, :-1])
+
+
+def chain(a):
+    b = np.tanh(a[1:] - a[:-1])  # a transcendental: it weighs more in the cost
+    c = b[2:] * 0.5 + b[:-2] * 0.25
+    return c[::2] + c[1::2]  # strided slices of c
+
+
+def test_a_stencil_computes_its_cheap_stages_again_at_each_offset():
+    rng = np.random.default_rng(0)
+    f, coeff = rng.standard_normal((20, 18)), rng.standard_normal((16, 14))
+    c = _compile(hdiff, f, coeff)
+    fused = [d for d in c.plan.offsets if d.fused]
+    kept = [d for d in c.plan.offsets if not d.fused]
+    assert [(d.slices, d.cost) for d in fused] == [(4, 5)]  # the Laplacian, at its 4 offsets
+    assert "lap = " in str(fused[0]) and "test_offsets.py" in str(fused[0])
+    assert len(kept) == 2 and all("2 slices x 15 op(s)" in str(d) for d in kept)  # the fluxes
+    assert "fusion across offsets:" in str(c.plan)
+    assert len(c.plan.kernels) == 3  # the two fluxes (each with the Laplacian), the update
+    for x, k in [(f, coeff), (rng.standard_normal((20, 18)), rng.standard_normal((16, 14)))]:
+        np.testing.assert_allclose(c(x, k), hdiff(x, k), rtol=1e-13, atol=1e-13)
+
+
+def test_without_the_budget_every_stage_is_an_array(monkeypatch):
+    f = np.random.default_rng(1).standard_normal((20, 18))
+    coeff = np.ones((16, 14))
+    monkeypatch.setattr(offsets, "MAX_RECOMPUTE", 0)
+    c = _compile(hdiff, f, coeff)
+    assert len(c.plan.kernels) == 4 and not any(d.fused for d in c.plan.offsets)
+    np.testing.assert_allclose(c(f, coeff), hdiff(f, coeff), rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("budget", [0, 8, 24, 100])
+def test_strided_slices_and_transcendentals_at_every_budget(budget, monkeypatch):
+    monkeypatch.setattr(offsets, "MAX_RECOMPUTE", budget)
+    a = np.random.default_rng(2).standard_normal(41)
+    c = _compile(chain, a)
+    for d in c.plan.offsets:
+        assert d.fused == (d.slices * d.cost <= budget), str(d)
+    np.testing.assert_allclose(c(a), chain(a), rtol=1e-14, atol=1e-15)
+
+
+def read_directly(a):
+    b = a[1:] + a[:-1]
+    return b[1:] * b[:-1], b.sum()  # b itself is read too: it stays an array
+
+
+def broadcast(a, w):
+    b = a * w  # w of shape (5,) broadcast along the rows
+    return b[1:] - b[:-1]
+
+
+def of_a_reduction(a):
+    s = a.sum(axis=1)
+    return s[1:] - s[:-1]
+
+
+@pytest.mark.parametrize("fn", [read_directly, broadcast, of_a_reduction], ids=lambda f: f.__name__)
+def test_values_not_read_only_through_slices_or_not_elementwise_stay_arrays(fn):
+    rng = np.random.default_rng(3)
+    args = (rng.standard_normal((6, 5)), rng.standard_normal(5))[: 2 if fn is broadcast else 1]
+    c = _compile(fn, *args)
+    assert not any(d.fused for d in c.plan.offsets), [str(d) for d in c.plan.offsets]
+    got, want = c(*args), fn(*args)
+    for g, w in zip(*(v if isinstance(v, tuple) else (v,) for v in (got, want))):
+        np.testing.assert_allclose(g, w, rtol=1e-13)
+
+
+def test_a_loop_body_is_fused_across_offsets_too():
+    def steps(u):
+        for _ in range(30):
+            lap = u[2:] + u[:-2] - 2.0 * u[1:-1]
+            u[2:-2] = u[2:-2] + 0.1 * (lap[1:-1] - 0.5 * (lap[2:] + lap[:-2]))
+        return u
+
+    u = np.random.default_rng(4).standard_normal(40)
+    c = _compile(steps, u.copy())
+    (run,) = c.program.loops.values()
+    assert run.how == "one numba function" and run.source.count("def segment") == 1
+    np.testing.assert_allclose(c(u.copy()), steps(u.copy()), rtol=1e-12)

@@ -1,0 +1,166 @@
+"""Fusion across constant offsets: a cheap elementwise value read only through slices is
+computed again at the shifted indices inside the kernels that read it, instead of being
+written out and read back.
+
+Stencil codes chain stages that read the stage before at neighbouring points (``lap[1:, 1:-1]
+- lap[:-1, 1:-1]``). The planner fuses a kernel with the values it reads at the position it
+computes, not at other positions, so every stage would be materialised. Slicing commutes with
+elementwise ops, ``f(a, b)[s] == f(a[s], b[s])`` when ``a`` and ``b`` have ``f``'s shape, so a
+slice of ``f``'s result becomes ``f`` of slices of its inputs: the reading kernel then computes
+``f`` itself, at its own offsets, from arrays it reads in place (``backends/windows.py``).
+
+This costs the producer's operations once per slice read; it saves writing the producer's
+array and reading it back once per slice. The cost model: the producer's elementwise cone
+(what computing it from materialised values takes, transcendental functions weighing
+``TRANSCENDENTAL`` operations) times the number of slices read must stay within
+``MAX_RECOMPUTE`` operations per element. Every decision and refusal is an
+:class:`OffsetFusion` in ``Plan.offsets``.
+
+>>> import numpy as np, tracekit as tk
+>>> def blur_then_diff(a):
+...     b = 0.5 * (a[1:] + a[:-1])
+...     return b[1:] - b[:-1]
+>>> c = tk.compile(tk.trace(blur_then_diff, np.arange(6.0)), target="cpu", progress=False)
+>>> len(c.plan.kernels), str(c.plan.offsets[0]).split(":")[0]
+(1, 'computed again at 2 offsets')
+>>> c(np.arange(6.0) ** 2)
+array([2., 4., 6., 8.])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ir import Graph, Node, Var
+from ..ops import OPS
+from ..passes.cse import cse
+from ..passes.dce import dce
+from ..passes.rewrite import rebuild
+from .lowering import Builder
+from .scalar import is_fast_math
+from .windows import Window
+
+MAX_RECOMPUTE = 24  # operations per element a producer may cost, summed over its slices read
+TRANSCENDENTAL = 4  # the weight of a fast-math function (exp, tanh, ...) in that count
+
+
+@dataclass(frozen=True)
+class OffsetFusion:
+    """A value read through slices: computed again at each offset, or kept (and why)."""
+
+    value: Var
+    slices: int
+    cost: int  # operations per element, for one computation of the value
+    fused: bool
+    reason: str = ""
+    source: object = None  # the Source of the node making the value
+
+    def __str__(self):
+        what = f"%{self.value.name}: {self.value.type}"
+        if self.source is not None:
+            what += f" at {self.source} `{self.source.text}`"
+        if self.fused:
+            return (
+                f"computed again at {self.slices} offsets: {what} ({self.cost} op(s) per "
+                f"element each, no array written and read back)"
+            )
+        return f"kept as an array: {what} ({self.reason})"
+
+
+def fuse_at_offsets(graph: Graph) -> tuple[Graph, list]:
+    """``graph`` with the slices of cheap elementwise values pushed through them, and the
+    decisions (:class:`OffsetFusion`)."""
+    decisions: dict = {}
+    while True:
+        found = _candidate(graph, decisions)
+        if found is None:
+            return graph, list(decisions.values())
+        graph = cse(dce(_push(graph, *found))).check()
+
+
+def _candidate(graph: Graph, decisions: dict):
+    """The first elementwise node (in order) read only through static slices, whose cone of
+    work, times its slices, fits; (node, its readers). Refusals go to ``decisions``."""
+    readers: dict = {}
+    for n in graph.nodes:
+        for x in n.var_inputs:
+            readers.setdefault(x, []).append(n)
+    made = {o: n for n in graph.nodes for o in n.outputs}
+    kept = set(graph.outputs) | {gd.var for gd in graph.guards}
+    for n in graph.nodes:
+        if not _pushable(n) or n.out in kept:
+            continue
+        users = readers.get(n.out, [])
+        if not users or not all(_is_slice(u, n.out) for u in users):
+            continue
+        cost = _cone(n.out, made)
+        # slices made by a push: the value is part of a producer already decided on
+        follows = all("@" in u.out.name for u in users)
+        if cost * len(users) > MAX_RECOMPUTE:
+            decisions[n.out.name] = OffsetFusion(
+                n.out,
+                len(users),
+                cost,
+                False,
+                f"{len(users)} slices x {cost} op(s) per element > {MAX_RECOMPUTE}",
+                n.source,
+            )
+            continue
+        if not follows:
+            decisions[n.out.name] = OffsetFusion(n.out, len(users), cost, True, "", n.source)
+        return n, users
+    return None
+
+
+def _pushable(n: Node) -> bool:
+    """An elementwise op of one result whose array inputs all have its shape."""
+    if OPS[n.op].kind != "elementwise" or len(n.outputs) != 1 or n.out.weak or not n.out.shape:
+        return False
+    return all(x.shape == n.out.shape or x.shape == () for x in n.var_inputs)
+
+
+def _is_slice(reader: Node, v: Var) -> bool:
+    """``reader`` is a static basic index of ``v`` (ints and slices of fixed bounds)."""
+    if not OPS[reader.op].view or "idx" not in reader.attrs or len(reader.inputs) != 1:
+        return False
+    if reader.inputs[0] is not v:
+        return False
+    w = Window.of(None, reader.attrs.get("idx"), v.shape)
+    return w is not None and w.shape == reader.out.shape
+
+
+def _cone(v: Var, made: dict) -> int:
+    """Operations per element to compute ``v`` from values that are materialised: graph
+    inputs, and the results of anything but elementwise ops and views."""
+    total, todo, seen = 0, [v], set()
+    while todo:
+        x = todo.pop()
+        n = made.get(x)
+        if n is None or id(n) in seen:
+            continue
+        op = OPS[n.op]
+        if op.kind == "elementwise":
+            seen.add(id(n))
+            total += TRANSCENDENTAL if is_fast_math(n) else 1
+        elif not (op.view and len(n.inputs) == 1):
+            continue  # materialised
+        todo += n.var_inputs
+    return total
+
+
+def _push(graph: Graph, producer: Node, users: list) -> Graph:
+    """Each slice ``producer(...)[idx]`` becomes ``producer(a[idx], b[idx], ...)``."""
+    nodes, mapping = [], {}
+    for n in graph.nodes:
+        if not any(n is u for u in users):
+            nodes.append(n)
+            continue
+        b = Builder(n, f"{n.out.name}@")
+        idx = n.attrs["idx"]
+        ins = [
+            b("index", x, idx=idx) if isinstance(x, Var) and x.shape else x for x in producer.inputs
+        ]
+        out = b(producer.op, *ins, **producer.attrs)
+        nodes += b.nodes
+        mapping[n.out] = out
+    return rebuild(graph, nodes, mapping)
