@@ -155,7 +155,7 @@ def _push(graph: Graph, producer: Node, users: list) -> Graph:
         if not any(n is u for u in users):
             nodes.append(n)
             continue
-        b = Builder(n, f"{n.out.name}@")
+        b = Builder(n, f"{producer.out.name}@{len(mapping)}")  # the producer at its offset
         idx = n.attrs["idx"]
         ins = [
             b("index", x, idx=idx) if isinstance(x, Var) and x.shape else x for x in producer.inputs
