@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import graphviz
 import numpy as np
 import pytest
+from helpers.run import quiet
 
 import tracekit as tk
 from tracekit.ir import Graph, Node, Var
@@ -462,6 +463,27 @@ def test_compiled_kernels_are_coloured_clusters_and_refusals_are_marked():
     assert d.ids("refused") == [refused]
     assert "not fused: matmul goes to BLAS" in d.text(refused)
     assert "fusion refused: matmul goes to BLAS" in d.tooltip(refused)
+
+
+def _two_stage_stencil(a):
+    b = 0.5 * (a[1:] + a[:-1])  # read at two offsets below: computed again in their kernel
+    c = np.tanh(b[1:] - b[:-1]) * 2.0
+    return c[4:] + c[:-4] + c[1:-3] + c[2:-2] + c[3:-1]  # 5 slices of a costly value: an array
+
+
+def test_compiled_view_marks_values_computed_again_at_offsets_and_kept_ones():
+    with quiet():
+        c = tk.compile(tk.trace(_two_stage_stencil, np.arange(12.0)), target="cpu", progress=False)
+    kept = [dc for dc in c.plan.offsets if not dc.fused]
+    fused = [dc for dc in c.plan.offsets if dc.fused]
+    assert len(kept) == 1 and len(fused) == 1, [str(dc) for dc in c.plan.offsets]
+    d = draw(c)
+    again = d.ids("recomputed")
+    assert again and all(f"{fused[0].value.name}@" in i for i in again)
+    assert "computed again at an offset" in d.tooltip(again[0])
+    held = f"node-{kept[0].value.name}"
+    assert held in d.ids("refused")
+    assert "not fused across offsets" in d.tooltip(held)
 
 
 def test_backward_with_forward_on_one_canvas_linked_by_dashed_edges():

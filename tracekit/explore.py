@@ -1375,6 +1375,15 @@ def _plan_notes(c, d: _Drawn) -> dict:
         node = getattr(r, "node", None)
         if node is not None:
             notes.setdefault(d.node_id(node), []).append(f"fusion refused: {r.reason}")
+    offsets = getattr(c.plan, "offsets", ())
+    if offsets:
+        from .backends.offsets import drawn_notes
+
+        kept, again = drawn_notes(c.graph, offsets)
+        for n in c.graph.nodes:
+            for text in (kept.get(n.out.name), again.get(n.out.name)):
+                if text:
+                    notes.setdefault(d.node_id(n), []).append(text)
     return notes
 
 

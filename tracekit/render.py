@@ -476,7 +476,7 @@ class _Builder:
     """Adds one graph's nodes, clusters and edges to a DOT graph (or a subgraph)."""
 
     def __init__(self, graph: Graph, opts: _Options, prefix="", values=None, kernels=None,
-                 refusals=None, backward=False, body_of=None):  # fmt: skip
+                 refusals=None, backward=False, body_of=None, offsets=None):  # fmt: skip
         self.g = graph
         self.body_of = body_of  # the loop node whose body this graph is
         self.loop_inputs: dict = {}  # a loop's drawn id -> {its input Var: its body input's id}
@@ -485,6 +485,8 @@ class _Builder:
         self.values = values or {}
         self.kernels = list(kernels or [])
         self.refusals = list(refusals or [])
+        # fusion across offsets: values kept as arrays (and why), nodes computing one again
+        self.offsets_kept, self.recomputed = _offset_notes(graph, offsets)
         self.backward = backward
         self.width = opts.max_label_width
         nodes = graph.nodes
@@ -671,6 +673,8 @@ class _Builder:
             node = getattr(r, "node", None)
             if node is not None and getattr(node, "outputs", None):
                 refused.setdefault(node.outputs[0].name, []).append(str(getattr(r, "reason", "")))
+        for name, reason in self.offsets_kept.items():
+            refused.setdefault(name, []).append(reason)
 
         guarded = defaultdict(list)
         for gi, gd in enumerate(g.guards):
@@ -1026,6 +1030,10 @@ class _Builder:
             tip.append("functionalised in-place write: a new value for the written buffer")
         for r in reasons:
             tip.append(f"fusion refused: {r}")
+        again = self.recomputed.get(n.outputs[0].name)
+        if again:
+            classes.append("recomputed")
+            tip.append(again)
         attrs = dict(
             shape="doubleoctagon" if kind == "opaque" else "box",
             style=style if kind != "opaque" else "filled" + (",dashed" if reasons else ""),
@@ -1256,11 +1264,12 @@ def render(
     values = getattr(x, "values", None) if show_values else None
     plan = getattr(x, "plan", None)
     refusals = getattr(plan, "refusals", None) if plan is not None else None
+    offsets = getattr(plan, "offsets", None) if plan is not None else None
     kernels = getattr(x, "kernels", None)
     if kernels is not None and not isinstance(kernels, list | tuple):
         kernels = list(kernels)
     if unrolled:  # the kernels and plan are the rolled graph's
-        kernels = refusals = None
+        kernels = refusals = offsets = None
 
     if with_forward:
         fwd = getattr(x, "forward", None)
@@ -1281,7 +1290,7 @@ def render(
         bsub.attr(id="graph-backward", label="backward", style="rounded", color="#c0504d",
                   fontcolor="#c0504d", fontsize="13")  # fmt: skip
         bb = _Builder(graph, opts_for(graph), values=values, kernels=kernels, refusals=refusals,
-                      backward=True)  # fmt: skip
+                      backward=True, offsets=offsets)  # fmt: skip
         bsrc = bb.build(bsub)
         dot.subgraph(fsub)
         dot.subgraph(bsub)
@@ -1307,7 +1316,8 @@ def render(
                 },
             )
     else:
-        b = _Builder(graph, opts_for(graph), values=values, kernels=kernels, refusals=refusals)
+        b = _Builder(graph, opts_for(graph), values=values, kernels=kernels, refusals=refusals,
+                     offsets=offsets)  # fmt: skip
         b.build(dot)
         dot.scene = b.scene
 
@@ -1335,3 +1345,11 @@ def mimebundle(x) -> dict:
         warnings.warn(f"graph not drawn: {e}", stacklevel=2)
         return {"text/plain": listing}
     return {"image/svg+xml": scale_svg(svg), "text/plain": listing}
+
+
+def _offset_notes(graph, decisions) -> tuple[dict, dict]:
+    if not decisions:
+        return {}, {}
+    from .backends.offsets import drawn_notes
+
+    return drawn_notes(graph, decisions)

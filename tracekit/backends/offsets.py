@@ -164,3 +164,23 @@ def _push(graph: Graph, producer: Node, users: list) -> Graph:
         nodes += b.nodes
         mapping[n.out] = out
     return rebuild(graph, nodes, mapping)
+
+
+def drawn_notes(graph: Graph, decisions: list) -> tuple[dict, dict]:
+    """What a drawing of the compiled ``graph`` says of ``decisions``: ``({value name: why it
+    stays an array}, {value name: the value it computes again at an offset})``."""
+    kept = {d.value.name: f"not fused across offsets: {d.reason}" for d in decisions if not d.fused}
+    again = {}
+    for d in decisions:
+        if d.fused:
+            note = f"computed again at an offset: %{d.value.name}"
+            if d.source is not None:
+                note += f" ({d.source} `{d.source.text}`)"
+            again[f"{d.value.name}@"] = note
+    by_name = {}
+    for n in graph.nodes:
+        for o in n.outputs:
+            head = o.name.split("@")[0] + "@" if "@" in o.name else None
+            if head in again:
+                by_name[o.name] = again[head]
+    return kept, by_name
