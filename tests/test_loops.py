@@ -353,6 +353,26 @@ def test_scalar_state_stays_in_registers_and_comes_back_as_numpys_type():
     np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
+def stacks_one_element(x, steps=140):
+    rows = []
+    for _ in range(steps):
+        x = x * 0.5 + 1.0
+        rows.append(x[1])  # a view of one element, stacked: the driver must keep it
+    return np.stack(rows), x
+
+
+def test_a_stacked_element_of_the_state_runs_in_the_driver():
+    """Bug 53 (the fuzzer): the driver dropped the views no line of the body read, and a
+    view the loop stacks is read only after the body's lines."""
+    x = np.arange(4.0)
+    with quiet():
+        c = tk.compile(tk.trace(stacks_one_element, x), target="cpu", progress=False)
+    (run,) = c.program.loops.values()
+    assert run.how == "one numba function"
+    for g, w in zip(c(x), stacks_one_element(x)):
+        np.testing.assert_allclose(g, w, rtol=1e-13)
+
+
 def hands_back_an_invariant(x, w, steps=40):
     for _ in range(steps):
         x, y = x * 0.5 + w, w  # y is the invariant w in every iteration

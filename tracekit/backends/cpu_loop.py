@@ -298,7 +298,9 @@ class _Driver:
         else:  # a while loop: returns whether its condition became false in time
             most = self.node.attrs["max_iterations"]
             lines += ["    done = False", f"    for k in range({most}):"]
-        lines += ["        " + ln for ln in _unread_views_dropped(self.lines, self.view_lines)]
+        read_after = {self.names[o] for o in g.outputs}  # stacked, carried on, returned
+        body = _unread_views_dropped(self.lines, self.view_lines, read_after)
+        lines += ["        " + ln for ln in body]
         for s, o in enumerate(g.outputs[plain:]):
             lines.append(f"        r_{s}[k] = {self.names[o]}")
         if c:
@@ -364,14 +366,16 @@ def _direct_stores(plan, segments, in_place: set) -> dict:
     return out
 
 
-def _unread_views_dropped(lines: list, views: set) -> list:
-    """``lines`` without the views nothing reads (the kernels index their bases instead)."""
+def _unread_views_dropped(lines: list, views: set, read_after: set) -> list:
+    """``lines`` without the views nothing reads (the kernels index their bases instead):
+    not in ``lines``, not among the names ``read_after`` them."""
     lines, views = list(lines), set(views)
     while True:
         unread = {
             i
             for i in views
-            if not any(
+            if lines[i].split(" = ")[0] not in read_after
+            and not any(
                 re.search(rf"\b{lines[i].split(' = ')[0]}\b", ln)
                 for j, ln in enumerate(lines)
                 if j != i and ln
