@@ -1340,6 +1340,9 @@ def check(prog, checks=CHECKS, compiled_cache=None):
     # nor which zero a min/max reduction over 0.0 and -0.0 gives: IEEE 754 leaves it open, and
     # NumPy's follows the order its (SIMD) loop visits the elements in (seed 7000070)
     any_zero |= any(st["k"] == "reduce" and st.get("fn") in ("min", "max") for st in steps)
+    # nor which zero a product of vectors is: np.dot gives -0.0 for 0 * -3 with one element,
+    # BLAS's sums from +0.0 otherwise, ``@`` +0.0 with one element too (seed 9501054)
+    any_zero |= any(st["k"] in ("dot", "matmul", "einsum", "tensordot") for st in steps)
     text = json.dumps(prog)  # float32 rounding can reach float64 results (x - arctan(x) in f32)
     tol = (any_zero, "float32" in text or "complex64" in text)
     stats = {"ops": set(), "checks": []}
@@ -1443,10 +1446,9 @@ def check_grad(prog, t):
         outs = execute(prog, *copy_inputs(xs))
     ws = [rng.standard_normal(np.shape(o)) for o in outs]
 
-    def loss(*ins):
+    def loss(*ins):  # the outputs themselves: _fd weighs their differences
         with quiet():
-            res = execute(prog, *copy_inputs(ins))
-        return sum(float(np.sum(np.asarray(o) * w)) for o, w in zip(res, ws))
+            return [np.asarray(o, dtype=np.float64) for o in execute(prog, *copy_inputs(ins))]
 
     try:
         with quiet():
@@ -1462,7 +1464,7 @@ def check_grad(prog, t):
         if g.shape != x.shape:
             raise Failure("grad", f"gradient of input {i} has shape {g.shape}, expected {x.shape}")
         for j in np.ndindex(x.shape):
-            fd = _fd(loss, xs, i, j)
+            fd = _fd(loss, ws, xs, i, j)
             if fd is None:
                 continue
             if not abs(g[j] - fd) <= 1e-4 * (abs(fd) + abs(g[j])) + 1e-5 * max(1.0, abs(fd)):
@@ -1471,15 +1473,20 @@ def check_grad(prog, t):
                 )
 
 
-def _fd(loss, xs, i, j):
-    """Central difference, or None where it is not stable (a kink or a tie nearby)."""
+def _fd(outputs, ws, xs, i, j):
+    """Central difference of ``sum(w * output)``, or None where it is not stable (a kink or a
+    tie nearby). The outputs are subtracted element by element before they are weighed and
+    summed: a sum holding a huge term (a cumprod's) would round the others' changes away
+    (seed 9501323: a difference of 0.0 where the gradient is 0.26)."""
 
     def at(h):  # the inputs keep their layouts: a reshape may be a view of one and not another
         ins = copy_inputs(xs)
         ins[i][j] += h
-        up = loss(*ins)
+        up = outputs(*ins)
         ins[i][j] -= 2 * h
-        return (up - loss(*ins)) / (2 * h)
+        down = outputs(*ins)
+        with np.errstate(all="ignore"):
+            return sum(float(np.sum((u - d) * w)) for u, d, w in zip(up, down, ws)) / (2 * h)
 
     d1, d2 = at(1e-6), at(5e-7)
     if not (np.isfinite(d1) and np.isfinite(d2)):
