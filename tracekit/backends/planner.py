@@ -569,7 +569,8 @@ def escaping(plan: Plan) -> set:
     for i in range(len(plan.steps) - 1, -1, -1):
         step = plan.steps[i]
         if (step.kind == "view" or i in in_place) and any(o in esc for o in step.outputs):
-            esc.add(step.nodes[0].inputs[0] if i in in_place else step.inputs[0])
-            if step.kind == "view":
+            if i in in_place:
+                esc.add(step.nodes[0].inputs[0])
+            else:  # a view: of its input (none where a constant was folded into a literal)
                 esc.update(step.inputs)
     return esc
