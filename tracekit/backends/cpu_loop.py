@@ -29,7 +29,7 @@ import numpy as np
 from ..ir import Var
 from ..loops.op import Affine
 from ..ops import OPS, py_literal
-from .planner import in_place_updates
+from .planner import blas_out, in_place_updates
 from .windows import Window
 
 
@@ -127,8 +127,29 @@ class _Driver:
                 self._view(step.nodes[0])
             elif OPS[step.nodes[0].op].store and not step.nodes[0].inputs[2:]:
                 self._store(step.nodes[0], i in in_place)
+            elif blas_out(step.nodes[0]):
+                self._matmul(step.nodes[0], double=step.nodes[0].out in carried_next)
             else:
                 raise NoDriver(f"{step.nodes[0].op} has no numba form in a loop driver")
+
+    def _matmul(self, n, double: bool):
+        """A product of two matrices of one float dtype through numba's BLAS (SciPy's):
+        ``np.dot(a, b, out)`` into a buffer of the loop's."""
+        a, b = n.inputs
+        if not _numba_blas():
+            raise NoDriver("matmul needs SciPy for numba's BLAS")
+        if not (isinstance(a, Var) and isinstance(b, Var)) or a.ndim != 2 or b.ndim != 2:
+            raise NoDriver("a matmul of other than two matrices")
+        if not a.dtype == b.dtype == n.out.dtype or a.dtype.kind not in "fc":
+            raise NoDriver("a matmul of mixed or integer dtypes")
+        if a in self.scalars or b in self.scalars:
+            raise NoDriver("a matmul of a scalar")
+        self._temp(n.out, double)
+        x, y = (
+            self.names[v] if v in self.contiguous else f"np.ascontiguousarray({self.names[v]})"
+            for v in (a, b)
+        )
+        self.lines.append(f"np.dot({x}, {y}, {self.names[n.out]})")
 
     def _scalar_state(self, returned: set):
         """Carried 0-d arrays whose next value a kernel returns as a scalar are numba scalars
@@ -364,6 +385,12 @@ def _direct_stores(plan, segments, in_place: set) -> dict:
             continue  # the kernel, or a step before the store, reads what the region holds
         out[value] = i
     return out
+
+
+def _numba_blas() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("scipy") is not None
 
 
 def _unread_views_dropped(lines: list, views: set, read_after: set) -> list:
