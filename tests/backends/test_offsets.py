@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers.run import quiet
+from helpers.run import hypothesis_settings, quiet
+from hypothesis import given
+from hypothesis import strategies as st
 
 import tracekit as tk
 from tracekit.backends import offsets
@@ -104,3 +106,59 @@ def test_a_loop_body_is_fused_across_offsets_too():
     (run,) = c.program.loops.values()
     assert run.how == "one numba function" and run.source.count("def segment") == 1
     np.testing.assert_allclose(c(u.copy()), steps(u.copy()), rtol=1e-12)
+
+
+@st.composite
+def stencil_chains(draw):
+    """A chain of two or three stages over 1-3 dims of sizes 1-7: each stage a few elementwise
+    ops of slices of the stage before at constant offsets (negative steps, ints, size-1 and
+    size-2 axes included), as (shape, stages): a stage is [(op, index, index), ...]."""
+    shape = tuple(draw(st.lists(st.integers(1, 7), min_size=1, max_size=3)))
+    stages, cur = [], shape
+    for _ in range(draw(st.integers(2, 3))):
+        idx_a, idx_b = [], []
+        out = []
+        for n in cur:
+            d = draw(st.integers(0, min(2, n - 1)))  # the halo: slices n - d long
+            w = n - d
+            for idx in (idx_a, idx_b):
+                o = draw(st.integers(0, d))
+                if draw(st.booleans()):
+                    idx.append(slice(o, o + w))
+                else:  # reversed: the same elements, last first
+                    idx.append(slice(o + w - 1, o - 1 if o else None, -1))
+            out.append(w)
+        ops = draw(
+            st.lists(
+                st.sampled_from(["add", "subtract", "multiply", "tanh"]), min_size=1, max_size=3
+            )
+        )
+        stages.append((tuple(idx_a), tuple(idx_b), ops))
+        cur = tuple(out)
+    return shape, stages
+
+
+def _run_chain(stages, x):
+    for idx_a, idx_b, ops in stages:
+        a, b = x[idx_a], x[idx_b]
+        for op in ops:
+            a = np.tanh(a) if op == "tanh" else getattr(np, op)(a, b)
+        x = a
+    return x
+
+
+@hypothesis_settings(25)
+@given(stencil_chains(), st.sampled_from([0, 8, 24, 200]))
+def test_random_stencil_chains_equal_numpy_at_every_budget(chain, budget):
+    shape, stages = chain
+    old = offsets.MAX_RECOMPUTE
+    offsets.MAX_RECOMPUTE = budget
+    try:
+        x = np.random.default_rng(len(stages)).standard_normal(shape)
+        c = _compile(lambda v: _run_chain(stages, v), x)
+    finally:
+        offsets.MAX_RECOMPUTE = old
+    for d in c.plan.offsets:
+        assert d.fused == (d.slices * d.cost <= budget), str(d)
+    for y in (x, np.asfortranarray(x + 1.0), (x - 1.0)[..., ::-1]):
+        np.testing.assert_allclose(c(y), _run_chain(stages, y), rtol=1e-12, atol=1e-14)
