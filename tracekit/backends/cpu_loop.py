@@ -30,7 +30,7 @@ from ..ir import Var
 from ..loops.op import Affine
 from ..ops import OPS, py_literal
 from .planner import blas_out, in_place_updates
-from .windows import Window
+from .windows import Window, without_ellipsis
 
 
 class NoDriver(Exception):
@@ -457,10 +457,7 @@ def _region(shape, idx):
     """The static shape of ``x[idx]`` for ``x`` of ``shape`` (ints, slices with static
     bounds or moving starts of a static length, None, Ellipsis), or None."""
     out, dims = [], list(shape)
-    if Ellipsis in idx:
-        at = idx.index(Ellipsis)
-        fill = len(shape) - sum(1 for e in idx if e is not None and e is not Ellipsis)
-        idx = idx[:at] + (slice(None),) * fill + idx[at + 1 :]
+    idx = without_ellipsis(idx, len(shape))
     d = 0
     for e in idx:
         if e is None:

@@ -38,10 +38,7 @@ class Window:
             return None
         if idx.count(Ellipsis) > 1:
             return None
-        if Ellipsis in idx:
-            at = idx.index(Ellipsis)
-            fill = len(shape) - sum(1 for e in idx if e is not None and e is not Ellipsis)
-            idx = idx[:at] + (slice(None),) * fill + idx[at + 1 :]
+        idx = without_ellipsis(idx, len(shape))
         dims, out, d = [], [], 0
         for e in idx:
             if e is None:
@@ -97,6 +94,15 @@ class Window:
             else:
                 parts.append(term if start == 0 else f"{start} + {term}")
         return ", ".join(parts) if parts else "()"
+
+
+def without_ellipsis(idx: tuple, ndim: int) -> tuple:
+    """``idx`` (of an array of ``ndim`` dims) with its Ellipsis written out as full slices."""
+    if Ellipsis not in idx:
+        return idx
+    at = idx.index(Ellipsis)
+    fill = ndim - sum(1 for e in idx if e is not None and e is not Ellipsis)
+    return idx[:at] + (slice(None),) * fill + idx[at + 1 :]
 
 
 def view_windows(plan) -> dict:
