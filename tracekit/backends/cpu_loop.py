@@ -5,9 +5,12 @@ The driver is generated from the body's plan when every step of it has a numba f
 that slice (``x[1:-1, k]``, indices moving with the loop included), the body's fused kernel
 segments, and functionalised writes (stores into buffers the loop owns, or copies). Buffers
 are allocated once before the loop; a carried value that a kernel makes alternates between
-two of them (the previous iteration's is still read while the next one is written). Where a
-body has a step without a numba form (a matmul through BLAS, a Python op, a gather), the loop
-runs its compiled body from Python instead (:func:`~tracekit.backends.control.loop_runner`).
+two of them (the previous iteration's is still read while the next one is written). Kernels
+read slices through the arrays they slice and write into regions of the loop's buffers
+directly (:mod:`.windows`); 0-d state is a numba scalar; a product of two matrices goes to
+numba's BLAS. Where a body has a step without a numba form (a Python op, a gather, a batched
+matmul), the loop runs its compiled body from Python instead
+(:func:`~tracekit.backends.control.loop_runner`).
 
 >>> import numpy as np, tracekit as tk
 >>> def f(a):
@@ -40,8 +43,9 @@ class NoDriver(Exception):
 def driver_source(node, plan, program, name: str, remake=None):
     """``(source, program)``: the source of ``name(carried..., invariants...)`` running loop
     ``node`` whose body was planned as ``plan`` and compiled as ``program`` (its segments), and
-    the program it calls: ``remake(out_windows)`` when kernels write their results straight
-    into the regions that stores would copy them to. Raises :class:`NoDriver`."""
+    the program it calls: ``remake(out_windows, scalar_results)`` when kernels write their
+    results straight into the regions that stores would copy them to, or return 0-d results
+    as scalars. Raises :class:`NoDriver`."""
     d = _Driver(node, plan, program, name, remake)
     return d.source, d.program
 
