@@ -106,9 +106,13 @@ def without_ellipsis(idx: tuple, ndim: int) -> tuple:
 
 
 def view_windows(plan) -> dict:
-    """``{view: Window}`` for the views the plan's view steps make by slicing (slices of slices
-    included), each of the array at the bottom of its chain: an input, or an array a step
-    makes that is not a view of another (its copy, were it strided, would cost a pass)."""
+    """``{view: Window}`` for the views the plan's view steps make by slicing (slices of
+    slices included), each of the array at the bottom of its chain: an input, or an array a
+    step makes that is not a view of another (its copy, were it strided, would cost a pass).
+    Of an array the runner may have to copy (an input, a host op's result: a caller's
+    Fortran-ordered array, say), only a view of at least half of it: a stencil's interior, not
+    a few rows of a large array."""
+    made = {o for st in plan.steps if st.kind == "kernel" for o in st.outputs}
     out, views = {}, set()
     for step in plan.steps:
         if step.kind == "view" or step.kind == "host" and OPS[step.nodes[0].op].may_view:
@@ -127,6 +131,9 @@ def view_windows(plan) -> dict:
             if parent is not None
             else Window.of(base, node.attrs["idx"], base.shape)
         )
-        if w is not None and w.shape == node.out.shape:
-            out[node.out] = w
+        if w is None or w.shape != node.out.shape:
+            continue
+        if w.base not in made and 2 * node.out.size < w.base.size:
+            continue  # a copy of the whole base would cost more than reading the view in place
+        out[node.out] = w
     return out
