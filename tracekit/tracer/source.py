@@ -69,10 +69,29 @@ def user_source(depth: int = 1) -> Source | None:
     return source_of(f) if f is not None else None
 
 
-def unsupported(func) -> UnsupportedOperation:
+# NumPy's public namespaces, searched in this order for the path a function is known by
+_PUBLIC = ("numpy", "numpy.linalg", "numpy.fft", "numpy.random", "numpy.polynomial", "numpy.ma")
+
+
+def public_name(func) -> str:
+    """``func`` as NumPy's users write it: ``np.linalg.inv``, ``np.fft.fft``, ``np.sort``.
+
+    >>> import numpy as np
+    >>> public_name(np.linalg.inv), public_name(np.fft.fft), public_name(np.sort)
+    ('np.linalg.inv', 'np.fft.fft', 'np.sort')
+    """
+    name = getattr(func, "__name__", str(func))
+    for path in _PUBLIC:
+        module = sys.modules.get(path)
+        if module is not None and getattr(module, name, None) is func:
+            return "np" + path[len("numpy") :] + "." + name
     mod = getattr(func, "__module__", "") or ""
     mod = "np" if mod.startswith("numpy") and mod.count(".") <= 1 else mod.replace("numpy", "np")
-    name = f"{mod}.{getattr(func, '__name__', func)}"
+    return f"{mod}.{name}"
+
+
+def unsupported(func) -> UnsupportedOperation:
+    name = public_name(func)
     src = user_source(3)
     where = f" at {src} `{src.text}`" if src else ""
     return UnsupportedOperation(
