@@ -138,8 +138,12 @@ class Compiled:
                         break
                 elif type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype:
                     break
-            else:
-                arrays = args if self._statics is None else _arrays_of(args, fast)
+            else:  # the statics matched above: the arrays are the rest
+                arrays = (
+                    args
+                    if self._statics is None
+                    else [a for a, (shape, _) in zip(args, fast) if shape is not STATIC]
+                )
                 return list(arrays) + self.traced.capture_values()
         return self.traced.flatten_args(args)
 

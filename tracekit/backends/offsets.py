@@ -150,9 +150,9 @@ def _cone(v: Var, made: dict) -> int:
 
 def _push(graph: Graph, producer: Node, users: list) -> Graph:
     """Each slice ``producer(...)[idx]`` becomes ``producer(a[idx], b[idx], ...)``."""
-    nodes, mapping = [], {}
+    nodes, mapping, reading = [], {}, {id(u) for u in users}
     for n in graph.nodes:
-        if not any(n is u for u in users):
+        if id(n) not in reading:
             nodes.append(n)
             continue
         b = Builder(n, f"{producer.out.name}@{len(mapping)}")  # the producer at its offset

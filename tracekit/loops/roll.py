@@ -140,9 +140,9 @@ def _roll_once(nodes, live_out, ctx) -> list:
     loose, strict = _signatures(nodes)
     loops, memo = [], {}  # the nodes of one line share their loops: found once per call chain
     for n in nodes:
-        sources = (stacks or {}).get(n) or ((n.source,) if n.source else ())
+        sources = _sources_of(n, stacks)
         if sources not in memo:
-            memo[sources] = _inside(_loops_of(n, stacks), ctx.within)
+            memo[sources] = _inside(_enclosing(sources), ctx.within)
         loops.append(memo[sources])
     at_loose, at_strict = _positions(loose), _positions(strict)
     last_use: dict = {}
@@ -243,8 +243,17 @@ def _inside(chain: tuple, loop) -> tuple:
     return chain[: chain.index(loop)] if loop in chain else chain
 
 
+def _sources_of(node, stacks) -> tuple:
+    """The sources of ``node``'s call chain (outermost first), or its own source alone."""
+    return (stacks or {}).get(node) or ((node.source,) if node.source else ())
+
+
 def _loops_of(node, stacks) -> tuple:
-    sources = (stacks or {}).get(node) or ((node.source,) if node.source else ())
+    return _enclosing(_sources_of(node, stacks))
+
+
+def _enclosing(sources: tuple) -> tuple:
+    """The loops around a call chain's lines, innermost first."""
     found = ()
     for src in reversed(sources):  # innermost frame first
         found += enclosing_loops(src.file, src.line)
