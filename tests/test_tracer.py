@@ -607,6 +607,36 @@ def test_guard_failure_on_call():
         t(-np.ones(3))
 
 
+@pytest.mark.parametrize(
+    "read, at",
+    [
+        (lambda x: x.item(1), (0, 1)),  # a flat index
+        (lambda x: x.item(-2), (2, 0)),
+        (lambda x: x.item((1, 0)), (1, 0)),
+        (lambda x: x.item(1, 0), (1, 0)),
+    ],
+)
+@pytest.mark.parametrize("target", ["interpreter", "cpu"])
+def test_item_of_one_element_guards_that_element(read, at, target):
+    """``x.item(k)`` bakes in one element: a call where that element differs fails the guard
+    (it was checked as ``x.item()`` of the whole array, which cannot be read, and skipped)."""
+
+    def f(x):
+        return x * read(x)
+
+    x = np.arange(6.0).reshape(3, 2)
+    with pytest.warns(tk.TracerWarning):
+        t = tk.trace(f, x)
+    run = t if target == "interpreter" else tk.compile(t, target="cpu", progress=False)
+    other = x.copy()
+    other[tuple(1 - i for i in at)] = 7.0  # not the element read: the traced result holds
+    assert_same(run(other), f(other))
+    changed = x.copy()
+    changed[at] = 9.0
+    with pytest.raises(tk.GuardError, match="item"):
+        run(changed)
+
+
 def test_guard_survives_optimize_and_json():
     with pytest.warns(tk.TracerWarning):
         t = tk.trace(_branchy, np.ones(3))

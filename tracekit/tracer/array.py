@@ -223,7 +223,11 @@ class TracedArray(_ops.Tracer):
         return self._concrete("index", lambda v: int(v))
 
     def item(self, *args):
-        return self._concrete("item", lambda v: np.asarray(v).item(*args))
+        if args:  # x.item(k), x.item(i, j): the guard is on that element, not on the array
+            if len(args) == 1 and not isinstance(args[0], tuple):
+                return self.reshape(-1)[args[0]].item()  # a flat index
+            return self[args[0] if len(args) == 1 else args].item()
+        return self._concrete("item", lambda v: np.asarray(v).item())
 
     def tolist(self):
         return self._concrete("tolist", lambda v: np.asarray(v).tolist())
