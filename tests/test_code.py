@@ -150,6 +150,90 @@ def test_code_of_pytrees_and_guards():
     assert_same(fn(np.ones(2), np.ones(2), np.ones(2)), np.full(2, 2.0))
 
 
+def _branchy(x):
+    if x.sum() > 5:
+        return x
+    return x / x.max()
+
+
+def test_code_checks_its_guards():
+    """A call that would take the other branch raises GuardError at the branch's line instead
+    of returning the traced branch's result."""
+    with pytest.warns(tk.TracerWarning):
+        t = tk.trace(_branchy, np.array([1.0, 2.0, 3.0, 4.0]))
+    fn = load(t.code, "_branchy")
+    same = np.array([2.0, 2.0, 3.0, 4.0])
+    assert_same(fn(same), _branchy(same))
+    with pytest.raises(tk.GuardError, match=r"bool\(\) gave False .* `if x.sum\(\) > 5:`"):
+        fn(np.array([0.1, 0.2, 0.3, 0.4]))
+
+
+def test_code_checks_its_guards_without_tracekit():
+    """The code runs where tracekit is not installed: its own GuardError, the same check."""
+    with pytest.warns(tk.TracerWarning):
+        t = tk.trace(_branchy, np.array([1.0, 2.0, 3.0, 4.0]))
+    program = (
+        "import builtins, sys\n"
+        "real = builtins.__import__\n"
+        "def no_tracekit(name, *a, **k):\n"
+        "    if name.startswith('tracekit'):\n"
+        "        raise ImportError(name)\n"
+        "    return real(name, *a, **k)\n"
+        "builtins.__import__ = no_tracekit\n" + t.code + "import numpy as np\n"
+        "try:\n"
+        "    _branchy(np.array([0.1, 0.2]))\n"
+        "except GuardError as e:\n"
+        "    print(type(e).__module__, e)\n"
+    )
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("__main__ bool() gave False on this call but True"), out.stdout
+
+
+def _guarded_loop(x):
+    for _ in range(6):
+        if x.max() < 1e3:  # the same branch in every iteration: a guard in the rolled body
+            x = x * 2.0
+    return x
+
+
+def test_code_checks_guards_in_every_loop_iteration():
+    x = np.ones(3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = tk.trace(_guarded_loop, x)
+    assert any(n.op == "loop" for n in t.graph.nodes)
+    fn = load(t.code, "_guarded_loop")
+    assert_same(fn(x * 3), _guarded_loop(x * 3))
+    with pytest.raises(tk.GuardError) as failed:
+        fn(np.full(3, 100.0))  # 100, 200, 400, 800, 1600: the test fails in iteration 4
+    with pytest.raises(tk.GuardError) as traced:
+        t(np.full(3, 100.0))
+    assert "in iteration 4 of `for _ in range(6):`" in str(failed.value)
+    assert str(failed.value).split(": the")[0] == str(traced.value).split(": the")[0]
+
+
+def _reshape_then_write(x):
+    flat = x.reshape(-1)  # a view of a C-contiguous x, a copy of a strided one
+    flat[0] = 100.0
+    return x * 1.0
+
+
+def test_code_checks_layout_guards():
+    contiguous = lambda: np.arange(12.0).reshape(3, 4)  # noqa: E731
+    strided = lambda: np.arange(24.0).reshape(3, 8)[:, :4]  # noqa: E731  (reshape copies)
+    t = tk.trace(_reshape_then_write, contiguous())
+    fn = load(t.code, "_reshape_then_write")
+    x, fresh = contiguous(), contiguous()
+    assert_same(fn(x), _reshape_then_write(fresh))
+    assert_same(x, fresh)
+    with pytest.raises(tk.GuardError, match="reshape at .* made a view of 'x' when traced"):
+        fn(strided())
+
+
 def test_code_of_optimized_graphs():
     def f(x):
         y = np.negative(-x)

@@ -27,8 +27,12 @@ def graph_to_python(graph: Graph, name: str | None = None) -> str:
         src = helper_source(OPS[n.op])
         if src and src not in helpers:
             helpers.append(src)
+    guarded = _has_guards(graph)
+    if guarded:
+        helpers.append(_GUARD_CHECK)
     results = {o: f"{o.ident}_result" for o in graph.outputs[: graph.n_results]}
     reserved = _RESERVED | set(_defined_names(helpers)) | set(results.values())
+    reserved |= {"GuardError"} if guarded else set()
     ids = parameter_names(graph, reserved)
     name = name or graph.name
     if not name.isidentifier() or name in reserved or name in ids.values():
@@ -42,7 +46,10 @@ def graph_to_python(graph: Graph, name: str | None = None) -> str:
     lines.append(f"def {name}({', '.join(params)}):")
     for v, s in extra:
         lines.append(f"    # {ids[v]}: {s.kind} {s.label} {v.type}")
-    lines += _statements(graph.nodes, ids, taken=set(ids.values()) | reserved, indent="    ")
+    lines += _guard_checks(graph, graph.inputs, ids, "    ")
+    lines += _statements(
+        graph.nodes, ids, taken=set(ids.values()) | reserved, indent="    ", guards=graph.guards
+    )
     returned = [ids[o] for o in graph.outputs[: graph.n_results]]
     written = {graph.inputs[ii] for _, ii in graph.writebacks}
     for i, o in enumerate(graph.outputs[: graph.n_results]):
@@ -66,8 +73,10 @@ def _all_nodes(graph: Graph):
             yield from _all_nodes(body)
 
 
-def _statements(nodes, ids: dict, taken: set, indent: str) -> list[str]:
-    """The lines computing ``nodes``; ``ids`` (Var -> identifier) grows with their values."""
+def _statements(nodes, ids: dict, taken: set, indent: str, guards=(), counter=None) -> list[str]:
+    """The lines computing ``nodes``; ``ids`` (Var -> identifier) grows with their values.
+    Each of ``guards`` is checked right after its value is computed (``counter``: the loop's
+    counter variable and header, for the iteration a failing check names)."""
     lines = []
     for n in nodes:
         lines.append(f"{indent}# {format_node(n)}")
@@ -80,7 +89,92 @@ def _statements(nodes, ids: dict, taken: set, indent: str) -> list[str]:
         if len(n.outputs) == 1 and n.out.weak:  # a Python number, as the graph has it (NEP 50)
             call = f"{_PYTHON_NUMBER[n.out.dtype.kind]}({call})"
         lines.append(f"{indent}{targets} = {call}")
+        lines += _guard_checks_of(guards, n.outputs, ids, indent, counter)
     return lines
+
+
+def _has_guards(graph: Graph) -> bool:
+    return bool(graph.guards) or any(
+        _has_guards(body)
+        for n in graph.nodes
+        for body in n.attrs.values()
+        if isinstance(body, Graph)
+    )
+
+
+# Checks the guards of generated code: it raises tracekit's GuardError, and runs without it.
+_GUARD_CHECK = """\
+try:
+    from tracekit import GuardError
+except ImportError:  # this code runs without tracekit too
+
+    class GuardError(RuntimeError):
+        \"\"\"A value that tracing baked into this code differs on this call.\"\"\"
+
+
+def _check_guard(seen, traced, how, where, iteration=None, loop=""):
+    if seen == traced or (seen != seen and traced != traced):  # NaN as traced is no change
+        return
+    at = "" if iteration is None else f" in iteration {iteration} of `{loop}:`"
+    raise GuardError(
+        f"{how}() gave {seen!r} on this call{at} but {traced!r} when traced{where}: the code "
+        "took the traced path and would compute a wrong result. Trace again with these "
+        "inputs, or use tk.jit, which retraces when a guard fails."
+    )
+"""
+
+_READ_AS = {  # how tracing read a guarded value, as an expression of the value
+    "bool": "bool({})",
+    "int": "int({})",
+    "index": "int({})",
+    "float": "float({})",
+    "complex": "complex({})",
+    "item": "np.asarray({}).item()",
+    "tolist": "np.asarray({}).tolist()",
+}
+
+
+def _guard_checks(graph: Graph, values, ids, indent) -> list[str]:
+    """Checks of the guards on ``values`` (the graph's inputs): layout guards too."""
+    lines = []
+    for gd in graph.guards:
+        if gd.how == "layout" and gd.var in values:
+            lines += _layout_check(gd, ids, indent)
+    return lines + _guard_checks_of(graph.guards, values, ids, indent, None)
+
+
+def _guard_checks_of(guards, values, ids, indent, counter) -> list[str]:
+    lines = []
+    for gd in guards:
+        if gd.how == "layout" or gd.var not in values:
+            continue
+        where = f" at {gd.source} `{gd.source.text}`" if gd.source else ""
+        seen = _READ_AS[gd.how].format(ids[gd.var])
+        args = [seen, _literal(gd.value), repr(gd.how), repr(where)]
+        if counter:  # (the loop's counter variable, the loop's header)
+            args += [counter[0], repr(counter[1])]
+        lines.append(f"{indent}_check_guard({', '.join(args)})")
+    return lines
+
+
+def _layout_check(gd, ids, indent) -> list[str]:
+    """A reshape of an input that a write depends on: NumPy's view-or-copy choice for this
+    call's array must be the traced one."""
+    made_view, steps = gd.value
+    expr = ids[gd.var]
+    for op, attrs in steps:
+        expr = OPS[op].code([expr], dict(attrs))
+    where = f" at {gd.source} `{gd.source.text}`" if gd.source else ""
+    said = {True: "a view", False: "a copy"}
+    message = (
+        f"reshape{where} made {said[made_view]} of {gd.var.name!r} when traced but makes "
+        f"{said[not made_view]} of this call's array (other strides), and the function writes "
+        "into one of them afterwards"
+    )
+    return [
+        f"{indent}if np.may_share_memory({expr}, {ids[gd.var]}) != {made_view}:",
+        f"{indent}    raise GuardError({message!r})",
+    ]
 
 
 _PYTHON_NUMBER = {"b": "bool", "i": "int", "u": "int", "f": "float", "c": "complex"}
@@ -103,7 +197,9 @@ def _loop(node, ins, ids, taken, indent) -> list[str]:
     cond = node.attrs.get("cond")
     count = node.attrs["trips"] if cond is None else node.attrs["max_iterations"]
     lines.append(f"{indent}for {counter} in range({count}):")
-    lines += _statements(_with_counter(body, counter), ids, taken, indent + "    ")
+    at = (counter, body.name)
+    lines += _guard_checks_of(body.guards, body.inputs, ids, indent + "    ", at)
+    lines += _statements(_with_counter(body, counter), ids, taken, indent + "    ", body.guards, at)
     for o, b in zip(node.outputs[plain:], body.outputs[plain:]):
         lines.append(f"{indent}    {ids[o]}[{counter}] = {ids[b]}")
     nexts = [ids[o] for o in body.outputs[:carried]]
