@@ -392,6 +392,40 @@ def test_a_loop_result_that_is_an_input_is_a_copy():
     assert np.array_equal(got_y, want_y) and not np.shares_memory(got_y, w)
 
 
+def fills_rows(x, steps):
+    out = np.zeros((steps, x.shape[0]))
+    for t in range(steps):
+        out[t] = x * t
+    return out
+
+
+def reads_its_start_after_the_loop(x, steps):
+    start = np.zeros((steps, x.shape[0])) + x
+    y = start
+    for _ in range(steps):
+        y = y * 0.5 + y.sum(axis=1, keepdims=True) * 1e-3 + x  # rebinds y: start stays
+    return y + start
+
+
+@pytest.mark.parametrize("program", [fills_rows, reads_its_start_after_the_loop])
+def test_a_loop_takes_over_a_dead_buffer_of_its_state_and_results_stay_the_callers(program):
+    """A carried buffer made by this run and read by nothing after the loop is handed to the
+    loop (not copied); a result the caller holds is never reused by a later call."""
+    x = _r(7, 64)
+    with quiet():
+        c = tk.compile(tk.trace(program, x, 50), target="cpu", progress=False)
+    assert any(n.op == "loop" for n in c.graph.nodes)
+    assert ("handed=(0,)" in c.runner.source) == (program is fills_rows)
+    first = c(x, 50)
+    np.testing.assert_allclose(first, program(x, 50), rtol=1e-15)
+    held = first.copy()
+    second = c(2 * x, 50)
+    np.testing.assert_allclose(second, program(2 * x, 50), rtol=1e-15)
+    assert np.array_equal(first, held) and not np.shares_memory(first, second)
+    del first, second
+    np.testing.assert_allclose(c(3 * x, 50), program(3 * x, 50), rtol=1e-15)
+
+
 def test_static_arguments_take_the_fast_path_and_are_checked(monkeypatch):
     a = _r(6, 50, 50)
     with quiet():

@@ -54,11 +54,16 @@ def loop_runner(node, run_body):
     carried values it is given (they are the loop's own)."""
     carried = node.attrs["carried"]
 
-    def run(*inputs):
-        # the body may write into the state's buffers: the first are copies of the inputs
-        owned = [x.copy() if isinstance(x, np.ndarray) else x for x in inputs[:carried]]
+    def run(*inputs, handed=()):
+        # the body may write into the state's buffers: copies of the inputs, but for those the
+        # caller hands over (positions in ``handed``: buffers of its own it never reads again)
+        owned = [
+            x.copy() if isinstance(x, np.ndarray) and k not in handed else x
+            for k, x in enumerate(inputs[:carried])
+        ]
         outs = iterate(owned + list(inputs[carried:]), node.attrs, run_body)
-        outs = [_unshared(o, inputs) for o in outs]
+        kept = [x for k, x in enumerate(inputs) if k not in handed]
+        outs = [_unshared(o, kept) for o in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     return run

@@ -29,7 +29,7 @@ from .control import loop_runner, prepared
 from .cpu_loop import NoDriver, driver_signature, driver_source, input_preparer
 from .emit_cpu import PARALLEL_MIN_WORK, PARALLEL_MIN_WORK_BESIDE_BLAS, kernel_source
 from .offsets import fuse_at_offsets
-from .planner import Plan, blas_out, escaping, in_place_updates
+from .planner import Plan, blas_out, escaping, handed_over, in_place_updates
 from .planner import plan as make_plan
 from .windows import view_windows
 
@@ -268,6 +268,7 @@ class Runner:
         self.ns.update(_iteration=self.iteration, _at_iteration=at_iteration)
         self.escaping = escaping(plan)
         self.in_place = in_place_updates(plan)
+        self.handed = handed_over(plan)
         self.local = threading.local()
         lines = ["def run(inputs, outs, pool):"]
         names = {v: f"v_{v.ident}" for v in g.inputs}
@@ -398,7 +399,8 @@ class Runner:
         if OPS[node.op].kind == "control":  # a loop: its body's compiled program, trips times
             impl = f"loop{len(self.ns)}"
             self.ns[impl] = self.program.loops[node]
-            return f"{impl}({', '.join(ins)})"
+            handed = self.handed.get(self._step)
+            return f"{impl}({', '.join(ins)}{f', handed={handed!r}' if handed else ''})"
         attrs = f"attrs{len(self.ns)}"
         self.ns[attrs] = dict(node.attrs)
         if moves(node.attrs):  # a loop body's index moving with the iteration
@@ -437,8 +439,8 @@ def compile_loop(node, math: str, disk: bool):
     single, until = len(node.outputs) == 1, node.attrs.get("cond") is not None
     prepare = input_preparer(g, node.attrs["carried"])
 
-    def run(*inputs):
-        out = driver(*prepare(inputs))
+    def run(*inputs, handed=()):
+        out = driver(*prepare(inputs, handed))
         if until:  # a while loop's driver says last whether its condition became false
             if not out[-1]:
                 raise GuardError(not_converged(node.attrs))

@@ -513,7 +513,8 @@ def input_preparer(body, carried: int):
     not), numbers as they are."""
     arrays = [(i, v.dtype, v.shape) for i, v in enumerate(body.inputs) if not v.weak]
 
-    def prepare(values) -> list:
+    def prepare(values, handed=()) -> list:
+        """``handed``: positions of carried buffers the caller hands over (never reads again)."""
         out = list(values)
         for i, dtype, shape in arrays:
             x = out[i]
@@ -524,6 +525,8 @@ def input_preparer(body, carried: int):
                 and x.flags.c_contiguous
             )
             if i < carried:
+                if plain and i in handed and x.flags.writeable:
+                    continue
                 out[i] = x.copy() if plain else np.array(x, dtype, order="C").reshape(shape)
             elif not plain:
                 out[i] = np.ascontiguousarray(x, dtype=dtype).reshape(shape)

@@ -57,14 +57,22 @@ def host_args(args):
     return tuple(pytree.unflatten(tree, [_to_host(x) for x in leaves]))
 
 
+_PLAIN_STATICS = (int, bool, str, type(None))  # static arguments the quick signature keeps
+
+
 def _plain_key(args):
-    """The quick signature of a call whose arguments are all NumPy arrays: (shape, dtype) of
-    each, no pytree flattening; None for any other call."""
+    """The quick signature of a call whose arguments are NumPy arrays and simple static values
+    (``f(x, steps)``): (shape, dtype) of each array, (type, value) of each static, no pytree
+    flattening; None for any other call."""
     key = []
     for a in args:
-        if type(a) is not np.ndarray:
+        t = type(a)
+        if t is np.ndarray:
+            key.append((a.shape, a.dtype))
+        elif t in _PLAIN_STATICS:
+            key.append((t, a))
+        else:
             return None
-        key.append((a.shape, a.dtype))
     return tuple(key)
 
 

@@ -528,6 +528,15 @@ def in_place_updates(plan: Plan) -> set:
     buffer: the base is a fresh buffer of this run (a kernel's or a copying host op's result,
     or an input the plan owns; not another input, a view or a Python op's value) and nothing
     reads it afterwards."""
+    handed = handed_over(plan)
+    return {i for i, ks in handed.items() if ks and OPS[plan.steps[i].nodes[0].op].store}
+
+
+def handed_over(plan: Plan) -> dict:
+    """Per host step of a ``store`` op or a loop, the positions of its inputs whose buffers it
+    may take over instead of copying: a store's base, a loop's carried state; each a fresh
+    buffer of this run (a kernel's or a copying host op's result, or an input the plan owns;
+    not another input, a view or a Python op's value) read once by the step and never after."""
     g = plan.graph
     producer, last, root = {}, {}, {}
     for i, st in enumerate(plan.steps):
@@ -542,21 +551,39 @@ def in_place_updates(plan: Plan) -> set:
                     root[o] = root.get(base, base)
     for v in list(g.outputs) + [gd.var for gd in g.guards]:
         last[root.get(v, v)] = len(plan.steps)
-    out = set()
-    for i, st in enumerate(plan.steps):
-        if st.kind != "host" or not OPS[st.nodes[0].op].store:
-            continue
-        base = st.nodes[0].inputs[0]
-        src = producer.get(base)
-        fresh = base in plan.owned or (
+
+    def fresh(v) -> bool:
+        src = producer.get(v)
+        return v in plan.owned or (
             src is not None
             and (
                 src.kind == "kernel"
                 or (src.kind == "host" and OPS[src.nodes[0].op].kind != "opaque")
             )
         )
-        if fresh and last.get(root.get(base, base)) == i and st.nodes[0].inputs.count(base) == 1:
-            out.add(i)
+
+    out = {}
+    for i, st in enumerate(plan.steps):
+        if st.kind != "host":
+            continue
+        node = st.nodes[0]
+        if OPS[node.op].store:
+            candidates = [0]  # a host op's view keeps its base's buffer: _store checks owndata
+        elif OPS[node.op].kind == "control":  # a loop's state: its own buffers, not views
+            candidates = [
+                k for k in range(node.attrs["carried"]) if root.get(node.inputs[k]) is None
+            ]
+        else:
+            continue
+        out[i] = tuple(
+            k
+            for k in candidates
+            if isinstance(v := node.inputs[k], Var)
+            and not v.weak
+            and fresh(v)
+            and last.get(root.get(v, v)) == i
+            and node.inputs.count(v) == 1
+        )
     return out
 
 
@@ -565,12 +592,12 @@ def escaping(plan: Plan) -> set:
     bases that in-place updates write them into."""
     g = plan.graph
     esc = set(g.outputs)
-    in_place = in_place_updates(plan)
+    handed = handed_over(plan)
     for i in range(len(plan.steps) - 1, -1, -1):
         step = plan.steps[i]
-        if (step.kind == "view" or i in in_place) and any(o in esc for o in step.outputs):
-            if i in in_place:
-                esc.add(step.nodes[0].inputs[0])
+        if (step.kind == "view" or handed.get(i)) and any(o in esc for o in step.outputs):
+            if handed.get(i):  # a store's or a loop's result may be the buffer handed to it
+                esc.update(step.nodes[0].inputs[k] for k in handed[i])
             else:  # a view: of its input (none where a constant was folded into a literal)
                 esc.update(step.inputs)
     return esc
