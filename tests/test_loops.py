@@ -767,6 +767,38 @@ def test_reverse_loop_gradients_equal_the_unrolled_ones(name):
                     np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-300)
 
 
+def doubles_while_small(x):
+    for _ in range(12):
+        if x.max() < 1e3:  # a guard in every iteration of the rolled body
+            x = x * 2.0
+        else:
+            x = x + 1.0
+    return (x * x).sum()
+
+
+@pytest.mark.parametrize("checkpoint", [None, 1, 4])
+@pytest.mark.parametrize("target", ["interpreter", "cpu"])
+def test_gradients_through_a_loop_check_the_guards_of_its_body(checkpoint, target):
+    """The backward pass replays the forward loop with its body's guards: data that takes the
+    other branch in some iteration fails the guard (the traced branch's gradient was returned
+    before) and tk.grad traces again, giving NumPy's gradient."""
+    small, large = np.full(3, 0.1), np.full(3, 100.0)
+    with quiet():
+        t = tk.trace(doubles_while_small, small)
+        assert any(n.op == "loop" for n in t.graph.nodes)
+        b = tk.vjp(t, checkpoint=checkpoint)
+        run = b if target == "interpreter" else tk.compile(b, target="cpu", progress=False)
+        np.testing.assert_allclose(run(small * 2, np.ones(()))[0], 2 * 4096.0**2 * small * 2)
+        at = 0 if checkpoint == 4 else 4  # segments of 4 count their iterations from 0
+        said = f"iteration {at} of `for _ in range" if run is b else "gave False on this call"
+        with pytest.raises(tk.GuardError, match=said):  # (the cpu target unrolls 12 trips)
+            run(large, np.ones(()))
+        grad = tk.grad(doubles_while_small, checkpoint=checkpoint)
+        np.testing.assert_allclose(grad(small), 2 * 4096.0**2 * small)
+        # 100 -> 1600 after four doublings, then eight steps of + 1: d/dx = 2 * 16 * (1600 + 8)
+        np.testing.assert_allclose(grad(large), np.full(3, 2 * 16 * 1608.0))
+
+
 @pytest.mark.parametrize("checkpoint", [1, 7, 10, 33, 100, 1000])
 def test_checkpointed_gradients_equal_the_saved_ones(checkpoint):
     x, w = _rnn_data(1)

@@ -112,7 +112,9 @@ def replay(ctx, node: Node, ins: list, backward, recompute: bool = False):
     env = dict(zip(gb.inputs[:n_in], body.inputs))
     env.update((v, made.input(v, v.name)) for v in consts)
     made.inline(computing, env, None)
-    saving = made.graph(list(body.outputs) + [env.get(v, v) for v in kept])
+    # the body's guards stay checked in every iteration: a branch taken otherwise than traced
+    # fails here, before its gradient would be the traced branch's
+    saving = made.graph(list(body.outputs) + [env.get(v, v) for v in kept], body.guards)
     attrs = {**node.attrs, "body": saving, "stacked": node.attrs.get("stacked", 0) + len(kept)}
     n = len(node.outputs)
     res = ctx.emit("loop", list(ins) + const_ins, attrs, n_out=n + len(kept))
@@ -345,5 +347,5 @@ class _Body:
             made += outs
         return made
 
-    def graph(self, outputs: list) -> Graph:
-        return Graph(self.inputs, self.nodes, outputs, name=self.name).check()
+    def graph(self, outputs: list, guards=()) -> Graph:
+        return Graph(self.inputs, self.nodes, outputs, guards=list(guards), name=self.name).check()
