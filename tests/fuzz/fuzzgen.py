@@ -159,6 +159,8 @@ def _operand(regs, x):
 
 
 _ITERATION = [0]  # the iteration of the innermost loop running (run_loop)
+_BRANCHES: list = []  # the way each ``branch`` step went, in the order they ran (decisions)
+BRANCH_ARMS = "negative absolute square positive sin cos tanh".split()  # shape, dtype kept
 
 
 def _index(regs, idx):
@@ -290,6 +292,10 @@ def run_step(regs, st):
         regs.append(_pyop(st["fn"])(a))
     elif k == "loop":
         run_loop(regs, st)
+    elif k == "branch":  # Python control flow on a traced value: a guard
+        taken = bool(np.sum(a) > st["at"])
+        _BRANCHES.append(taken)
+        regs.append(getattr(np, st["then"] if taken else st["else"])(regs[st["b"]]))
     else:
         raise ValueError(f"unknown step kind {k!r}")
 
@@ -335,6 +341,14 @@ def execute(prog, *inputs):
     for st in prog["steps"]:
         run_step(regs, st)
     return tuple(regs[i] for i in prog["outputs"])
+
+
+def decisions(prog, *inputs) -> list:
+    """The way each ``branch`` step of ``prog`` goes with NumPy on ``inputs``."""
+    del _BRANCHES[:]
+    with quiet():
+        execute(prog, *copy_inputs(inputs))
+    return list(_BRANCHES)
 
 
 def program_function(prog):
@@ -487,6 +501,7 @@ class _Gen:
         self.prog = {"seed": seed, "profile": profile, "inputs": [], "steps": [], "outputs": []}
         self.approx: list[bool] = []
         self.depth = 0  # loops the step being made is in
+        self.loop_base = 0  # in a loop body: the registers from before the loop
 
     # -- registers
     def regs(self):
@@ -672,6 +687,31 @@ class _Gen:
             b = {"t": "float", "v": 0.5}
         approx = self.approx[a] or (not isinstance(b, dict) and self.approx[b])
         return {"k": "where", "c": c, "a": a, "b": b}, approx
+
+    def _branch(self, regs):
+        """``if np.sum(a) > at:`` one unary function of ``b``, else another. ``at`` keeps
+        these inputs well to one side (backends sum in other orders) and other inputs take
+        either side: a call the trace's branch does not fit must fail its guard."""
+        # in a loop body, a test of a value from before the loop: the same in every iteration
+        # (a carried one could come near ``at`` in some iteration)
+        tested = regs[: self.loop_base] if self.depth else regs
+        a = self.pick(tested, lambda r: _kind(r) in "fiub")
+        real = "f" if self.profile == "grad" else "fiu"
+        b = self.pick(regs, lambda r: isinstance(r, np.ndarray) and _kind(r) in real)
+        if a is None or b is None:
+            return None
+        with np.errstate(all="ignore"):
+            total = float(np.sum(regs[a]))
+        if not np.isfinite(total):
+            return None
+        margin = 0.1 * abs(total) + 0.5
+        at = total - margin if self.rng.random() < 0.5 else total + margin
+        arms = BRANCH_ARMS if _kind(regs[b]) == "f" else BRANCH_ARMS[:4]
+        if self.profile == "grad":
+            arms = [f for f in arms if f in SMOOTH_UNARY]
+        then, other = (str(f) for f in self.rng.choice(arms, 2, replace=False))
+        approx = self.approx[b] or then in APPROX_UNARY or other in APPROX_UNARY
+        return {"k": "branch", "a": a, "b": b, "at": at, "then": then, "else": other}, approx
 
     def _compare(self, regs):  # a bool register (grad programs need conditions)
         a = self.pick(regs, exact=True)
@@ -1080,8 +1120,9 @@ class _Gen:
         if c is None:
             return None
         base, trips, outer_approx = len(regs), int(self.rng.integers(2, 5)), self.approx
-        self.trips = trips
-        self.body_kinds = {k: 4 * self.kinds[k] for k in ("getitem", "setitem") if k in self.kinds}
+        self.trips, self.loop_base = trips, base
+        boosted = ("getitem", "setitem", "branch")  # indices that move; tests in every iteration
+        self.body_kinds = {k: 4 * self.kinds[k] for k in boosted if k in self.kinds}
         self.approx = list(outer_approx[:base]) + [outer_approx[c]]
         self.depth += 1
         body, approx = [], outer_approx[c]
@@ -1111,6 +1152,9 @@ class _Gen:
         if not isinstance(last, np.ndarray | np.generic) or np.shape(last) != np.shape(regs[c]):
             return None
         if last.dtype != regs[c].dtype:
+            return None
+        kinds = {b["k"] for b in body}
+        if "branch" in kinds and kinds & IN_PLACE_STEPS:  # the value tested might change
             return None
         st = {"k": "loop", "carry": c, "base": base, "trips": trips, "body": body}
         if trips == 3:  # a third of the loops (no draw: the programs of a seed stay as they were)
@@ -1154,14 +1198,14 @@ class _Gen:
             self.kinds = {
                 "unary": 4, "binary": 5, "inplace": 1, "where": 1, "compare": 1, "clip": 1,
                 "reduce": 3, "scan": 1, "matmul": 2, "reshape": 3, "join": 2, "getitem": 3,
-                "setitem": 2, "create": 1, "copy": 1, "loop": 2, "stencil": 1,
+                "setitem": 2, "create": 1, "copy": 1, "loop": 2, "stencil": 1, "branch": 0.5,
             }  # fmt: skip
         else:
             self.kinds = {
                 "unary": 6, "binary": 8, "inplace": 3, "uout": 1, "where": 1, "clip": 1,
                 "astype": 2, "complexpart": 1.5, "setpart": 1, "reduce": 4, "arg": 1, "scan": 1,
                 "matmul": 2, "reshape": 4, "join": 3, "getitem": 4, "setitem": 4, "create": 1,
-                "copy": 1, "pyop": 0.3, "loop": 3, "stencil": 2,
+                "copy": 1, "pyop": 0.3, "loop": 3, "stencil": 2, "branch": 1,
             }  # fmt: skip
         tries = 0
         while len(self.prog["steps"]) < n_steps and tries < n_steps * 8:
@@ -1347,17 +1391,20 @@ def check(prog, checks=CHECKS, compiled_cache=None):
     tol = (any_zero, "float32" in text or "complex64" in text)
     stats = {"ops": set(), "checks": []}
     draws = []
+    traced_way = None
     for which in (0, 1):
         xs = make_inputs(prog, which)
         ys = copy_inputs(xs)
         try:
+            way = decisions(prog, *xs)
             with quiet():
                 want = execute(prog, *ys)
         except Exception as e:
             if which == 0:
                 raise Failure("numpy", "the program does not run on its inputs") from e
             continue
-        draws.append((xs, list(want), ys))
+        traced_way = way if which == 0 else traced_way  # the trace runs on draw 0's inputs
+        draws.append((xs, list(want), ys, way != traced_way))
     example = make_inputs(prog, 0)
     try:
         with quiet():
@@ -1382,7 +1429,7 @@ def check(prog, checks=CHECKS, compiled_cache=None):
         _check_calls(target, harness.bind(c), "call", draws, approx, tol)
         stats["checks"].append(target)
     if "grad" in checks and prog.get("profile") == "grad":
-        check_grad(prog, t)
+        check_grad(prog, t, [(xs, flipped) for xs, _, _, flipped in draws])
         stats["checks"].append("grad")
     return stats
 
@@ -1410,12 +1457,20 @@ def _all_steps(steps):
 
 
 def _check_calls(check, fn, what, draws, approx, tol):
-    """Call ``fn`` on a copy of each draw's inputs and compare with NumPy's results."""
-    for xs, want, ys in draws:
+    """Call ``fn`` on a copy of each draw's inputs and compare with NumPy's results. A draw
+    whose branches go otherwise than the trace's must fail a guard (or, by chance, compute
+    NumPy's results); any other must not."""
+    import tracekit as tk
+
+    for xs, want, ys, flipped in draws:
         zs = copy_inputs(xs)
         try:
             with quiet():
                 got = fn(*zs)
+        except tk.GuardError as e:
+            if flipped:
+                continue
+            raise Failure(check, f"{what} raised GuardError on the traced branches: {e}") from e
         except Exception as e:
             raise Failure(check, f"{what} raised {type(e).__name__}: {e}") from e
         _compare_all(check, _as_tuple(got), want, approx, zs, ys, tol)
@@ -1436,11 +1491,26 @@ def _as_tuple(x):
     return tuple(x) if isinstance(x, tuple | list) else (x,)
 
 
-def check_grad(prog, t):
-    """tk.vjp's backward graph against central finite differences of the NumPy program."""
+def check_grad(prog, t, draws=None):
+    """tk.vjp's backward graph against central finite differences of the NumPy program, on
+    the traced inputs, and on those of ``draws`` ((inputs, whether their branches go otherwise
+    than the trace's)) whose branches go otherwise: there the backward call must fail a guard
+    or be right by chance."""
     import tracekit as tk
 
-    xs = make_inputs(prog, 0)
+    try:
+        with quiet():
+            b = tk.vjp(t)
+    except Exception as e:
+        raise Failure("grad", f"tk.vjp raised {type(e).__name__}: {e}") from e
+    for k, (xs, flipped) in enumerate(draws or [(make_inputs(prog, 0), False)]):
+        if k == 0 or flipped:  # (finite differences on every draw would double the time)
+            _check_grad_at(prog, b, xs, flipped)
+
+
+def _check_grad_at(prog, b, xs, flipped):
+    import tracekit as tk
+
     rng = np.random.default_rng([prog["seed"], 99])
     with quiet():
         outs = execute(prog, *copy_inputs(xs))
@@ -1452,12 +1522,17 @@ def check_grad(prog, t):
 
     try:
         with quiet():
-            b = tk.vjp(t)
             grads = b(
                 *copy_inputs(xs), *[np.asarray(w) if np.ndim(w) else np.float64(w) for w in ws]
             )
+    except tk.GuardError as e:
+        if flipped:
+            return
+        raise Failure(
+            "grad", f"the backward call raised GuardError on the traced branches: {e}"
+        ) from e
     except Exception as e:
-        raise Failure("grad", f"tk.vjp / backward call raised {type(e).__name__}: {e}") from e
+        raise Failure("grad", f"the backward call raised {type(e).__name__}: {e}") from e
     for i, (x, g) in enumerate(zip(xs, grads)):
         x = np.asarray(x, dtype=np.float64)
         g = np.zeros(x.shape) if g is None else np.asarray(g)
