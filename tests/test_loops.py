@@ -799,6 +799,39 @@ def test_gradients_through_a_loop_check_the_guards_of_its_body(checkpoint, targe
         np.testing.assert_allclose(grad(large), np.full(3, 2 * 16 * 1608.0))
 
 
+@pytest.mark.parametrize("name", WHILE)
+def test_the_gradient_of_a_while_loop_is_a_reverse_loop_of_its_traced_count(name):
+    """A while loop differentiates as the loop of its traced count less one (the condition
+    guarded true in its body) and its last iteration: a forward and a reverse loop, no
+    while_loop and no unrolled iterations; data that needs another count fails a guard, and
+    tk.grad traces again (its gradient then agrees with the one traced on that data)."""
+    t = _trace(name)
+    (node,) = [n for n in t.graph.nodes if n.op == "while_loop"]
+    trips = node.attrs["trips"]
+    b = tk.vjp(t)
+    loops = [n for n in b.graph.nodes if "body" in n.attrs]
+    assert [(n.op, n.attrs["trips"]) for n in loops] == [("loop", trips - 1)] * 2, str(b.graph)
+    assert len(b.graph.nodes) < 4 * len(node.attrs["body"].nodes) + 40  # not unrolled
+    fn, make = PROGRAMS[name]
+    args = make(0)
+    one = np.ones(t.graph.outputs[0].shape)
+    with quiet():
+        flat = tk.vjp(tk.trace(fn, *_copies(args), loops="unroll"))(*_copies(args), one)
+        compiled = tk.compile(b, target="cpu", progress=False)
+    for got in (b(*_copies(args), one), compiled(*_copies(args), one)):
+        for g, w in zip(got, flat, strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-300)
+    other = [a * 40.0 if a.ndim == 1 else a for a in make(0)]  # further off: more iterations
+    with pytest.raises(tk.GuardError):
+        b(*_copies(other), one)
+    with quiet():
+        regraded = tk.grad(lambda *a: fn(*a).sum(), argnums=tuple(range(len(args))))(*other)
+        traced_there = tk.vjp(tk.trace(lambda *a: fn(*a).sum(), *_copies(other)))
+        want = traced_there(*_copies(other), np.ones(()))
+    for g, w in zip(regraded, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-300)
+
+
 @pytest.mark.parametrize("checkpoint", [1, 7, 10, 33, 100, 1000])
 def test_checkpointed_gradients_equal_the_saved_ones(checkpoint):
     x, w = _rnn_data(1)

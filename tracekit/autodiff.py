@@ -35,6 +35,7 @@ from .errors import GuardError, TraceError
 from .ir import Graph, Guard, Var
 from .loops import grad as loop_grad
 from .loops import unroll
+from .loops.unroll import fixed_trips
 from .ops import NON_DIFFERENTIABLE, OPS, sum_to
 from .passes import dce
 from .traced import Traced, check_value, trace
@@ -142,8 +143,9 @@ def backward(t: Traced, wrt=None, *, seed: bool = False, with_value: bool = Fals
     ``checkpoint``: loops save their state every that many iterations (see
     :mod:`tracekit.loops.grad`) instead of their residuals in every iteration.
     """
-    # a loop's gradient is a reverse loop (tracekit.loops.grad), or it is unrolled
-    g = unroll(t.graph, which=lambda n: not loop_grad.reversible(n))
+    # a loop's gradient is a reverse loop (tracekit.loops.grad), or it is unrolled; a while
+    # loop is first the loop of its traced count (its condition guarded)
+    g = unroll(fixed_trips(t.graph), which=lambda n: not loop_grad.reversible(n))
     recompute = set()  # loops whose reverse replays their body from the saved state
     if checkpoint is not None and checkpoint > 1:
         g, recompute = loop_grad.segmented(g, checkpoint)

@@ -20,8 +20,10 @@ residuals instead of ``trips`` iterations' residuals, for one more forward pass.
 
 An index that moves with the forward loop (``a[t]``, ``out[t] = ...``) moves the other way in
 the reverse loop; such loops are not split into segments (each segment would need its offset),
-so ``checkpoint`` leaves them whole. While loops are differentiated through their iterations
-(unrolled).
+so ``checkpoint`` leaves them whole. A while loop is differentiated as the loop its traced
+iterations were (:func:`~tracekit.loops.unroll.fixed_trips`: its condition guarded true in
+each iteration but the last), so data that needs another count fails a guard, and ``tk.grad``
+traces again.
 
 >>> import numpy as np, tracekit as tk
 >>> def f(x):
@@ -248,15 +250,21 @@ def loop_vjp(ctx, node: Node, gs: list, ins: list, saved: Saved) -> list:
     made = _Body(ctx, f"{body.name}  (reverse)")
     # carried: the cotangents of the state and of the plain outputs, the invariants' sums
     d_state = {i: made.input(body.outputs[i], "d") for i in range(c) if i in wrt}
-    d_plain = {j: made.input(body.outputs[j], "d") for j in range(c, plain)}
-    d_plain = {j: v for j, v in d_plain.items() if _inexact(v) and gs[j] is not None}
+    d_plain = {
+        j: made.input(body.outputs[j], "d")
+        for j in range(c, plain)
+        if _inexact(body.outputs[j]) and gs[j] is not None
+    }
     sums = {i: made.input(body.inputs[i], "sum_d", weak=False) for i in wrt if i >= c}
     carried = len(made.inputs)
     # invariants: the saved rows, the loop's invariants, the stacked outputs' cotangents
     rows = [made.input(_stack_of(v, trips), f"{v.name}[]") for v in saved.kept]
     invariants = [made.input(v, v.name) for v in body.inputs[c:]]
-    d_rows = {s: made.input(_stack_of(body.outputs[s], trips), "d[]") for s in range(plain, n_out)}
-    d_rows = {s: v for s, v in d_rows.items() if gs[s] is not None}
+    d_rows = {
+        s: made.input(_stack_of(body.outputs[s], trips), "d[]")
+        for s in range(plain, n_out)
+        if gs[s] is not None
+    }
     const_vars = [made.input(v, v.name) for v in consts]
     back = {"idx": (Affine(trips - 1, -1),)}  # reverse iteration k: forward iteration trips-1-k
     env = dict(zip(gb.inputs[c:n_in], invariants))

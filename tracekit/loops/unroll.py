@@ -3,7 +3,8 @@
 The values of iteration ``t`` of a body are named ``<name>@<t>``. The guards of a body are
 guards of each iteration's values; a while loop unrolls to the iterations it had when traced,
 its condition guarded true in each but the last, as tracing recorded it (the unrolled graph
-is right for data that needs as many iterations, and says so otherwise).
+is right for data that needs as many iterations, and says so otherwise). :func:`fixed_trips`
+keeps such a loop a loop of its traced count (for differentiation).
 
 >>> import numpy as np, tracekit as tk
 >>> def f(x):
@@ -21,7 +22,7 @@ import numpy as np
 
 from ..ir import Graph, Guard, Var
 from ..ops import OPS
-from .op import body_at, value_names
+from .op import LOOP, body_at, value_names
 
 
 def unroll(graph: Graph, which=None, taken: set | None = None) -> Graph:
@@ -49,6 +50,69 @@ def unroll(graph: Graph, which=None, taken: set | None = None) -> Graph:
         guards=[g.__class__(rename(g.var), g.value, g.how, g.source) for g in graph.guards]
         + guards,
     )
+
+
+def fixed_trips(graph: Graph, taken: set | None = None) -> Graph:
+    """``graph`` with each while loop of more than one iteration replaced by the loop its
+    traced iterations were: a ``loop`` of ``trips - 1`` iterations whose body guards the
+    condition true, then the last iteration, where it is guarded false (nested loops too).
+
+    The graph is right for data that needs as many iterations, and says so otherwise, as the
+    unrolled one is; its size does not grow with the trip count, and its loop has a reverse
+    loop for a gradient.
+
+    >>> import warnings, numpy as np, tracekit as tk
+    >>> def f(x):
+    ...     while x.max() > 1.0:
+    ...         x = x * 0.5
+    ...     return x
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore")  # the loop became data-dependent: said elsewhere
+    ...     t = tk.trace(f, np.array([9.0, 3.0]))
+    >>> [(n.op, n.attrs.get("trips")) for n in t.graph.nodes if "body" in n.attrs]
+    [('while_loop', 4)]
+    >>> fixed = fixed_trips(t.graph)
+    >>> [n.op + (f" x{n.attrs['trips']}" if "body" in n.attrs else "") for n in fixed.nodes]
+    ['max', 'greater', 'loop x3', 'multiply', 'max', 'greater']
+    """
+    if not any(isinstance(a, Graph) for n in graph.nodes for a in n.attrs.values()):
+        return graph
+    if taken is None:
+        taken = {v.name for v in graph.inputs} | value_names(graph.nodes)
+    env: dict = {}
+    nodes: list = []
+    guards: list = []
+    for n in graph.nodes:
+        n = n.replace(inputs=tuple(env.get(x, x) if isinstance(x, Var) else x for x in n.inputs))
+        if OPS[n.op].kind == "control":
+            n = n.replace(attrs={**n.attrs, "body": fixed_trips(n.attrs["body"], taken)})
+        if n.attrs.get("cond") is None or n.attrs["trips"] < 2:
+            nodes.append(n)
+            continue
+        outs = _fixed(n, nodes, guards, taken)
+        env.update(zip(n.outputs, outs))
+    rename = lambda v: env.get(v, v)  # noqa: E731
+    return graph.replace(
+        nodes=nodes,
+        outputs=[rename(o) for o in graph.outputs],
+        guards=[g.__class__(rename(g.var), g.value, g.how, g.source) for g in graph.guards]
+        + guards,
+    )
+
+
+def _fixed(node, nodes: list, guards: list, taken: set) -> list:
+    """Append while loop ``node`` as a loop of its traced count less one, its condition
+    guarded true in every iteration, and its last iteration; the values of its outputs."""
+    body, cond, carried = node.attrs["body"], node.attrs["cond"], node.attrs["carried"]
+    going_on = Guard(body.outputs[cond], True, "bool", node.source)
+    attrs = {k: v for k, v in node.attrs.items() if k not in ("cond", "max_iterations")}
+    attrs.update(body=body.replace(guards=[*body.guards, going_on]), trips=node.attrs["trips"] - 1)
+    before = tuple(_renamed(o, ".before", taken) for o in node.outputs)
+    nodes.append(node.replace(op=LOOP.name, attrs=attrs, outputs=before))
+    last = node.replace(
+        inputs=before[:carried] + tuple(node.inputs[carried:]), attrs={**node.attrs, "trips": 1}
+    )
+    return _iterations(last, nodes, guards, taken)
 
 
 def _iterations(node, nodes: list, guards: list, taken: set) -> list:
