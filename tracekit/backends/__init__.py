@@ -85,7 +85,9 @@ class Compiled:
 
             self.program = CpuProgram(self.plan, math)
             self.program.load(disk=cache, progress=report)
-            self.runner = Runner(self.plan, self.program)
+            fast = _fast_signature(traced)
+            statics = [(v,) if k is STATIC else None for k, v in fast] if fast else None
+            self.runner = Runner(self.plan, self.program, statics)
             self.runner.ns.update(RUNTIME)
         else:
             from .cuda import CudaProgram
@@ -99,6 +101,9 @@ class Compiled:
         self._detach = _results_may_alias(self.plan)
         if (self._fast is None or self._detach) and target == "cpu":
             self.runner.fast = None  # the generated fast path returns one fresh plain result
+        self._quick = self._quick_call() if target == "cpu" and self.runner.fast else None
+        if target == "cpu" and self.runner.fast is None:
+            self.runner.quick = None
         self._consts = [g.constants[v] for v, s in zip(g.inputs, g.specs) if s.kind == "const"]
         self.kernels = [
             Kernel(ks.group.name, ks.group.kind, list(ks.group.nodes), ks.text)
@@ -121,6 +126,27 @@ class Compiled:
         # %2: f32[1000] = add(%1, 1)  # ...
         """
         return self.program.source
+
+    def _quick_call(self):
+        """``quick(args)``: the result of a call without ``out=`` on plain arrays (and the
+        traced static values) through the generated fast path; None where that does not
+        apply (the general path then checks the arguments and says what is wrong)."""
+        pools, make_pool = self._pools, self._pool
+        fast = self.runner.quick
+        if fast is None:
+            return None
+
+        def quick(args):
+            try:
+                pool = pools.pool
+            except AttributeError:
+                pool = make_pool()
+            result = fast(args, pool)
+            if result is None:
+                return None
+            return result[()] if result.ndim == 0 else result
+
+        return quick
 
     def _pool(self) -> dict:
         pool = getattr(self._pools, "pool", None)
@@ -160,6 +186,10 @@ class Compiled:
         >>> c(np.zeros(1000, np.float32), out=out) is out, out[:3]
         (True, array([1., 1., 1.], dtype=float32))
         """
+        if out is None and self._quick is not None:
+            result = self._quick(args)
+            if result is not None:
+                return result
         if self.target == "cuda":  # device arrays in/out, streams: the cuda runner's own path
             return self.runner.call(self, args, out)
         fast = self.runner.fast

@@ -26,7 +26,7 @@ from ..pyop import check_results
 from . import cache
 from . import scalar as S
 from .control import loop_runner, prepared
-from .cpu_loop import NoDriver, driver_signature, driver_source, input_preparer
+from .cpu_loop import NoDriver, driver_signature, driver_source, input_preparer, prepared_argument
 from .emit_cpu import PARALLEL_MIN_WORK, PARALLEL_MIN_WORK_BESIDE_BLAS, kernel_source
 from .offsets import fuse_at_offsets
 from .planner import Plan, blas_out, escaping, handed_over, in_place_updates
@@ -254,7 +254,9 @@ def _describe_failure(name, steps, e, source="") -> str:
 class Runner:
     """Generated Python that runs a plan: allocation, host calls, segment calls."""
 
-    def __init__(self, plan: Plan, program: CpuProgram):
+    def __init__(self, plan: Plan, program: CpuProgram, call_statics=None):
+        """``call_statics``: per argument of a call, None for an array or ``(value,)`` for a
+        static value (``f(x, steps)``), when the call is a flat list of those."""
         self.plan, self.program = plan, program
         g = plan.graph
         self.ns = {
@@ -278,6 +280,7 @@ class Runner:
         result_pos = {v: i for i, v in enumerate(g.outputs[: g.n_results])}
         seg_at = {first: (name, steps, srcs) for name, first, steps, srcs in program.segments}
         made_here = {v for _, _, steps, _ in program.segments for st in steps for v in st.outputs}
+        self.made_here = made_here
         for i, step in enumerate(plan.steps):
             if i in seg_at:
                 name, steps, srcs = seg_at[i]
@@ -316,13 +319,20 @@ class Runner:
         fast = self._fast_source(body, outs)
         if fast:
             self.source += "\n\n" + fast
+            quick = self._fast_source(body, outs, call_statics) if call_statics else None
+            self.source += "\n\n" + quick if quick else ""
         exec(compile(self.source, f"<tracekit runner {g.name}>", "exec"), self.ns)
         self.fn = self.ns["run"]
         self.fast = self.ns.get("fast")
+        self.quick = self.ns.get("quick")
 
-    def _fast_source(self, body, outs) -> str | None:
+    def _fast_source(self, body, outs, call_statics=None) -> str | None:
         """``fast(args, outs, pool)``: the whole call for plain arrays of the traced shapes and
-        dtypes, one result, no write-backs, guards or captures; None (not a result) otherwise."""
+        dtypes, one result, no write-backs, guards or captures; None (not a result) otherwise.
+
+        With ``call_statics`` (per argument of the call, None for an array or ``(value,)``
+        for a static value), ``quick(args, pool)``: the same for the call's own arguments,
+        the static values among them checked in line."""
         g = self.plan.graph
         args = [v for v, s in zip(g.inputs, g.specs) if s.kind == "arg"]
         others = [v for v, s in zip(g.inputs, g.specs) if s.kind != "arg"]
@@ -330,13 +340,29 @@ class Runner:
             return None
         if any(s.kind == "capture" for s in g.specs):
             return None
-        lines = [
-            "def fast(args, outs, pool):",
-            f"    if len(args) != {len(args)}:",
-            "        return None",
-        ]
-        if args:
-            lines.append(f"    {', '.join(f'v_{v.ident}' for v in args)}, = args")
+        names = [f"v_{v.ident}" for v in args]
+        checks = []
+        if call_statics is None:
+            head = "def fast(args, outs, pool):"
+        elif sum(st is None for st in call_statics) != len(args):
+            return None
+        else:
+            head = "def quick(args, pool):"
+            arrays, names = iter(names), []
+            for k, static in enumerate(call_statics):
+                if static is None:
+                    names.append(next(arrays))
+                    continue
+                names.append(f"s_{k}")
+                self.ns[f"_static_{k}"] = static[0]
+                kind = f"_static_type_{k}"
+                self.ns[kind] = type(static[0])
+                checks += [f"    if type(s_{k}) is not {kind} or s_{k} != _static_{k}:"]
+                checks += ["        return None"]
+        lines = [head, f"    if len(args) != {len(names)}:", "        return None"]
+        if names:
+            lines.append(f"    {', '.join(names)}, = args")
+        lines += checks
         for v in args:
             a = f"v_{v.ident}"
             self.ns[f"_dt_{v.ident}"] = v.dtype
@@ -345,6 +371,8 @@ class Runner:
                 f"or {a}.dtype != _dt_{v.ident}:"
             )
             lines.append("        return None")
+        if call_statics is not None:
+            lines.append("    outs = None")
         for v in others:  # constants
             self.ns[f"_const_{v.ident}"] = g.constants[v]
             lines.append(f"    v_{v.ident} = _const_{v.ident}")
@@ -398,8 +426,10 @@ class Runner:
         self.ns[impl] = OPS[node.op].impl
         if OPS[node.op].kind == "control":  # a loop: its body's compiled program, trips times
             impl = f"loop{len(self.ns)}"
-            self.ns[impl] = self.program.loops[node]
-            handed = self.handed.get(self._step)
+            run = self.ns[impl] = self.program.loops[node]
+            handed = self.handed.get(self._step) or ()
+            if getattr(run, "driver", None) is not None:
+                return self._driver_call(node, run, ins, handed)
             return f"{impl}({', '.join(ins)}{f', handed={handed!r}' if handed else ''})"
         attrs = f"attrs{len(self.ns)}"
         self.ns[attrs] = dict(node.attrs)
@@ -411,6 +441,29 @@ class Runner:
             self.ns[k], self.ns["_check_pyop"] = node, check_results
             return f"_check_pyop({k}, {call})"
         return call
+
+    def _driver_call(self, node, run, ins, handed) -> str:
+        """A call of a loop's numba driver with its arguments prepared inline (what
+        ``input_preparer`` does, less the checks this run's own buffers need not): a carried
+        buffer a kernel of this run made is copied, or passed as it is when it is handed over;
+        an invariant one is passed as it is."""
+        drv = f"driver{len(self.ns)}"
+        self.ns[drv] = run.driver
+        carried, body = node.attrs["carried"], node.attrs["body"]
+        args = []
+        for k, (x, name, b) in enumerate(zip(node.inputs, ins, body.inputs)):
+            if b.weak or not isinstance(x, Var):
+                args.append(name)
+            elif x in self.made_here and x.dtype == b.dtype and x.shape == b.shape:
+                args.append(name if k in handed or k >= carried else f"{name}.copy()")
+            else:  # an input, a host op's value: checked and copied as the driver needs
+                prep = f"prep{len(self.ns)}"
+                self.ns[prep] = functools.partial(
+                    prepared_argument, dtype=b.dtype, shape=b.shape, carried=k < carried
+                )
+                args.append(f"{prep}({name})")
+        call = f"{drv}({', '.join(args)})"
+        return f"{call}[0]" if len(node.outputs) == 1 else call
 
 
 def compile_loop(node, math: str, disk: bool):
@@ -448,6 +501,7 @@ def compile_loop(node, math: str, disk: bool):
         return out[0] if single else out
 
     run.how, run.source = "one numba function", program.source
+    run.driver = None if until else driver  # a caller may call it with prepared arguments
     return run
 
 

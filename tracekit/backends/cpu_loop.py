@@ -507,29 +507,29 @@ def _int(x) -> str:
     return str(int(x))
 
 
+def prepared_argument(x, dtype, shape, carried: bool):
+    """One array argument of a loop driver: C-contiguous, of the body's dtype and shape; a
+    copy where the driver writes into it (``carried``) or where it is not."""
+    plain = type(x) is np.ndarray and x.dtype == dtype and x.shape == shape and x.flags.c_contiguous
+    if carried:
+        return x.copy() if plain else np.array(x, dtype, order="C").reshape(shape)
+    return x if plain else np.ascontiguousarray(x, dtype=dtype).reshape(shape)
+
+
 def input_preparer(body, carried: int):
-    """``prepare(values)``: the driver's arguments: C-contiguous copies of the carried arrays
-    (the loop's own, written into), the invariants C-contiguous (copied only if they are
-    not), numbers as they are."""
+    """``prepare(values, handed=())``: the driver's arguments (:func:`prepared_argument`);
+    the carried buffers at positions in ``handed`` the caller hands over (it never reads them
+    again) are passed as they are where they are already what the driver needs."""
     arrays = [(i, v.dtype, v.shape) for i, v in enumerate(body.inputs) if not v.weak]
 
     def prepare(values, handed=()) -> list:
-        """``handed``: positions of carried buffers the caller hands over (never reads again)."""
         out = list(values)
         for i, dtype, shape in arrays:
             x = out[i]
-            plain = (
-                type(x) is np.ndarray
-                and x.dtype == dtype
-                and x.shape == shape
-                and x.flags.c_contiguous
-            )
-            if i < carried:
-                if plain and i in handed and x.flags.writeable:
+            if i in handed and type(x) is np.ndarray and x.flags.writeable:
+                if x.dtype == dtype and x.shape == shape and x.flags.c_contiguous:
                     continue
-                out[i] = x.copy() if plain else np.array(x, dtype, order="C").reshape(shape)
-            elif not plain:
-                out[i] = np.ascontiguousarray(x, dtype=dtype).reshape(shape)
+            out[i] = prepared_argument(x, dtype, shape, i < carried)
         return out
 
     return prepare
