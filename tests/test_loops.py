@@ -430,6 +430,49 @@ def test_a_loop_takes_over_a_dead_buffer_of_its_state_and_results_stay_the_calle
     np.testing.assert_allclose(c(3 * x, 50), program(3 * x, 50), rtol=1e-15)
 
 
+def nested_tanh(x, w, outer=30, inner=20):
+    for _ in range(outer):
+        y = x * 0.5
+        for _ in range(inner):
+            y = np.tanh(y * 1.01 + w)
+        x = x + y * 0.1
+    return x
+
+
+def test_nested_loops_run_as_one_numba_function():
+    """An inner loop whose body has a numba form is called by the outer loop's driver (its
+    own driver, bound at load): the whole nest is one numba function."""
+    x, w = _r(8, 64), _r(9, 64)
+    with quiet():
+        c = tk.compile(tk.trace(nested_tanh, x, w), target="cpu", progress=False)
+    (run,) = c.program.loops.values()
+    assert run.how == "one numba function" and "= inner_0(" in run.source, run.how
+    np.testing.assert_allclose(c(x, w), nested_tanh(x, w), rtol=1e-12)
+    strided = _r(10, 128)[::2]  # the invariant arrives strided: copied for the driver
+    np.testing.assert_allclose(c(strided, w), nested_tanh(strided, w), rtol=1e-12)
+
+
+def test_a_small_graph_with_loops_runs_as_one_numba_function():
+    """Where a graph with loops does little work, its steps (kernels, the loops' drivers)
+    are one numba function, which a call with plain arrays runs; other calls take the
+    runner; a large graph keeps the runner (its buffers are reused from call to call)."""
+    x = _r(7, 64)
+    with quiet():
+        small = tk.compile(tk.trace(fills_rows, x, 50), target="cpu", progress=False)
+        large = tk.compile(tk.trace(fills_rows, _r(7, 4096), 50), target="cpu", progress=False)
+    assert small.runner.whole is not None and "def whole_graph(" in small.source
+    assert large.runner.whole is None and "whole_graph" not in large.source
+    first = small(x, 50)
+    np.testing.assert_allclose(first, fills_rows(x, 50), rtol=1e-15)
+    held = first.copy()
+    np.testing.assert_allclose(small(2 * x, 50), fills_rows(2 * x, 50), rtol=1e-15)
+    assert np.array_equal(first, held)
+    strided = _r(8, 128)[::2]  # not C-contiguous: the runner
+    np.testing.assert_allclose(small(strided, 50), fills_rows(strided, 50), rtol=1e-15)
+    with pytest.raises(TypeError, match="static value was 50, got 51"):
+        small(x, 51)
+
+
 def test_static_arguments_take_the_fast_path_and_are_checked(monkeypatch):
     a = _r(6, 50, 50)
     with quiet():

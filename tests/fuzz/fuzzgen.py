@@ -501,7 +501,9 @@ class _Gen:
         self.prog = {"seed": seed, "profile": profile, "inputs": [], "steps": [], "outputs": []}
         self.approx: list[bool] = []
         self.depth = 0  # loops the step being made is in
-        self.loop_base = 0  # in a loop body: the registers from before the loop
+        self.trips = 0  # the trip count of the innermost loop being made
+        self.loop_bases: list = []  # per enclosing loop, the registers from before it
+        self.enclosing = self.regs  # the registers of the body (or program) being made
 
     # -- registers
     def regs(self):
@@ -694,7 +696,7 @@ class _Gen:
         either side: a call the trace's branch does not fit must fail its guard."""
         # in a loop body, a test of a value from before the loop: the same in every iteration
         # (a carried one could come near ``at`` in some iteration)
-        tested = regs[: self.loop_base] if self.depth else regs
+        tested = regs[: self.loop_bases[0]] if self.depth else regs
         a = self.pick(tested, lambda r: _kind(r) in "fiub")
         real = "f" if self.profile == "grad" else "fiu"
         b = self.pick(regs, lambda r: isinstance(r, np.ndarray) and _kind(r) in real)
@@ -1112,23 +1114,26 @@ class _Gen:
 
     def _loop(self, regs):
         """A loop carrying one array register through one to three steps, two to four
-        times."""
-        if self.depth >= 1:
+        times; a loop in its body too, now and then (two deep at most)."""
+        if self.depth >= 2 or (self.depth == 1 and self.rng.random() < 0.5):
             return None
         # an array, or a NumPy scalar (a sum carried from iteration to iteration)
         c = self.pick(regs, lambda r: isinstance(r, np.ndarray | np.generic))
         if c is None:
             return None
         base, trips, outer_approx = len(regs), int(self.rng.integers(2, 5)), self.approx
-        self.trips, self.loop_base = trips, base
+        outer = (self.trips, self.enclosing)
+        enclosing = self.enclosing
+        body, approx = [], outer_approx[c]
+        self.trips, self.enclosing = trips, lambda: self._body_regs(c, body, enclosing)
+        self.loop_bases.append(base)
         boosted = ("getitem", "setitem", "branch")  # indices that move; tests in every iteration
         self.body_kinds = {k: 4 * self.kinds[k] for k in boosted if k in self.kinds}
         self.approx = list(outer_approx[:base]) + [outer_approx[c]]
         self.depth += 1
-        body, approx = [], outer_approx[c]
         try:
             for _ in range(int(self.rng.integers(1, 4))):
-                local = self._body_regs(c, body)
+                local = self._body_regs(c, body, enclosing)
                 # indexing is drawn more often in a body: its indices may move with the loop
                 kinds, weights = zip(*{**self.kinds, **self.body_kinds}.items())
                 k = kinds[int(self.rng.choice(len(kinds), p=np.array(weights) / sum(weights)))]
@@ -1146,9 +1151,10 @@ class _Gen:
                 self.approx += [ap] * (len(local) - len(self.approx))
         finally:
             self.approx, self.depth = outer_approx, self.depth - 1
+            (self.trips, self.enclosing), _ = outer, self.loop_bases.pop()
         if not body:
             return None
-        last = self._body_regs(c, body)[-1]
+        last = self._body_regs(c, body, enclosing)[-1]
         if not isinstance(last, np.ndarray | np.generic) or np.shape(last) != np.shape(regs[c]):
             return None
         if last.dtype != regs[c].dtype:
@@ -1161,8 +1167,10 @@ class _Gen:
             st["while"] = True
         return st, approx
 
-    def _body_regs(self, c, body):
-        regs = self.regs()
+    def _body_regs(self, c, body, enclosing):
+        """The registers of a loop body after ``body``'s steps: those of ``enclosing()`` (the
+        program's, or the enclosing body's) and the carried one, register ``c``."""
+        regs = enclosing()
         local = regs + [regs[c]]
         with quiet():
             for st in body:
@@ -1431,7 +1439,28 @@ def check(prog, checks=CHECKS, compiled_cache=None):
     if "grad" in checks and prog.get("profile") == "grad":
         check_grad(prog, t, [(xs, flipped) for xs, _, _, flipped in draws])
         stats["checks"].append("grad")
+    if "cpu" in checks and prog["seed"] % 2 and any("body" in n.attrs for n in t.graph.nodes):
+        _check_one_result(prog, draws, approx, tol)
+        stats["checks"].append("cpu-one-result")
     return stats
+
+
+def _check_one_result(prog, draws, approx, tol):
+    """The program's last result alone, of its inputs as plain arguments, compiled with its
+    loops kept: the call a small graph with loops runs as one numba function
+    (``whole_graph``, where the fast path applies)."""
+    import tracekit as tk
+
+    def last(*inputs):
+        return execute(prog, *inputs)[-1]
+
+    try:
+        with quiet(), _loops_kept(True):
+            c = tk.compile(tk.trace(last, *make_inputs(prog, 0)), target="cpu", progress=False)
+    except Exception as e:
+        raise Failure("cpu", f"tk.compile of the last result raised {type(e).__name__}: {e}") from e
+    one = [(xs, want[-1:], ys, flipped) for xs, want, ys, flipped in draws]
+    _check_calls("cpu", c, "call of the last result", one, approx[-1:], tol)
 
 
 @contextlib.contextmanager

@@ -78,16 +78,21 @@ class Compiled:
         self.plan.offsets = offsets
         report = _progress_reporter(progress, f"{traced.graph.name} ({target})")
         if target == "cpu":
-            from .cpu import RUNTIME, CpuProgram, Runner
+            from .cpu import RUNTIME, CpuProgram, Runner, whole_graph_source
 
             if stream is not None:
                 raise ValueError("stream= applies to target='cuda' only")
 
             self.program = CpuProgram(self.plan, math)
-            self.program.load(disk=cache, progress=report)
+            self.program.disk = cache
             fast = _fast_signature(traced)
+            plain = fast and not _results_may_alias(self.plan)  # what the fast path needs
+            whole = whole_graph_source(self.plan, self.program) if plain else None
+            if whole:
+                self.program.source += "\n\n" + whole
+            self.program.load(disk=cache, progress=report)
             statics = [(v,) if k is STATIC else None for k, v in fast] if fast else None
-            self.runner = Runner(self.plan, self.program, statics)
+            self.runner = Runner(self.plan, self.program, statics, whole=bool(whole))
             self.runner.ns.update(RUNTIME)
         else:
             from .cuda import CudaProgram

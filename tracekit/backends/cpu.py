@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import GuardError
 from ..interpret import check_guards
-from ..ir import Var
+from ..ir import Node, Var
 from ..loops.op import at_iteration, in_iteration, moves, not_converged
 from ..ops import OPS, build_index
 from ..pyop import check_results
@@ -81,6 +81,9 @@ class CpuProgram:
         segment may return as scalars instead of storing (a loop driver's scalar state; the
         ones it does are its kernels' ``returned``, in order)."""
         self.plan, self.math = plan, math
+        self.disk = True  # numba's disk cache for the loops compiled with it
+        self.compiled_loops: dict = {}  # loop node -> its compiled run, made before load
+        self.callees: dict = {}  # names the source calls and binds at load (nested drivers)
         self.kernel_sources = {}
         self.segments = []
         parts = [MODULE_HEADER, ""]
@@ -125,8 +128,9 @@ class CpuProgram:
         self.module = None
 
     def load(self, disk=True, progress=None):
+        self.disk = disk
         self.loops = {  # each loop: one compiled driver, or its body compiled once
-            node: compile_loop(node, self.math, disk)
+            node: self.loop_run(node)
             for step in self.plan.steps
             for node in step.nodes
             if OPS[node.op].kind == "control"
@@ -144,8 +148,15 @@ class CpuProgram:
         cache.warn_once("numba-cache", "a corrupt entry in tracekit's disk cache was recompiled")
         return mod
 
+    def loop_run(self, node):
+        """Loop ``node`` of this plan compiled (:func:`compile_loop`), once."""
+        run = self.compiled_loops.get(node)
+        if run is None:
+            run = self.compiled_loops[node] = compile_loop(node, self.math, self.disk)
+        return run
+
     def _compile(self, mod, progress):
-        for name, fn in self.pyops.items():
+        for name, fn in (*self.pyops.items(), *self.callees.items()):
             setattr(mod, name, fn)
         total = len(self.segments)
         start = time.perf_counter()
@@ -254,10 +265,12 @@ def _describe_failure(name, steps, e, source="") -> str:
 class Runner:
     """Generated Python that runs a plan: allocation, host calls, segment calls."""
 
-    def __init__(self, plan: Plan, program: CpuProgram, call_statics=None):
+    def __init__(self, plan: Plan, program: CpuProgram, call_statics=None, whole=False):
         """``call_statics``: per argument of a call, None for an array or ``(value,)`` for a
-        static value (``f(x, steps)``), when the call is a flat list of those."""
+        static value (``f(x, steps)``), when the call is a flat list of those. ``whole``: the
+        program has ``whole_graph`` (:func:`whole_graph_source`), which such a call runs."""
         self.plan, self.program = plan, program
+        self.whole = _whole_graph(plan, program) if whole else None
         g = plan.graph
         self.ns = {
             "np": np,
@@ -336,9 +349,7 @@ class Runner:
         g = self.plan.graph
         args = [v for v, s in zip(g.inputs, g.specs) if s.kind == "arg"]
         others = [v for v, s in zip(g.inputs, g.specs) if s.kind != "arg"]
-        if g.writebacks or g.guards or g.n_results != 1 or any(v.weak for v in args):
-            return None
-        if any(s.kind == "capture" for s in g.specs):
+        if not has_fast_path(g):
             return None
         names = [f"v_{v.ident}" for v in args]
         checks = []
@@ -371,6 +382,12 @@ class Runner:
                 f"or {a}.dtype != _dt_{v.ident}:"
             )
             lines.append("        return None")
+        if call_statics is not None and self.whole is not None and not others:
+            self.ns["_whole"] = self.whole
+            for v in args:  # the whole graph's driver takes C-contiguous arrays
+                lines += [f"    if not v_{v.ident}.flags.c_contiguous:", "        return None"]
+            lines.append(f"    return _whole({', '.join(f'v_{v.ident}' for v in args)})[0]")
+            return "\n".join(lines) + "\n"
         if call_statics is not None:
             lines.append("    outs = None")
         for v in others:  # constants
@@ -452,8 +469,12 @@ class Runner:
         carried, body = node.attrs["carried"], node.attrs["body"]
         args = []
         for k, (x, name, b) in enumerate(zip(node.inputs, ins, body.inputs)):
-            if b.weak or not isinstance(x, Var):
+            if b.weak:  # a Python number
                 args.append(name)
+            elif not isinstance(x, Var):  # a folded constant: the 0-d array the body takes
+                const = f"const{len(self.ns)}"
+                self.ns[const] = np.full(b.shape, x, b.dtype)
+                args.append(f"{const}.copy()" if k < carried else const)
             elif x in self.made_here and x.dtype == b.dtype and x.shape == b.shape:
                 args.append(name if k in handed or k >= carried else f"{name}.copy()")
             else:  # an input, a host op's value: checked and copied as the driver needs
@@ -466,6 +487,67 @@ class Runner:
         return f"{call}[0]" if len(node.outputs) == 1 else call
 
 
+# A graph with loops whose work is at most this many element operations runs as one numba
+# function (whole_graph_source): its time is then mostly the calls it would otherwise make
+# (a microsecond or so each), and one more compile is worth it. Larger ones keep the runner,
+# which reuses its buffers from call to call (numba's own allocation would page-fault).
+WHOLE_GRAPH_MAX_WORK = 200_000
+
+
+def has_fast_path(g) -> bool:
+    """Calls of ``g`` on plain arrays have a generated fast path: one result, no write-backs,
+    guards or captured arrays, no Python numbers among the arguments."""
+    args = [v for v, s in zip(g.inputs, g.specs) if s.kind == "arg"]
+    if g.writebacks or g.guards or g.n_results != 1 or any(v.weak for v in args):
+        return False
+    return not any(s.kind == "capture" for s in g.specs)
+
+
+def whole_graph_source(plan: Plan, program: CpuProgram) -> str | None:
+    """The source of ``whole_graph(inputs...) -> (results,)``: every step of a small graph
+    with loops in one numba function (a loop driver of one iteration over the graph, its
+    loops' drivers called from it), or None where that does not apply: no loop, more work
+    than ``WHOLE_GRAPH_MAX_WORK``, a result that is a Python number, or a step without a numba
+    form (:class:`NoDriver`). Added to ``program`` before it loads."""
+    g = plan.graph
+    loops = [st for st in plan.steps if OPS[st.nodes[0].op].kind == "control"]
+    if not loops or _work(g) > WHOLE_GRAPH_MAX_WORK or any(o.weak for o in g.outputs):
+        return None
+    if not has_fast_path(g) or g.constants:  # (constants: the fast path binds them)
+        return None
+    attrs = {"body": g, "trips": 1, "carried": 0, "stacked": 0}
+    node = Node("loop", tuple(g.inputs), attrs, tuple(g.outputs))
+    try:
+        source, _ = driver_source(node, plan, program, "whole_graph")
+    except NoDriver:
+        return None
+    return source
+
+
+def _whole_graph(plan: Plan, program: CpuProgram):
+    """The compiled ``whole_graph`` of ``program``, or None where numba cannot compile it (the
+    runner serves then)."""
+    driver = program.module.whole_graph
+    try:
+        driver.compile(driver_signature(plan.graph))
+    except Exception as e:  # the kernels compiled; the runner calls them one by one
+        cache.warn_once("whole-graph", f"one numba function for the graph failed: {e}")
+        return None
+    return driver
+
+
+def _work(g) -> int:
+    """Element operations of one run of ``g``: the sizes of its values, a loop's body's times
+    its trip count."""
+    total = 0
+    for n in g.nodes:
+        total += sum(o.size for o in n.outputs)
+        body = n.attrs.get("body")
+        if isinstance(body, type(g)):
+            total += n.attrs.get("max_iterations", n.attrs["trips"]) * _work(body)
+    return total
+
+
 def compile_loop(node, math: str, disk: bool):
     """``run(*inputs)`` computing loop ``node`` on the CPU: the whole loop in one numba
     function where its body allows (:mod:`.cpu_loop`), else its body compiled once and
@@ -473,8 +555,11 @@ def compile_loop(node, math: str, disk: bool):
     g, plan, program = _body_program(node.attrs["body"], node.attrs["carried"], math)
 
     def remake(out_windows, returns):
-        return CpuProgram(plan, math, out_windows, returns)
+        remade = CpuProgram(plan, math, out_windows, returns)
+        remade.disk = disk
+        return remade
 
+    program.disk = disk
     try:
         source, program = driver_source(node, plan, program, "loop_driver", remake)
         program.source += "\n\n" + source

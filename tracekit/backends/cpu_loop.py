@@ -32,7 +32,8 @@ import numpy as np
 from ..ir import Var
 from ..loops.op import Affine
 from ..ops import OPS, py_literal
-from .planner import blas_out, in_place_updates
+from . import cache
+from .planner import blas_out, handed_over, in_place_updates
 from .windows import Window, without_ellipsis
 
 
@@ -47,6 +48,7 @@ def driver_source(node, plan, program, name: str, remake=None):
     results straight into the regions that stores would copy them to, or return 0-d results
     as scalars. Raises :class:`NoDriver`."""
     d = _Driver(node, plan, program, name, remake)
+    d.program.callees.update({callee: fn for callee, (fn, _) in d.callees.items()})
     return d.source, d.program
 
 
@@ -63,6 +65,7 @@ class _Driver:
         self.before: list[str] = []
         self.lines: list[str] = []
         self.view_lines: set = set()  # positions in lines of the views taken
+        self.callees: dict = {}  # name -> (a nested loop's driver, its module's source)
         if g.constants or g.guards:
             raise NoDriver("the body has constants or guards")
         values = list(g.inputs) + [o for n in g.nodes for o in n.outputs]
@@ -87,7 +90,9 @@ class _Driver:
     # -- the body's steps
     def _steps(self):
         in_place = in_place_updates(self.plan)
-        self.direct = _direct_stores(self.plan, self.program.segments, in_place)
+        # kernels write into stores' regions only in a program remade for it
+        direct = self.remake is not None
+        self.direct = _direct_stores(self.plan, self.program.segments, in_place) if direct else {}
         windows = _store_windows(self.plan, self.direct)
         scalar = _scalar_results(self.plan, self.direct)
         if (windows or scalar) and self.remake is not None:
@@ -101,6 +106,7 @@ class _Driver:
         self._scalar_state(returned)
         self.temps: dict = {}  # Var -> its buffer(s)
         carried_next = set(self.body.outputs[: self.carried])
+        handed = handed_over(self.plan)
         for i, step in enumerate(self.plan.steps):
             if i in seg_at:
                 nm, steps, srcs = seg_at[i]
@@ -133,6 +139,8 @@ class _Driver:
                 self._store(step.nodes[0], i in in_place)
             elif blas_out(step.nodes[0]):
                 self._matmul(step.nodes[0], double=step.nodes[0].out in carried_next)
+            elif OPS[step.nodes[0].op].kind == "control":
+                self._loop(step.nodes[0], handed.get(i) or ())
             else:
                 raise NoDriver(f"{step.nodes[0].op} has no numba form in a loop driver")
 
@@ -154,6 +162,39 @@ class _Driver:
             for v in (a, b)
         )
         self.lines.append(f"np.dot({x}, {y}, {self.names[n.out]})")
+
+    def _loop(self, n, handed):
+        """A nested loop: its own driver, called once per iteration of this one (bound to a
+        name of this driver's module at load, :attr:`CpuProgram.callees`), on copies of its
+        carried arrays (but those handed over) and on its invariants, C-contiguous."""
+        run = self.program.loop_run(n)
+        if getattr(run, "driver", None) is None:
+            raise NoDriver(f"a nested loop that runs {run.how}")
+        callee = f"inner_{len(self.callees)}"
+        self.callees[callee] = (run.driver, run.source)
+        body, carried = n.attrs["body"], n.attrs["carried"]
+        args = []
+        for k, (x, b) in enumerate(zip(n.inputs, body.inputs)):
+            if not isinstance(x, Var):  # a number; the 0-d array of it where the body takes one
+                value = py_literal(x)
+                args.append(value if b.weak else f"np.full({b.shape!r}, {value}, np.{b.dtype})")
+                continue
+            name = self.names[x]
+            if b.weak:
+                args.append(name)
+            elif x in self.scalars or x.dtype != b.dtype or x.shape != b.shape:
+                raise NoDriver("a nested loop's input held as a scalar or of another type")
+            elif k < carried and (k not in handed or x not in self.contiguous):
+                args.append(f"{name}.copy()")  # C-contiguous (np.ascontiguousarray is >= 1-d)
+            elif x in self.contiguous or x.ndim == 0:
+                args.append(name)
+            else:
+                args.append(f"np.ascontiguousarray({name})")
+        outs = []
+        for o in n.outputs:
+            outs.append(self._name(o))
+            (self.scalars if o.weak else self.contiguous).add(o)
+        self.lines.append(f"{''.join(o + ', ' for o in outs)}= {callee}({', '.join(args)})")
 
     def _scalar_state(self, returned: set):
         """Carried 0-d arrays whose next value a kernel returns as a scalar are numba scalars
@@ -310,7 +351,11 @@ class _Driver:
                 raise NoDriver("a body output that is a view")
         stacked = self.node.attrs.get("stacked", 0)
         plain = len(g.outputs) - stacked
-        lines = [
+        lines = [  # nested loops' drivers: the key of each one's module keeps the cache apart
+            f"{callee} = None  # a nested loop's driver, bound at load: {cache.module_key(src)}"
+            for callee, (_, src) in self.callees.items()
+        ]
+        lines += [
             "@numba.njit(error_model='numpy', cache=_TRACEKIT_DISK_CACHE)",
             f"def {name}({', '.join(params)}):",
         ]
@@ -375,6 +420,8 @@ def _direct_stores(plan, segments, in_place: set) -> dict:
         base, value, idx = n.inputs[0], n.inputs[1], n.attrs.get("idx")
         if not isinstance(value, Var) or value not in made_by or value in kept or n.inputs[2:]:
             continue
+        if value.ndim == 0:  # one element: the store writes it (a kernel's 0-d result is a
+            continue  # buffer or a returned scalar, never a window: fuzz seed 13101497)
         first, last, ks = made_by[value]
         if users.get(value) != {i} or value.dtype != base.dtype or not isinstance(idx, tuple):
             continue
