@@ -650,6 +650,29 @@ def test_a_sum_of_negative_zeros_has_numpys_sign(target, dtype):
 
 
 @pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_clip_ties_of_zeros_go_numpys_way_for_every_kind_of_bound(target):
+    """np.clip keeps x on a tie (-0.0 against a bound 0.0) where both bounds are scalars,
+    numbers or 0-d arrays, and gives the bound where they are arrays (a 0-d bound was taken
+    for an array one: fuzz seed 9900161, where a loop made the bounds 0-d values)."""
+    x = np.array([-0.0, 0.0, -0.0, 1.0, -3.0])
+
+    def f(x, lo, hi, lo_full, hi_full):
+        return (
+            np.clip(x, 0.0, 2.0),
+            np.clip(x, lo, hi),
+            np.clip(x, lo, 2.0),
+            np.clip(x, lo_full, hi_full),
+            np.clip(-x, -1.0, hi * -0.0),
+        )
+
+    args = (x, np.array(0.0), np.array(2.0), np.zeros(5), np.full(5, 2.0))
+    c = tk.compile(tk.trace(f, *args), target=target, progress=False)
+    for got, want in zip(c(*args), f(*args), strict=True):
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
 def test_a_float16_mean_adds_in_float32_as_numpys(target):
     """np.mean of float16 accumulates in float32 and rounds once: the compiled mean gives
     NumPy's float16 exactly (a float16 sum first rounded 1.163 to 1.162: fuzz seed 9101226)."""

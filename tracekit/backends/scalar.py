@@ -430,9 +430,10 @@ def _clip(node, args, dtypes):
         fn_max, fn_min = "_cmaximum", "_cminimum"
     lo, hi = _clip_bounds(node, dtypes[0])
     # ties (-0.0 vs 0.0) go NumPy's way: _maximum/_minimum give b on a tie, as np.maximum;
-    # the bound wins, except in the clip ufunc's loop for two scalar bounds (x wins)
+    # the bound wins, except in the clip ufunc's loop for two scalar bounds (x wins): numbers
+    # or 0-d arrays (a bound moving with a loop is a 0-d value: fuzz seed 9900161)
     both = lo is not None and hi is not None and out.kind != "c"
-    both = both and not any(isinstance(b, Var) for b in node.inputs[1:])
+    both = both and all(not isinstance(b, Var) or b.shape == () for b in node.inputs[1:])
     if lo is not None:
         lo = cast(args[1], dtypes[1], out)
         x = f"{fn_max}({lo}, {x})" if both else f"{fn_max}({x}, {lo})"
