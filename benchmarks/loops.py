@@ -117,6 +117,16 @@ def moving_literal(x, steps):
     return out
 
 
+def nested(x, w, steps):
+    """An inner fixed-point loop in every step of an outer one (a time step with sub-steps)."""
+    for _ in range(steps):
+        y = x * 0.5
+        for _ in range(20):
+            y = np.tanh(y * 1.01 + w)
+        x = x + y * 0.1
+    return x
+
+
 def _r(seed, *shape):
     return np.random.default_rng(seed).standard_normal(shape)
 
@@ -131,6 +141,7 @@ WORKLOADS = {  # name: (program, inputs, steps for the warm timing)
     "diagonal": (diagonal, lambda: (_r(9, 2000, 2000),), 2000),  # the issue's 2,000 steps
     "stacked": (stacked, lambda: (_r(10, 256),), 100),
     "moving_literal": (moving_literal, lambda: (_r(11, 64),), 50),
+    "nested": (nested, lambda: (_r(14, 256), 0.1 * _r(15, 256)), 30),
 }
 WRITES_INPUTS = {"jacobi", "heat3d", "gray_scott"}  # each call gets fresh copies of them
 NOT_ROLLED: dict = {}  # what tracekit does not roll yet, with its own reason
@@ -220,6 +231,17 @@ def jax_version(name):
 
         run = jax.jit(scan, static_argnums=1)
         return lambda x, steps: jax.block_until_ready(run(jnp.asarray(x), steps))
+    if name == "nested":  # a fori_loop in the body of a fori_loop
+
+        def outer(x, w, steps):
+            def step(_, x):
+                inner = lax.fori_loop(0, 20, lambda _, y: jnp.tanh(y * 1.01 + w), x * 0.5)
+                return x + inner * 0.1
+
+            return lax.fori_loop(0, steps, step, x)
+
+        run = jax.jit(outer, static_argnums=2)
+        return lambda x, w, steps: jax.block_until_ready(run(jnp.asarray(x), jnp.asarray(w), steps))
     if name == "moving_literal":
         run = jax.jit(
             lambda x, steps: lax.fori_loop(
