@@ -31,6 +31,19 @@ def unroll(graph: Graph, which=None, taken: set | None = None) -> Graph:
     which = which or (lambda node: True)
     if not any(OPS[n.op].kind == "control" and which(n) for n in graph.nodes):
         return graph
+
+    def expand(n, nodes, guards, taken):
+        if OPS[n.op].kind != "control" or not which(n):
+            return None
+        return _iterations(n, nodes, guards, taken)
+
+    return _expanded(graph, taken, expand)
+
+
+def _expanded(graph: Graph, taken, expand, prepare=lambda n: n) -> Graph:
+    """``graph`` with each node ``n`` (its inputs renamed, then ``prepare(n)``) for which
+    ``expand(n, nodes, guards, taken)`` appends nodes and guards and gives the values of its
+    outputs replaced by them; a node for which it gives None stays."""
     if taken is None:
         taken = {v.name for v in graph.inputs} | value_names(graph.nodes)
     env: dict = {}
@@ -38,11 +51,12 @@ def unroll(graph: Graph, which=None, taken: set | None = None) -> Graph:
     guards: list = []
     for n in graph.nodes:
         n = n.replace(inputs=tuple(env.get(x, x) if isinstance(x, Var) else x for x in n.inputs))
-        if OPS[n.op].kind != "control" or not which(n):
+        n = prepare(n)
+        outs = expand(n, nodes, guards, taken)
+        if outs is None:
             nodes.append(n)
             continue
-        outs = _iterations(n, nodes, guards, taken)
-        env.update(dict(zip(n.outputs, outs)))
+        env.update(zip(n.outputs, outs))
     rename = lambda v: env.get(v, v)  # noqa: E731
     return graph.replace(
         nodes=nodes,
@@ -79,25 +93,18 @@ def fixed_trips(graph: Graph, taken: set | None = None) -> Graph:
         return graph
     if taken is None:
         taken = {v.name for v in graph.inputs} | value_names(graph.nodes)
-    env: dict = {}
-    nodes: list = []
-    guards: list = []
-    for n in graph.nodes:
-        n = n.replace(inputs=tuple(env.get(x, x) if isinstance(x, Var) else x for x in n.inputs))
-        if OPS[n.op].kind == "control":
-            n = n.replace(attrs={**n.attrs, "body": fixed_trips(n.attrs["body"], taken)})
+
+    def nested_too(n):
+        if OPS[n.op].kind != "control":
+            return n
+        return n.replace(attrs={**n.attrs, "body": fixed_trips(n.attrs["body"], taken)})
+
+    def expand(n, nodes, guards, taken):
         if n.attrs.get("cond") is None or n.attrs["trips"] < 2:
-            nodes.append(n)
-            continue
-        outs = _fixed(n, nodes, guards, taken)
-        env.update(zip(n.outputs, outs))
-    rename = lambda v: env.get(v, v)  # noqa: E731
-    return graph.replace(
-        nodes=nodes,
-        outputs=[rename(o) for o in graph.outputs],
-        guards=[g.__class__(rename(g.var), g.value, g.how, g.source) for g in graph.guards]
-        + guards,
-    )
+            return None
+        return _fixed(n, nodes, guards, taken)
+
+    return _expanded(graph, taken, expand, nested_too)
 
 
 def _fixed(node, nodes: list, guards: list, taken: set) -> list:
