@@ -77,21 +77,21 @@ class Compiled:
         self.plan = make_plan(self.graph)
         self.plan.offsets = offsets
         report = _progress_reporter(progress, f"{traced.graph.name} ({target})")
+        self._fast = _fast_signature(traced)
+        self._detach = _results_may_alias(self.plan)
+        plain = self._fast is not None and not self._detach  # what the fast path needs
         if target == "cpu":
             from .cpu import RUNTIME, CpuProgram, Runner, whole_graph_source
 
             if stream is not None:
                 raise ValueError("stream= applies to target='cuda' only")
 
-            self.program = CpuProgram(self.plan, math)
-            self.program.disk = cache
-            fast = _fast_signature(traced)
-            plain = fast and not _results_may_alias(self.plan)  # what the fast path needs
+            self.program = CpuProgram(self.plan, math, disk=cache)
             whole = whole_graph_source(self.plan, self.program) if plain else None
             if whole:
                 self.program.source += "\n\n" + whole
             self.program.load(disk=cache, progress=report)
-            statics = [(v,) if k is STATIC else None for k, v in fast] if fast else None
+            statics = [(v,) if k is STATIC else None for k, v in self._fast] if plain else None
             self.runner = Runner(self.plan, self.program, statics, whole=bool(whole))
             self.runner.ns.update(RUNTIME)
         else:
@@ -101,14 +101,10 @@ class Compiled:
             self.program.load(disk=cache, progress=report)
             self.runner = self.program.runner(stream=stream)
         self._pools = threading.local()
-        self._fast = _fast_signature(traced)
         self._statics = self._fast if any(k is STATIC for k, _ in self._fast or ()) else None
-        self._detach = _results_may_alias(self.plan)
-        if (self._fast is None or self._detach) and target == "cpu":
+        if not plain and target == "cpu":
             self.runner.fast = None  # the generated fast path returns one fresh plain result
-        self._quick = self._quick_call() if target == "cpu" and self.runner.fast else None
-        if target == "cpu" and self.runner.fast is None:
-            self.runner.quick = None
+        self._quick = self._quick_call() if target == "cpu" else None
         self._consts = [g.constants[v] for v, s in zip(g.inputs, g.specs) if s.kind == "const"]
         self.kernels = [
             Kernel(ks.group.name, ks.group.kind, list(ks.group.nodes), ks.text)

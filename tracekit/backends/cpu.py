@@ -75,13 +75,14 @@ class CpuProgram:
         math: str = "fast",
         out_windows: dict | None = None,
         returns: frozenset = frozenset(),
+        disk: bool = True,
     ):
         """``out_windows``: kernel results written straight into a region of another array
         (a loop driver's direct stores), ``{result: Window}``; ``returns``: 0-d results a
         segment may return as scalars instead of storing (a loop driver's scalar state; the
         ones it does are its kernels' ``returned``, in order)."""
         self.plan, self.math = plan, math
-        self.disk = True  # numba's disk cache for the loops compiled with it
+        self.disk = disk  # numba's disk cache, for this program's loops too
         self.compiled_loops: dict = {}  # loop node -> its compiled run, made before load
         self.callees: dict = {}  # names the source calls and binds at load (nested drivers)
         self.kernel_sources = {}
@@ -281,9 +282,9 @@ class Runner:
         # the iteration a loop body runs (set by its loop before each call), for moving indices
         self.iteration = [0]
         self.ns.update(_iteration=self.iteration, _at_iteration=at_iteration)
-        self.escaping = escaping(plan)
-        self.in_place = in_place_updates(plan)
         self.handed = handed_over(plan)
+        self.escaping = escaping(plan, self.handed)
+        self.in_place = in_place_updates(plan, self.handed)
         self.local = threading.local()
         lines = ["def run(inputs, outs, pool):"]
         names = {v: f"v_{v.ident}" for v in g.inputs}
@@ -382,7 +383,7 @@ class Runner:
                 f"or {a}.dtype != _dt_{v.ident}:"
             )
             lines.append("        return None")
-        if call_statics is not None and self.whole is not None and not others:
+        if call_statics is not None and self.whole is not None:  # (no constants, no captures)
             self.ns["_whole"] = self.whole
             for v in args:  # the whole graph's driver takes C-contiguous arrays
                 lines += [f"    if not v_{v.ident}.flags.c_contiguous:", "        return None"]
@@ -510,7 +511,7 @@ def whole_graph_source(plan: Plan, program: CpuProgram) -> str | None:
     than ``WHOLE_GRAPH_MAX_WORK``, a result that is a Python number, or a step without a numba
     form (:class:`NoDriver`). Added to ``program`` before it loads."""
     g = plan.graph
-    loops = [st for st in plan.steps if OPS[st.nodes[0].op].kind == "control"]
+    loops = any(OPS[st.nodes[0].op].kind == "control" for st in plan.steps)
     if not loops or _work(g) > WHOLE_GRAPH_MAX_WORK or any(o.weak for o in g.outputs):
         return None
     if not has_fast_path(g) or g.constants:  # (constants: the fast path binds them)
@@ -552,14 +553,11 @@ def compile_loop(node, math: str, disk: bool):
     """``run(*inputs)`` computing loop ``node`` on the CPU: the whole loop in one numba
     function where its body allows (:mod:`.cpu_loop`), else its body compiled once and
     called once per iteration."""
-    g, plan, program = _body_program(node.attrs["body"], node.attrs["carried"], math)
+    g, plan, program = _body_program(node.attrs["body"], node.attrs["carried"], math, disk)
 
     def remake(out_windows, returns):
-        remade = CpuProgram(plan, math, out_windows, returns)
-        remade.disk = disk
-        return remade
+        return CpuProgram(plan, math, out_windows, returns, disk)
 
-    program.disk = disk
     try:
         source, program = driver_source(node, plan, program, "loop_driver", remake)
         program.source += "\n\n" + source
@@ -590,13 +588,13 @@ def compile_loop(node, math: str, disk: bool):
     return run
 
 
-def _body_program(body, carried: int, math: str):
+def _body_program(body, carried: int, math: str, disk: bool = True):
     """(the prepared body, its plan, its program, not yet loaded) of a loop body."""
     g, fusions = fuse_at_offsets(prepared(body))
     plan = make_plan(g)
     plan.offsets = fusions
     plan.owned = frozenset(g.inputs[:carried])  # the loop hands over its state's buffers
-    return g, plan, CpuProgram(plan, math)
+    return g, plan, CpuProgram(plan, math, disk=disk)
 
 
 def compile_body(g, plan, program, disk: bool):

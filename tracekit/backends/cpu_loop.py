@@ -89,7 +89,8 @@ class _Driver:
 
     # -- the body's steps
     def _steps(self):
-        in_place = in_place_updates(self.plan)
+        handed = handed_over(self.plan)
+        in_place = in_place_updates(self.plan, handed)
         # kernels write into stores' regions only in a program remade for it
         direct = self.remake is not None
         self.direct = _direct_stores(self.plan, self.program.segments, in_place) if direct else {}
@@ -106,7 +107,6 @@ class _Driver:
         self._scalar_state(returned)
         self.temps: dict = {}  # Var -> its buffer(s)
         carried_next = set(self.body.outputs[: self.carried])
-        handed = handed_over(self.plan)
         for i, step in enumerate(self.plan.steps):
             if i in seg_at:
                 nm, steps, srcs = seg_at[i]

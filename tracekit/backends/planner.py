@@ -523,12 +523,12 @@ def plan(graph: Graph) -> Plan:
     return Planner(graph).plan()
 
 
-def in_place_updates(plan: Plan) -> set:
+def in_place_updates(plan: Plan, handed: dict | None = None) -> set:
     """Indices of host steps of a ``store`` op (index_update) that may write into their base's
     buffer: the base is a fresh buffer of this run (a kernel's or a copying host op's result,
     or an input the plan owns; not another input, a view or a Python op's value) and nothing
-    reads it afterwards."""
-    handed = handed_over(plan)
+    reads it afterwards. ``handed``: :func:`handed_over` of ``plan``, where the caller has it."""
+    handed = handed_over(plan) if handed is None else handed
     return {i for i, ks in handed.items() if ks and OPS[plan.steps[i].nodes[0].op].store}
 
 
@@ -587,12 +587,12 @@ def handed_over(plan: Plan) -> dict:
     return out
 
 
-def escaping(plan: Plan) -> set:
+def escaping(plan: Plan, handed: dict | None = None) -> set:
     """Vars whose memory a caller can see: outputs, what views of them are taken from, and the
     bases that in-place updates write them into."""
     g = plan.graph
     esc = set(g.outputs)
-    handed = handed_over(plan)
+    handed = handed_over(plan) if handed is None else handed
     for i in range(len(plan.steps) - 1, -1, -1):
         step = plan.steps[i]
         if (step.kind == "view" or handed.get(i)) and any(o in esc for o in step.outputs):
