@@ -12,7 +12,7 @@ ACCEPTANCE := $(wildcard ../shared/acceptance)
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[dev,cuda]"
+	$(BIN)/python -m pip install -q -e ".[dev,cuda,dask]"
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -222,13 +222,21 @@ def moves(x) -> bool:
     """Whether attribute value ``x`` holds an :class:`Affine`."""
     if isinstance(x, Affine):
         return True
-    if isinstance(x, tuple | list):
-        return any(moves(e) for e in x)
-    if isinstance(x, slice):
-        return any(moves(e) for e in (x.start, x.stop, x.step))
     if isinstance(x, dict):
-        return any(moves(v) for v in x.values())
+        x = x.values()
+    elif isinstance(x, slice):
+        x = (x.start, x.stop, x.step)
+    elif not isinstance(x, tuple | list):
+        return False
+    for e in x:  # a loop, not any(): every traced op asks this of its attributes
+        if e.__class__ in _LEAVES:
+            continue
+        if moves(e):
+            return True
     return False
+
+
+_LEAVES = frozenset({int, float, bool, str, type(None), np.dtype})
 
 
 class FrozenDict(dict):

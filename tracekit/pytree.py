@@ -1,8 +1,8 @@
 """Flatten nested tuples/lists/dicts of arrays into leaves and a structure, and back.
 
 Leaves are arrays and scalars that tracing follows: NumPy arrays and scalars, Python floats and
-complexes. Everything else (ints, bools, strings, None, objects) is static and kept in the
-structure, so it is baked into a trace and is part of a ``jit`` signature.
+complexes, dask arrays. Everything else (ints, bools, strings, None, objects) is static and kept
+in the structure, so it is baked into a trace and is part of a ``jit`` signature.
 
 >>> leaves, tree = flatten({"w": 1.5, "n": 3})
 >>> leaves
@@ -37,7 +37,12 @@ LEAF = Leaf()
 def is_leaf(x, extra_types=()) -> bool:
     if isinstance(x, bool | int):
         return False
-    return isinstance(x, (np.ndarray, np.generic, float, complex, *extra_types))
+    return isinstance(x, (np.ndarray, np.generic, float, complex, *extra_types)) or is_dask_array(x)
+
+
+def is_dask_array(x) -> bool:
+    """A ``dask.array.Array`` (told without importing dask)."""
+    return type(x).__module__.startswith("dask.array") and hasattr(x, "__dask_graph__")
 
 
 def flatten(obj, extra_types=(), path="", paths=None):

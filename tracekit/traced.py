@@ -77,6 +77,9 @@ def trace(
                 )
             _check_plain(leaf, f"argument {nm!r}")
             value = T.same_layout_copy(leaf)
+        elif pytree.is_dask_array(leaf):  # traced lazily: values are dask arrays, never computed
+            _check_dask(leaf, f"argument {nm!r}")
+            ctx.lazy, value = True, leaf.copy()  # a new object: tracing's writes change it only
         else:
             value = leaf
         args.append(ctx.add_input(value, "arg", nm, name=nm, weak=weak))
@@ -93,6 +96,7 @@ def trace(
     graph, out_tree, notes = _finish(
         ctx, result, len(args), name or _fn_name(fn), loops, max_iterations
     )
+    ctx._last_where = None  # it holds a frame of the user's, with its locals
     traced = Traced(graph, in_tree, out_tree, ctx.capture_getters, leaves, fn=fn)
     traced.notes = [str(n) for n in notes]
     if keep_values:
@@ -104,10 +108,44 @@ def _call_user(ctx, fn, args):
     prev = T.current()
     _state.ctx = ctx
     try:
-        with creation_functions_traced(ctx):
+        with creation_functions_traced(ctx), _no_compute(ctx.lazy):
             return fn(*args)
     finally:
         _state.ctx = prev
+
+
+@contextlib.contextmanager
+def _no_compute(lazy: bool):
+    """While tracing dask arrays, computing one (Python reading a value: ``if x.max() > 0``,
+    ``float(x)``) raises :class:`TraceError` naming the line: tracing builds the graph only."""
+    if not lazy:
+        yield
+        return
+    import dask
+
+    def refuse(*args, **kwargs):
+        src = T.user_source(2)
+        where = f"{src} `{src.text}`: " if src else ""
+        raise TraceError(
+            f"{where}this reads the value of a dask array while tracing, which would compute "
+            "it; tracekit traces dask arrays without computing them. Use np.where for "
+            "data-dependent choices, or compute the value before calling the function"
+        )
+
+    with dask.config.set(scheduler=refuse):
+        yield
+
+
+def _check_dask(x, what: str):
+    if np.dtype(x.dtype).kind not in "biufc":
+        raise TraceError(
+            f"{what} has dtype {x.dtype}; tracekit traces bool, integer, float and complex arrays"
+        )
+    if any(c != c for chunks in x.chunks for c in chunks):  # NaN: unknown chunk sizes
+        raise ValueError(
+            f"{what}: a dask array of unknown chunk sizes (shape {x.shape}); call "
+            "x.compute_chunk_sizes() first"
+        )
 
 
 def _fn_name(fn) -> str:

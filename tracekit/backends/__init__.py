@@ -25,7 +25,7 @@ from .planner import blas_out
 from .planner import plan as make_plan
 from .runtime import check_out_types
 
-TARGETS = ("cpu", "cuda")
+TARGETS = ("cpu", "cuda", "dask")
 MATH = ("fast", "libm")
 
 
@@ -94,6 +94,13 @@ class Compiled:
             statics = [(v,) if k is STATIC else None for k, v in self._fast] if plain else None
             self.runner = Runner(self.plan, self.program, statics, whole=bool(whole))
             self.runner.ns.update(RUNTIME)
+        elif target == "dask":
+            from .dask import DaskProgram
+
+            if stream is not None:
+                raise ValueError("stream= applies to target='cuda' only")
+            self.program = DaskProgram(self.plan, math, cache, compile)
+            self.runner = None
         else:
             from .cuda import CudaProgram
 
@@ -108,7 +115,7 @@ class Compiled:
         self._consts = [g.constants[v] for v, s in zip(g.inputs, g.specs) if s.kind == "const"]
         self.kernels = [
             Kernel(ks.group.name, ks.group.kind, list(ks.group.nodes), ks.text)
-            for ks in self.program.kernel_sources.values()
+            for ks in getattr(self.program, "kernel_sources", {}).values()
         ]
 
     @property
@@ -193,6 +200,8 @@ class Compiled:
                 return result
         if self.target == "cuda":  # device arrays in/out, streams: the cuda runner's own path
             return self.runner.call(self, args, out)
+        if self.target == "dask":
+            return self._dask_call(args, out)
         fast = self.runner.fast
         outs = None
         if fast is not None and out is not None:
@@ -238,6 +247,34 @@ class Compiled:
         if self._fast is not None and not g.writebacks and len(results) == 1 and not self._detach:
             return results[0]
         return self.traced.finish_call(values, results)
+
+    def _dask_call(self, args, out):
+        """Dask arrays for the results, computing nothing (see :mod:`.dask`)."""
+        if out is not None:
+            raise TypeError("out= is not supported with target='dask' (dask arrays are immutable)")
+        values = self.traced.flatten_args(args)
+        g = self.graph
+        if g.guards:
+            raise TypeError(
+                "this function's trace baked in values read from its data (guards); on dask "
+                "arrays they cannot be checked without computing: use np.where instead"
+            )
+        results = self.program.run(values + self._consts)
+        returned = set(map(id, results[: g.n_results]))
+        for oi, ii in g.writebacks:
+            if id(results[oi]) not in returned and g.outputs[oi] not in g.outputs[: g.n_results]:
+                raise ValueError(
+                    f"the traced function writes into its argument {g.specs[ii].label!r} and "
+                    "does not return it: dask arrays are immutable, so the write would be lost; "
+                    "return the written array"
+                )
+        results = results[: g.n_results]
+        return pytree.unflatten(self.traced.out_tree, results)
+
+    @property
+    def dask_layers(self) -> list:
+        """For ``target='dask'``: what each plan step became in the last call's dask graph."""
+        return list(getattr(self.program, "layers", []))
 
     def _plain_out(self, out, args):
         """``[out]`` when ``out`` is a writeable array of the one result's own shape and dtype

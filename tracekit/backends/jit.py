@@ -28,6 +28,8 @@ MAX_SIGNATURES = 64
 def _leaf_sig(x):
     if isinstance(x, float | complex):
         return ("weak", type(x).__name__)
+    if pytree.is_dask_array(x):  # the target is dask; the chunks are the call's own
+        return ("dask", tuple(x.shape), np.dtype(x.dtype).str)
     if type(x) is not np.ndarray and is_device_array(x):
         cai = getattr(x, "__cuda_array_interface__", None)
         if cai is not None:
@@ -55,6 +57,10 @@ def host_args(args):
         return args
     leaves, tree = pytree.flatten(list(args), extra_types=extra)
     return tuple(pytree.unflatten(tree, [_to_host(x) for x in leaves]))
+
+
+def _has_dask_array(args) -> bool:
+    return any(pytree.is_dask_array(x) for x in pytree.flatten(list(args))[0])
 
 
 _PLAIN_STATICS = (int, bool, str, type(None))  # static arguments the quick signature keeps
@@ -145,7 +151,8 @@ class JitFunction:
                 "use target='cuda' for device arrays"
             )
         t = trace(functools.partial(self.fn, **kw) if kw else self.fn, *traced_args)
-        return compile_graph(t, target=self.target, **self.options)
+        target = "dask" if _has_dask_array(args) else self.target
+        return compile_graph(t, target=target, **self.options)
 
     @staticmethod
     def _capture_sig(compiled):

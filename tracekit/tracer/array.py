@@ -78,7 +78,10 @@ def dtype_of(v) -> np.dtype:
         return np.dtype(np.float64)
     if isinstance(v, complex):
         return np.dtype(np.complex128)
-    return np.asarray(v).dtype
+    if isinstance(v, np.ndarray | np.generic):
+        return v.dtype
+    dt = getattr(v, "dtype", None)  # a dask array: its dtype, without computing it
+    return np.dtype(dt) if dt is not None and hasattr(v, "__dask_graph__") else np.asarray(v).dtype
 
 
 def is_python_scalar(x) -> bool:
@@ -147,6 +150,7 @@ class TracedArray(_ops.Tracer):
         if self._buf.readonly:
             raise ValueError("assignment destination is read-only")
         ctx, chain = self._ctx, self._chain
+        ctx.check_lazy_write(self._buf)
         levels = (
             self._levels if self._ver == self._buf.version and self._levels else None
         ) or self._recompute_levels()

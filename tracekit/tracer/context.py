@@ -33,11 +33,17 @@ class Scope:
         self.name, self.frame, self.suppress, self.label = name, frame, suppress, name
 
 
+def _same(a: tuple, b: list) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+
+
 class TraceContext:
     """Everything one trace accumulates."""
 
     def __init__(self, strict=False):
         self.strict = strict
+        self.lazy = False  # values are dask arrays: built, never computed (see _no_compute)
+        self.layout_bound: set = set()  # buffers whose writes a lazy trace refuses
         self.nodes: list[Node] = []
         self.stacks: dict = {}  # node -> the sources of its call chain, outermost first
         self.last_stack: tuple = ()
@@ -57,6 +63,7 @@ class TraceContext:
         self._frame_names: dict = {}  # id(frame) -> (frame, name) for frames on the stack
         self._name_counts: dict = {}
         self._scope_counts: dict = {}
+        self._last_where = None  # (innermost user frame, scopes, outer sources, scope path)
 
     # -- names
     def new_var(self, shape, dtype, weak=False, name=None) -> Var:
@@ -67,16 +74,32 @@ class TraceContext:
     # -- where are we in the user's code
     def where(self):
         """(source, scope) of the op being recorded now."""
-        chain = []
         f = sys._getframe(2)
-        while f is not None and f.f_code is not self.stop_code:
-            if is_user_frame(f):
-                chain.append(f)
+        while f is not None and f.f_code is not self.stop_code and not is_user_frame(f):
             f = f.f_back
+        if f is None or f.f_code is self.stop_code:
+            self.last_stack = ()
+            return None, self._scope_path([])
+        src = source_of(f)
+        last = self._last_where
+        # a live frame's callers do not change: the same innermost user frame under the same
+        # scopes (held, so neither can be another object at a reused address) has the same
+        # chain and scope path; a loop's iterations record thousands of ops from one frame
+        if last is not None and last[0] is f and _same(last[1], self.scopes):
+            self.last_stack = last[2] + (src,)
+            return src, last[3]
+        chain = [f]
+        g = f.f_back
+        while g is not None and g.f_code is not self.stop_code:
+            if is_user_frame(g):
+                chain.append(g)
+            g = g.f_back
         chain.reverse()
-        src = source_of(chain[-1]) if chain else None
-        self.last_stack = tuple(source_of(f) for f in chain)  # for rolling loops in callees
-        return src, self._scope_path(chain)
+        outer = tuple(source_of(g) for g in chain[:-1])
+        self.last_stack = outer + (src,)  # for rolling loops in callees
+        path = self._scope_path(chain)
+        self._last_where = (f, tuple(self.scopes), outer, path)
+        return src, path
 
     def _scope_path(self, chain):
         names, seen = [], {}
@@ -149,7 +172,7 @@ class TraceContext:
             raise
         if view:
             base = tins[0]
-            if _shares(out, base._value):
+            if self._is_view(op, out, base):
                 step = ViewStep(op, attrs, out, self.where())
                 res = TracedArray(self, base._buf, base._chain + (step,), out)
                 self.note_layout_choice(op, attrs, base, res)
@@ -162,9 +185,34 @@ class TraceContext:
             TracedArray(self, Buffer(v), (), (np.asarray(o).item() if weak else o))
             for v, o in zip(vars_, outs)
         ]
+        if None in self.layout_bound:  # a lazy reshape's result (see _is_view)
+            self.layout_bound.discard(None)
+            self.layout_bound.add(res[0]._buf)
         if view:
             self.note_layout_choice(op, attrs, tins[0], res[0])
         return res[0] if n_out == 1 else res
+
+    def _is_view(self, op, out, base) -> bool:
+        """Whether NumPy made ``out`` a view of ``base`` (so writes into one reach the other).
+        Dask values share no memory: an op that NumPy always makes a view is one; of one that
+        NumPy makes a view or a copy by the strides (reshape), writes are refused instead."""
+        if not self.lazy:
+            return _shares(out, base._value)
+        if OPS[op].may_copy:
+            self.layout_bound.update((base._buf, None))  # the result's buffer: added by emit
+            return False
+        return True
+
+    def check_lazy_write(self, buf):
+        """Refuse a write whose effect NumPy decides by memory layout, which dask values lack."""
+        if self.lazy and buf in self.layout_bound:
+            src = user_source(4)
+            where = f"{src} `{src.text}`: " if src else ""
+            raise TraceError(
+                f"{where}a write into an array that was reshaped (or into the reshaped array): "
+                "NumPy makes a reshape a view or a copy by the memory layout, which dask arrays "
+                "do not have; write into a copy (.copy()) instead"
+            )
 
     def note_layout_choice(self, op, attrs, base, res):
         """Remember a reshape of (a view of) an input that NumPy made a view or a copy of by

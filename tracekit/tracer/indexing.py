@@ -120,7 +120,13 @@ def store(target: TracedArray, value, casting="unsafe"):
     """``target[...] = value``: NumPy's broadcasting and casting, recorded as a write."""
     value = target._ctx.lift(value)
     vv = value._value if isinstance(value, TracedArray) else value
-    np.copyto(target._value, vv, casting=casting)
+    if target._ctx.lazy:  # dask values: NumPy's checks without computing anything
+        np.broadcast_shapes(np.shape(vv), target.shape)
+        src = value.dtype if isinstance(value, TracedArray) else np.asarray(vv).dtype
+        if not np.can_cast(src, target.dtype, casting):
+            raise TypeError(f"Cannot cast {src} to {target.dtype} with casting rule {casting!r}")
+    else:
+        np.copyto(target._value, vv, casting=casting)
     target._write(conform(value, target))
 
 

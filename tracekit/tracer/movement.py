@@ -139,7 +139,8 @@ def copy(x):
     """A new buffer holding the same Var (the IR is pure: copying costs no node)."""
     ctx = ctx_of(x)
     x = ctx.lift(x)
-    value = x._value if x.weak else np.array(x._value, copy=True)
+    v = x._value
+    value = v if x.weak else np.array(v, copy=True) if isinstance(v, np.ndarray) else v.copy()
     return TracedArray(ctx, Buffer(x.ir_var), (), value)
 
 

@@ -20,12 +20,31 @@ _NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__))
 _SKIP_FILES = {os.path.abspath(contextlib.__file__), os.path.abspath(functools.__file__)}
 
 
+def _package_dir(name: str) -> str | None:
+    """Where package ``name`` is installed, without importing it (dask: its frames are not the
+    user's, as NumPy's are not)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    locations = list(spec.submodule_search_locations or ()) if spec else []
+    return os.path.abspath(locations[0]) + os.sep if locations else None
+
+
+_LIBRARY_DIRS = tuple(d for d in (_package_dir("dask"),) if d)
+
+
 def _is_user_file(filename: str) -> bool:
     if filename.startswith("<frozen"):
         return False
     path = os.path.abspath(filename) if not filename.startswith("<") else filename
     return not (
-        path.startswith(_PKG_DIR + os.sep) or path.startswith(_NUMPY_DIR) or path in _SKIP_FILES
+        path.startswith(_PKG_DIR + os.sep)
+        or path.startswith(_NUMPY_DIR)
+        or path in _SKIP_FILES
+        or path.startswith(_LIBRARY_DIRS)
     )
 
 

@@ -1,0 +1,188 @@
+"""The dask target: traced functions on dask arrays, lowered to dask graphs of compiled kernels,
+checked against NumPy on the threaded scheduler and on a LocalCluster of worker processes."""
+
+import pickle
+
+import numpy as np
+import pytest
+
+import tracekit as tk
+from tracekit.backends.dask import ChunkKernel, at_shapes
+
+da = pytest.importorskip("dask.array")
+dask = pytest.importorskip("dask")
+
+rng = np.random.default_rng(7)
+X = rng.standard_normal((30, 20))
+CHUNKINGS = {"one chunk": (30, 20), "uneven": (7, 6), "size-1 rows": (1, 20), "rows": (10, 20)}
+
+
+def compute(*arrays):
+    return dask.compute(*arrays, scheduler="threads")
+
+
+def softmax(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def layernorm(x):
+    m = x.mean(axis=-1, keepdims=True)
+    v = ((x - m) ** 2).mean(axis=-1, keepdims=True)
+    return (x - m) / np.sqrt(v + 1e-5)
+
+
+PROGRAMS = {
+    "gelu-like": lambda x: 0.5 * x * (1.0 + np.tanh(0.79788456 * (x + 0.044715 * x**3))),
+    "softmax": softmax,
+    "layernorm": layernorm,
+    "sum": lambda x: np.sin(x).sum(),
+    "mean over rows": lambda x: (x * 2.0).mean(axis=0),
+    "max": lambda x: np.abs(x).max(),
+    "min axis 1": lambda x: (x + 1.0).min(axis=1, keepdims=True),
+    "std": lambda x: x.std(),
+    "var axis 0": lambda x: np.exp(x).var(axis=0, ddof=1),
+    "prod": lambda x: (1.0 + 0.01 * x).prod(axis=0),
+    "any": lambda x: (x > 2.5).any(),
+    "argmax": lambda x: np.argmax(x * 2.0, axis=0),
+    "matmul": lambda x: np.tanh(x @ x.T) + 1.0,
+    "stencil": lambda x: x[1:-1, 2:] + x[1:-1, :-2] - 2.0 * x[1:-1, 1:-1],
+    "transpose": lambda x: (x.T * 3.0).sum(axis=0),
+    "two results": lambda x: (np.cos(x), np.cos(x).sum(axis=1)),
+}
+
+
+@pytest.mark.parametrize("chunks", list(CHUNKINGS.values()), ids=list(CHUNKINGS))
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_each_op_kind_on_dask_equals_numpy(name, chunks):
+    fn = PROGRAMS[name]
+    f = tk.jit(fn)
+    result = f(da.from_array(X, chunks=chunks))
+    want = fn(X)
+    if isinstance(want, tuple):
+        got = compute(*result)
+        assert all(isinstance(r, da.Array) for r in result)
+    else:
+        assert isinstance(result, da.Array)
+        got, want = compute(result), (want,)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+    assert f.compiled.target == "dask" and f.compiled.dask_layers
+
+
+def test_fused_groups_become_blockwise_kernels_and_split_reductions_tree_reductions():
+    f = tk.jit(lambda x: (np.tanh(x) * 2.0 + 1.0, np.tanh(x).sum()))
+    y, s = f(da.from_array(X, chunks=(10, 20)))
+    layers = "\n".join(f.compiled.dask_layers)
+    assert "blockwise, compiled per chunk" in layers
+    assert "tree reduction, compiled chunk step" in layers
+    gy, gs = compute(y, s)
+    np.testing.assert_allclose(gy, np.tanh(X) * 2 + 1, rtol=1e-13)
+    np.testing.assert_allclose(gs, np.tanh(X).sum(), rtol=1e-12)
+
+
+def test_row_kernels_stay_in_chunk_or_rechunk_with_a_note():
+    f = tk.jit(softmax)
+    f(da.from_array(X, chunks=(10, 20)))
+    assert "blockwise" in f.compiled.dask_layers[0] and "rechunk" not in f.compiled.dask_layers[0]
+    y = f(da.from_array(X, chunks=(10, 7)))  # rows split over 3 chunks
+    assert "rechunked to hold axes [1] in one chunk" in f.compiled.dask_layers[0]
+    np.testing.assert_allclose(compute(y)[0], softmax(X), rtol=1e-13)
+
+
+def test_fusion_does_not_add_tasks():
+    fn = PROGRAMS["gelu-like"]
+    x = da.from_array(X, chunks=(5, 10))
+    ours = tk.jit(fn)(x)
+    theirs = fn(x)
+    (ours_opt,), (theirs_opt,) = dask.optimize(ours), dask.optimize(theirs)
+    assert len(ours_opt.__dask_graph__()) <= len(theirs_opt.__dask_graph__())
+
+
+def test_explicit_dask_target_for_a_trace_of_numpy_arrays():
+    t = tk.trace(layernorm, X)
+    c = tk.compile(t, target="dask", progress=False)
+    y = c(da.from_array(X, chunks=(6, 20)))
+    np.testing.assert_allclose(compute(y)[0], layernorm(X), rtol=1e-12, atol=1e-13)
+    with pytest.raises(ValueError, match="expected shape"):
+        c(da.from_array(X[:5], chunks=(5, 20)))
+
+
+def test_nothing_is_computed_while_tracing_and_branches_on_data_are_refused():
+    def f(x):
+        if x.max() > 0:  # reads the data
+            return x * 2
+        return x
+
+    with pytest.raises(tk.TraceError, match=r"test_dask.py:\d+ `if x.max\(\) > 0:.*np.where"):
+        tk.jit(f)(da.from_array(X, chunks=(10, 20)))
+
+
+def test_writes_into_dask_arguments():
+    def returned(a):
+        a[1:-1, 1:-1] = 0.25 * (a[2:, 1:-1] + a[:-2, 1:-1] + a[1:-1, 2:] + a[1:-1, :-2])
+        return a
+
+    x = da.from_array(X, chunks=(10, 10))
+    y = tk.jit(returned)(x)
+    np.testing.assert_allclose(compute(y)[0], returned(X.copy()), rtol=1e-13)
+    np.testing.assert_array_equal(compute(x)[0], X)  # the caller's dask array is unchanged
+
+    def lost(a):
+        a[0] = 1.0
+
+    with pytest.raises(ValueError, match="dask arrays are immutable.*return the written array"):
+        tk.jit(lost)(x)
+
+
+def test_writes_whose_effect_depends_on_memory_layout_are_refused():
+    def f(a):
+        b = a.reshape(-1)
+        b[0] = 5.0
+        return a
+
+    with pytest.raises(tk.TraceError, match="reshape"):
+        tk.jit(f)(da.from_array(X, chunks=(10, 20)))
+
+
+def test_unknown_chunk_sizes_are_refused_with_advice():
+    x = da.from_array(X, chunks=(10, 20))
+    x = x[x[:, 0] > 0]  # NaN chunks
+    with pytest.raises(ValueError, match="compute_chunk_sizes"):
+        tk.jit(np.sin)(x)
+
+
+def test_chunk_kernels_pickle_and_retype_per_block_shape():
+    t = tk.trace(lambda x: np.exp(x).sum(axis=1, keepdims=True), X)
+    g = at_shapes(t.graph, [(4, 20)])
+    assert g.outputs[0].shape == (4, 1)
+    k = ChunkKernel(t.graph.nodes, t.graph.inputs, t.graph.outputs, tk.compile)
+    k2 = pickle.loads(pickle.dumps(k))
+    for rows in (4, 3):
+        block = X[:rows]
+        np.testing.assert_allclose(k2(block), np.exp(block).sum(axis=1, keepdims=True), rtol=1e-14)
+
+
+@pytest.fixture(scope="module")
+def client():
+    distributed = pytest.importorskip("distributed")
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    )
+    c = distributed.Client(cluster)
+    yield c
+    c.close()
+    cluster.close()
+
+
+def test_on_a_local_cluster_of_worker_processes(client):
+    f = tk.jit(lambda x: (softmax(x), np.tanh(x).mean()))
+    x = da.from_array(rng.standard_normal((400, 64)), chunks=(50, 64))
+    y, m = f(x)
+    gy, gm = client.compute([y, m], sync=True)
+    want_y, want_m = softmax(x.compute()), np.tanh(x.compute()).mean()
+    np.testing.assert_allclose(gy, want_y, rtol=1e-12)
+    np.testing.assert_allclose(gm, want_m, rtol=1e-12)
+    pids = client.run(lambda: __import__("os").getpid())
+    assert len(set(pids.values())) == 2  # two worker processes did the work

@@ -1,0 +1,408 @@
+"""The dask target: a planned graph lowered to a dask graph, with compiled kernels per chunk.
+
+Called with ``dask.array.Array`` arguments (``tk.jit`` does this by itself for them), a
+compiled function builds dask arrays and computes nothing. Each step of the fusion plan
+(:mod:`.planner`) becomes dask work:
+
+- a fused group whose reduced axes lie in one chunk (elementwise chains; softmax or layernorm
+  over rows held whole in a chunk) is one ``blockwise`` layer per result: one task per output
+  chunk, running tracekit's compiled CPU kernel of the group for that chunk's shape (compiled
+  once per process and shape, from the disk cache where the workers share one);
+- a fused group that reduces over axes split into several chunks is a dask tree reduction
+  (``da.reduction``): its chunk step is the compiled kernel of the group up to the reduction,
+  kept with the reduced axes, and combining and aggregating apply the same reduction;
+- everything else (matmul, slicing, movement, what dask computes better by its own rules) runs
+  as the op's NumPy function on dask arrays: dask.array's own implementation.
+
+``Compiled.dask_layers`` lists, for the last call, which steps became which dask layers and why.
+
+>>> import numpy as np, dask.array as da, tracekit as tk
+>>> f = tk.jit(lambda x: np.tanh(x) * 2 + 1)
+>>> y = f(da.ones((8, 6), chunks=(4, 6)))
+>>> type(y).__name__, y.numblocks, round(float(y.sum().compute()), 6)  # 48 * (2 tanh(1) + 1)
+('Array', (2, 1), 121.113039)
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import numpy as np
+
+from ..ir import Graph, Node, Var
+from ..ops import OPS
+from ..pytree import is_dask_array
+from .planner import Step
+
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+CHUNK_LOCAL_KINDS = ("elementwise", "reduce")
+TREE_COMBINES = {"add": np.sum, "multiply": np.prod, "max": np.max, "min": np.min}
+TREE_COMBINES.update({"or": np.any, "and": np.all})
+
+
+class DaskProgram:
+    """Lowers the plan's steps to dask arrays, per call (the layers depend on the chunks)."""
+
+    def __init__(self, plan, math_mode: str, cache: bool, compile_cpu):
+        # compile_cpu: tk.compile (passed in: this module is below the one defining it)
+        self.plan, self.math, self.cache, self.compile_cpu = plan, math_mode, cache, compile_cpu
+        self.layers: list[str] = []
+
+    def run(self, inputs: list) -> list:
+        import dask.array as da
+
+        g = self.plan.graph
+        env: dict = {}
+        for v, x in zip(g.inputs, inputs):
+            env[v] = x if is_dask_array(x) or np.ndim(x) == 0 else da.asarray(x)
+        layers = []
+        for step in self.plan.steps:
+            layers.append(self._step(step, env))
+        self.layers = layers
+        return [env[v] if isinstance(v, Var) else v for v in g.outputs]
+
+    # -- steps
+    def _step(self, step: Step, env: dict) -> str:
+        if step.kind == "kernel":
+            why = _not_chunk_local(step, env)
+            if why is None:
+                for v in step.outputs:
+                    env[v] = self._blockwise(step, v, env)
+                return f"{step.name}: blockwise, compiled per chunk ({_describe(step, env)})"
+            tree = _tree_reduction(step, env)
+            if tree is not None:
+                self._tree(step, tree, env)
+                full = "".join(f"%{v.name} blockwise, compiled per chunk; " for v in tree[2])
+                return f"{step.name}: {full}tree reduction, compiled chunk step ({why})"
+            rechunked = _rows_in_one_chunk(step, env)
+            if rechunked is not None:
+                local = {**env, **rechunked}
+                if _not_chunk_local(step, local) is None:
+                    for v in step.outputs:
+                        env[v] = self._blockwise(step, v, local)
+                    return (
+                        f"{step.name}: rechunked to hold axes {list(step.group.axes)} in one "
+                        f"chunk ({why}), then blockwise, compiled per chunk"
+                    )
+            self._own(step.nodes, env)
+            return f"{step.name}: dask's own ops ({why})"
+        self._own(step.nodes, env)
+        return f"{step.name}: dask's own"
+
+    def _own(self, nodes, env):
+        """Each node as its NumPy function on dask values: dask.array's implementation."""
+        from ..interpret import run_node
+
+        for n in nodes:
+            run_node(n, env)
+
+    def _blockwise(self, step: Step, out: Var, env: dict):
+        import dask.array as da
+
+        nodes = _needed(step.nodes, [out])
+        ins = _inputs_of(nodes)
+        shape = step.group.shape
+        index = LETTERS[: len(shape)]
+        args = []
+        for v in ins:
+            args += [env[v], index[len(shape) - v.ndim :] if v.ndim else None]
+        out_index, adjust = _out_index(step, out, index)
+        kernel = self._kernel(nodes, ins, [out])
+        return da.blockwise(
+            kernel,
+            out_index,
+            *args,
+            dtype=out.dtype,
+            adjust_chunks=adjust or None,
+            concatenate=True,
+            meta=np.empty((0,) * len(out_index), out.dtype),
+        )
+
+    def _kernel(self, nodes, inputs, outputs):
+        return ChunkKernel(nodes, inputs, outputs, self.compile_cpu, self.math, self.cache)
+
+    def _tree(self, step: Step, tree, env: dict):
+        """``da.reduction`` whose chunk step is the group's compiled kernel up to ``node``."""
+        import dask.array as da
+
+        node, rest, full = tree
+        for v in full:  # values before the reduction that leave the group: blockwise layers
+            env[v] = self._blockwise(step, v, env)
+        src = node.inputs[0]
+        producers = _needed(step.nodes, [src]) if src not in _inputs_of(step.nodes) else []
+        axes = tuple(node.attrs["axis"]) if node.attrs.get("axis") is not None else None
+        kept = Node(node.op, node.inputs, {**node.attrs, "keepdims": True}, _kept_outputs(node))
+        chunk_nodes = [*producers, kept]
+        ins = _inputs_of(chunk_nodes)
+        kernel = self._kernel(chunk_nodes, ins, list(kept.outputs))
+        combine = TREE_COMBINES[OPS[node.op].reduction.combine]
+        shape = step.group.shape
+        index = LETTERS[: len(shape)]
+        # the kernel's inputs as one blockwise array: the chunk step reads them block by block
+        args = []
+        for v in ins:
+            args += [env[v], index[len(shape) - v.ndim :] if v.ndim else None]
+        src_value = da.blockwise(
+            _Pack(kernel),
+            index,
+            *args,
+            dtype=kept.out.dtype,
+            adjust_chunks={index[a]: 1 for a in (axes or range(len(shape)))},
+            concatenate=True,
+            meta=np.empty((0,) * len(shape), kept.out.dtype),
+        )
+        keepdims = bool(node.attrs.get("keepdims", False))
+        dtype = node.out.dtype
+        env[node.out] = da.reduction(
+            src_value,
+            chunk=_identity_chunk,
+            combine=_Combine(combine),
+            aggregate=_Combine(combine, dtype),
+            axis=axes,
+            keepdims=keepdims,
+            dtype=dtype,
+            concatenate=True,
+            meta=np.empty((0,) * node.out.ndim, dtype),
+        )
+        self._own(rest, env)
+
+
+class _Pack:
+    """A chunk kernel whose one result is returned as the block (for ``da.reduction``)."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def __call__(self, *blocks):
+        return self.kernel(*blocks)
+
+
+def _identity_chunk(x, axis=None, keepdims=True):
+    return x
+
+
+class _Combine:
+    def __init__(self, fn, dtype=None):
+        self.fn, self.dtype = fn, dtype
+
+    def __call__(self, x, axis=None, keepdims=True):
+        r = self.fn(x, axis=axis, keepdims=keepdims)
+        return r if self.dtype is None else np.asarray(r).astype(self.dtype, copy=False)
+
+
+def _kept_outputs(node: Node) -> tuple:
+    """The outputs of ``node`` reduced with ``keepdims=True``."""
+    x = node.inputs[0]
+    axes = node.attrs.get("axis")
+    axes = range(x.ndim) if axes is None else axes
+    shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+    return (Var(node.out.name + "_kept", shape, node.out.dtype),)
+
+
+def _not_chunk_local(step: Step, env: dict) -> str | None:
+    """Why the group cannot run as one compiled kernel per chunk, or None if it can."""
+    group = step.group
+    for n in step.nodes:
+        if OPS[n.op].kind not in CHUNK_LOCAL_KINDS:
+            return f"{n.op} is not elementwise"
+        if "shape" in n.attrs:
+            return f"{n.op} has a shape of its own"
+        if OPS[n.op].reduction is not None and OPS[n.op].reduction.index:
+            return f"{n.op} gives positions"
+    if group.kind == "scan":
+        return "a scan"
+    for v in _inputs_of(step.nodes):
+        if v.ndim > len(group.shape):
+            return "an input of more dimensions than the group"
+    axes = group.axes or ()
+    shape = group.shape
+    for v in _inputs_of(step.nodes):
+        chunks = getattr(env[v], "chunks", None)
+        if chunks is None:
+            continue
+        offset = len(shape) - v.ndim
+        for a in axes:
+            if a >= offset and v.shape[a - offset] > 1 and len(chunks[a - offset]) > 1:
+                return f"axis {a} of %{v.name} spans {len(chunks[a - offset])} chunks"
+    for v in step.outputs:
+        if _out_index(step, v, LETTERS[: len(shape)])[0] is None:
+            return f"%{v.name} has a shape the group's blocks do not give"
+    return None
+
+
+ROW_CHUNK_LIMIT = 1 << 28  # bytes a chunk may grow to when its rows are gathered into it
+
+
+def _rows_in_one_chunk(step: Step, env: dict):
+    """The group's inputs rechunked so that its reduced axes lie in one chunk, where the chunks
+    stay under ``ROW_CHUNK_LIMIT``; else None."""
+    group = step.group
+    if group.kind != "row" or not group.axes:
+        return None
+    out = {}
+    for v in _inputs_of(step.nodes):
+        x = env[v]
+        if not hasattr(x, "rechunk") or v.ndim == 0:
+            continue
+        offset = len(group.shape) - v.ndim
+        axes = {a - offset: -1 for a in group.axes if a >= offset and v.shape[a - offset] > 1}
+        if not axes:
+            continue
+        size = (
+            math.prod(v.shape[i] if i in axes else max(c) for i, c in enumerate(x.chunks))
+            * v.dtype.itemsize
+        )
+        if size > ROW_CHUNK_LIMIT:
+            return None
+        out[v] = x.rechunk(axes)
+    return out
+
+
+def _tree_reduction(step: Step, env: dict):
+    """``(the reduction, the nodes after it, the values before it that leave the group)`` when
+    the group is elementwise producers, one reduction, and consumers of its result alone; else
+    None. The chunk step computes the producers again rather than reading them back."""
+    reductions = [n for n in step.nodes if OPS[n.op].kind == "reduce"]
+    if len(reductions) != 1:
+        return None
+    node = reductions[0]
+    red = OPS[node.op].reduction
+    if red is None or red.index or red.combine not in TREE_COMBINES:
+        return None
+    if any(OPS[n.op].kind not in CHUNK_LOCAL_KINDS or "shape" in n.attrs for n in step.nodes):
+        return None
+    i = step.nodes.index(node)
+    before, rest = step.nodes[:i], step.nodes[i + 1 :]
+    made_before = {o for n in before for o in n.outputs}
+    if any(v in made_before for n in rest for v in n.var_inputs):  # a full value after it
+        return None
+    if node.inputs[0].ndim != len(step.group.shape):
+        return None
+    return node, rest, [v for v in step.outputs if v in made_before]
+
+
+def _out_index(step: Step, out: Var, index: str):
+    """(the blockwise index of ``out``, the chunks it changes) or (None, None)."""
+    shape = step.group.shape
+    axes = step.group.axes or ()
+    if out.shape == shape:
+        return index, {}
+    if out.ndim == len(shape) and all(
+        d == s or (d == 1 and i in axes) for i, (d, s) in enumerate(zip(out.shape, shape))
+    ):
+        return index, {index[i]: 1 for i, (d, s) in enumerate(zip(out.shape, shape)) if d != s}
+    kept = "".join(c for i, c in enumerate(index) if i not in axes)
+    if out.shape == tuple(d for i, d in enumerate(shape) if i not in axes):
+        return kept, {}
+    return None, None
+
+
+def _describe(step: Step, env: dict) -> str:
+    chunks = [getattr(env[v], "chunksize", None) for v in _inputs_of(step.nodes)]
+    return ", ".join(f"%{v.name} chunks {c}" for v, c in zip(_inputs_of(step.nodes), chunks) if c)
+
+
+def _needed(nodes, outs) -> list:
+    """The nodes of ``nodes`` that ``outs`` depend on, in order."""
+    want = set(outs)
+    keep = []
+    for n in reversed(nodes):
+        if any(o in want for o in n.outputs):
+            keep.append(n)
+            want.update(n.var_inputs)
+    return keep[::-1]
+
+
+def _inputs_of(nodes) -> list:
+    made = {o for n in nodes for o in n.outputs}
+    seen, ins = set(), []
+    for n in nodes:
+        for v in n.var_inputs:
+            if v not in made and v not in seen:
+                seen.add(v)
+                ins.append(v)
+    return ins
+
+
+# ---------------------------------------------------------------------- kernels per chunk
+_KERNELS: dict = {}  # (graph key, block types) -> Compiled, per process
+_KERNELS_LOCK = threading.Lock()
+
+
+class ChunkKernel:
+    """A fused group as a function of blocks: compiled (tracekit's CPU target) once per
+    process for each block shape it meets, then called. Pickles as its graph (JSON)."""
+
+    def __init__(self, nodes, inputs, outputs, compile_cpu, math_mode="fast", cache=True):
+        self.graph = Graph(list(inputs), list(nodes), list(outputs), name="chunk")
+        self.compile_cpu, self.math, self.cache = compile_cpu, math_mode, cache
+
+    def __getstate__(self):  # a function pickles by its name: tk.compile on the worker
+        state = {"graph": self.graph.to_json(), "compile_cpu": self.compile_cpu}
+        return {**state, "math": self.math, "cache": self.cache}
+
+    def __setstate__(self, state):
+        self.graph = Graph.from_json(state["graph"])
+        self.compile_cpu, self.math, self.cache = (
+            state["compile_cpu"],
+            state["math"],
+            state["cache"],
+        )
+
+    def __call__(self, *blocks):
+        blocks = [np.asarray(b) for b in blocks]
+        key = (self.graph.key(), tuple((b.shape, b.dtype.str) for b in blocks), self.math)
+        compiled = _KERNELS.get(key)
+        if compiled is None:
+            with _KERNELS_LOCK:
+                compiled = _KERNELS.get(key)
+                if compiled is None:
+                    compiled = _KERNELS[key] = self._compile(blocks)
+        return compiled(*blocks)
+
+    def _compile(self, blocks):
+        from .. import pytree
+        from ..traced import Traced
+
+        g = at_shapes(self.graph, [b.shape for b in blocks])
+        t = Traced(
+            g,
+            pytree.flatten(list(blocks))[1],
+            pytree.LEAF,  # one result
+            [None] * len(g.inputs),
+            blocks,
+        )
+        return self.compile_cpu(t, target="cpu", math=self.math, progress=False, cache=self.cache)
+
+
+def at_shapes(g: Graph, shapes: list) -> Graph:
+    """``g`` (elementwise ops and reductions over axes) for inputs of ``shapes``: every value's
+    shape from its op's type rule.
+
+    >>> import numpy as np, tracekit as tk
+    >>> t = tk.trace(lambda x: np.exp(x).sum(axis=1, keepdims=True), np.ones((4, 3)))
+    >>> print(at_shapes(t.graph, [(2, 3)]).outputs)
+    [%1: f64[2,1]]
+    """
+    typed: dict = {}
+    inputs = []
+    for v, shape in zip(g.inputs, shapes):
+        typed[v] = Var(v.name, tuple(shape), v.dtype, v.weak)
+        inputs.append(typed[v])
+    nodes = []
+    for n in g.nodes:
+        ins = tuple(typed.get(x, x) if isinstance(x, Var) else x for x in n.inputs)
+        out_types = OPS[n.op].type_rule(list(ins), dict(n.attrs))
+        outs = []
+        for o, (shape, dtype) in zip(n.outputs, out_types):
+            if np.dtype(dtype) != o.dtype:
+                raise ValueError(f"{n.op}: {dtype} at these shapes, {o.dtype} when traced")
+            typed[o] = Var(o.name, tuple(shape), o.dtype, o.weak)
+            outs.append(typed[o])
+        nodes.append(Node(n.op, ins, n.attrs, tuple(outs), n.source, n.scope))
+    return Graph(inputs, nodes, [typed.get(v, v) for v in g.outputs], name=g.name)
+
+
+def chunk_count(x) -> int:
+    return math.prod(len(c) for c in x.chunks)
