@@ -186,3 +186,60 @@ def test_on_a_local_cluster_of_worker_processes(client):
     np.testing.assert_allclose(gm, want_m, rtol=1e-12)
     pids = client.run(lambda: __import__("os").getpid())
     assert len(set(pids.values())) == 2  # two worker processes did the work
+
+
+def test_python_op_builders_run_once_per_worker_process_never_on_the_client(client):
+    from helpers import workers
+
+    op = tk.python_op((workers.make_scaler, (3.0,), {}), name="scale")
+    fn = lambda x: op(np.sin(x)) + 1.0  # noqa: E731
+    c = tk.compile(tk.trace(fn, X), target="dask", progress=False)
+    traced_builds = len(workers.BUILT)  # tracing ran it here once, on the example
+    x = da.from_array(X, chunks=(10, 20))
+    for _ in range(2):
+        np.testing.assert_allclose(client.compute(c(x), sync=True), fn(X), rtol=1e-14)
+    assert len(workers.BUILT) == traced_builds  # no execution on the client
+    per_worker = client.run(workers.builds)
+    assert sum(len(b) for b in per_worker.values()) >= 1
+    assert all(len(b) <= 1 for b in per_worker.values()), per_worker
+
+
+def test_python_ops_on_dask_arrays_ask_for_a_trace_on_numpy_examples():
+    op = tk.python_op(np.sinh)
+    with pytest.raises(tk.TraceError, match="target='dask'"):
+        tk.jit(lambda x: op(x) + 1.0)(da.from_array(X, chunks=(10, 20)))
+
+
+def test_jit_functions_pickle_and_serve_xarray_apply_ufunc_on_workers(client):
+    xr = pytest.importorskip("xarray")
+    cloudpickle = pytest.importorskip("cloudpickle")  # what distributed ships functions with
+    f = tk.jit(lambda a: np.tanh(a) * 2.0 + 1.0)
+    f(X)  # compiled here: what goes to the workers is the function, not its kernels
+    g = cloudpickle.loads(cloudpickle.dumps(f))
+    np.testing.assert_allclose(g(X), np.tanh(X) * 2 + 1, rtol=1e-13, atol=1e-14)
+    arr = xr.DataArray(da.from_array(X, chunks=(10, 20)), dims=("time", "space"))
+    out = xr.apply_ufunc(f, arr, dask="parallelized", output_dtypes=[X.dtype])
+    got = client.compute(out.data, sync=True)
+    np.testing.assert_allclose(got, np.tanh(X) * 2 + 1, rtol=1e-13, atol=1e-14)
+
+
+def test_a_worker_killed_during_a_compute_is_retried_and_the_result_is_right(client):
+    import os
+    import signal
+    import time
+
+    from helpers import workers
+
+    data = rng.standard_normal((400, 20))
+    x = da.from_array(data, chunks=(5, 20)).map_blocks(workers.slow_copy)  # 80 slow tasks
+    f = tk.jit(lambda a: (np.exp(a) * 0.5 + a, np.tanh(a).sum()))
+    y, s = f(x)
+    futures = client.compute([y, s])
+    time.sleep(0.6)
+    pids = client.run(os.getpid)
+    victim = sorted(pids.values())[0]
+    os.kill(victim, signal.SIGKILL)
+    gy, gs = client.gather(futures)
+    np.testing.assert_allclose(gy, np.exp(data) * 0.5 + data, rtol=1e-13)
+    np.testing.assert_allclose(gs, np.tanh(data).sum(), rtol=1e-12)
+    assert victim not in client.run(os.getpid).values()  # it was gone; its nanny made another

@@ -115,6 +115,9 @@ class Var:
     def __setattr__(self, k, v):
         raise AttributeError("Var is immutable")
 
+    def __reduce__(self):  # pickled (to dask workers): one Var per pickle, as identity needs
+        return Var, (self.name, self.shape, self.dtype, self.weak)
+
     @property
     def ndim(self) -> int:
         """Number of dimensions.
@@ -246,6 +249,9 @@ class FrozenDict(dict):
         raise TypeError("node attributes are immutable")
 
     __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = _blocked
+
+    def __reduce__(self):  # unpickling a dict subclass would set items one by one
+        return FrozenDict, (dict(self),)
 
     def __hash__(self):
         return hash(json.dumps(_canonical(dict(self)), sort_keys=True))

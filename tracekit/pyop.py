@@ -427,6 +427,16 @@ class PyOp:
         if ctx is None:
             outs, was_tuple = _outputs(self.fn(*args), self.name)
             return outs if was_tuple else outs[0]
+        if ctx.lazy:
+            src = T.user_source(2)
+            raise TraceError(
+                f"{src} `{src.text}`: "
+                * (src is not None)
+                + f"python op {self.name!r} on dask arrays: tracing runs it to learn its "
+                "results' shapes, which would compute the arrays here. Trace the function on "
+                "NumPy arrays of the same shapes and compile that for dask: "
+                "tk.compile(tk.trace(fn, *numpy_examples), target='dask')"
+            )
         tins = [ctx.lift(a) for a in args]
         vals = [_readonly(t._value) if isinstance(t, T.TracedArray) else t for t in tins]
         prev, _state.ctx = _state.ctx, None  # f runs on plain values: np.zeros & co. too

@@ -91,11 +91,15 @@ class DaskProgram:
         return f"{step.name}: dask's own"
 
     def _own(self, nodes, env):
-        """Each node as its NumPy function on dask values: dask.array's implementation."""
+        """Each node as its NumPy function on dask values: dask.array's implementation; a
+        python op as one task on a worker (see :func:`_opaque`)."""
         from ..interpret import run_node
 
         for n in nodes:
-            run_node(n, env)
+            if OPS[n.op].kind == "opaque":
+                _opaque(n, env)
+            else:
+                run_node(n, env)
 
     def _blockwise(self, step: Step, out: Var, env: dict):
         import dask.array as da
@@ -166,6 +170,25 @@ class DaskProgram:
             meta=np.empty((0,) * node.out.ndim, dtype),
         )
         self._own(rest, env)
+
+
+def _opaque(node: Node, env: dict):
+    """A python op as one task on a worker, on its inputs whole: its function (a builder
+    tuple's too, called once per worker process) runs there, never on the client."""
+    import dask
+    import dask.array as da
+
+    task = dask.delayed(_run_opaque, pure=False)(node, *[env[x] for x in node.var_inputs])
+    for i, o in enumerate(node.outputs):
+        env[o] = da.from_delayed(task[i], o.shape, o.dtype)
+
+
+def _run_opaque(node: Node, *values) -> tuple:
+    from ..interpret import run_node
+
+    env = dict(zip(node.var_inputs, values))
+    run_node(node, env)
+    return tuple(env[o] for o in node.outputs)
 
 
 class _Pack:

@@ -139,6 +139,12 @@ class JitFunction:
         self._plain: dict = {}
         functools.update_wrapper(self, fn, updated=())
 
+    def __getstate__(self):  # to dask workers: the function and options; each compiles its own
+        return {"fn": self.fn, "target": self.target, "options": self.options}
+
+    def __setstate__(self, state):
+        self.__init__(state["fn"], state["target"], **state["options"])
+
     def _compile(self, args, kw=None):
         from . import compile as compile_graph
 
