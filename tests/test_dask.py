@@ -243,3 +243,21 @@ def test_a_worker_killed_during_a_compute_is_retried_and_the_result_is_right(cli
     np.testing.assert_allclose(gy, np.exp(data) * 0.5 + data, rtol=1e-13)
     np.testing.assert_allclose(gs, np.tanh(data).sum(), rtol=1e-12)
     assert victim not in client.run(os.getpid).values()  # it was gone; its nanny made another
+
+
+@pytest.mark.parametrize("chunks", [(7, 6), (10, 10), (3, 3), (30, 20)])
+def test_stencils_read_halos_from_neighbouring_chunks(chunks):
+    def laplace(a):
+        return a[2:, 1:-1] + a[:-2, 1:-1] + a[1:-1, 2:] + a[1:-1, :-2] - 4.0 * a[1:-1, 1:-1]
+
+    f = tk.jit(laplace)
+    y = f(da.from_array(X, chunks=chunks))
+    np.testing.assert_array_equal(compute(y)[0], laplace(X))
+    assert "halo of depth" in f.compiled.dask_layers[-1]
+
+
+def test_a_halo_deeper_than_a_chunk_falls_back_to_dask_slicing():
+    f = tk.jit(lambda a: a[3:] - a[:-3])
+    y = f(da.from_array(X, chunks=(7, 20)))  # the last chunk has 2 rows
+    np.testing.assert_array_equal(compute(y)[0], X[3:] - X[:-3])
+    assert "halo" not in f.compiled.dask_layers[-1]

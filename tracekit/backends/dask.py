@@ -48,6 +48,7 @@ class DaskProgram:
         # compile_cpu: tk.compile (passed in: this module is below the one defining it)
         self.plan, self.math, self.cache, self.compile_cpu = plan, math_mode, cache, compile_cpu
         self.layers: list[str] = []
+        self.producers = {o: n for n in plan.graph.nodes for o in n.outputs}
 
     def run(self, inputs: list) -> list:
         import dask.array as da
@@ -65,6 +66,9 @@ class DaskProgram:
     # -- steps
     def _step(self, step: Step, env: dict) -> str:
         if step.kind == "kernel":
+            stencil = self._stencil(step, env)
+            if stencil is not None:
+                return stencil
             why = _not_chunk_local(step, env)
             if why is None:
                 for v in step.outputs:
@@ -89,6 +93,50 @@ class DaskProgram:
             return f"{step.name}: dask's own ops ({why})"
         self._own(step.nodes, env)
         return f"{step.name}: dask's own"
+
+    def _stencil(self, step: Step, env: dict) -> str | None:
+        """An elementwise group reading one array at constant offsets (``a[1:-1, 2:] +
+        a[1:-1, :-2]``) as one task per chunk of that array, over the chunk and a halo of the
+        depth the offsets need from its neighbours (dask's ``overlap``); None where the
+        group is not such a stencil."""
+        import dask.array as da
+
+        found = _offsets(step, self.producers, env)
+        if found is None:
+            return None
+        base, windows = found
+        x = env[base]
+        shape = step.group.shape
+        lo = [min(w[1][d][0] for w in windows) for d in range(len(shape))]
+        depth = {d: max(w[1][d][0] for w in windows) - lo[d] for d in range(len(shape))}
+        if any(
+            h and (h > min(c) or len(c) > 1 and h > min(c[:-1]))
+            for h, c in zip(depth.values(), x.chunks)
+        ):
+            return None  # a halo deeper than a chunk: dask would need rechunking first
+        if any(h and len(c) == 1 for h, c in zip(depth.values(), x.chunks)):
+            depth = {d: (0 if len(x.chunks[d]) == 1 else h) for d, h in depth.items()}
+        out_chunks = [_anchored(c, lo[d], shape[d]) for d, c in enumerate(x.chunks)]
+        shifts = [[w[1][d][0] - lo[d] for d in range(len(shape))] for w in windows]
+        ins = [w[0] for w in windows]
+        halo = da.overlap.overlap(x, depth=depth, boundary="none") if any(depth.values()) else x
+        for v in step.outputs:
+            nodes = _needed(step.nodes, [v])
+            used = [i for i, w in enumerate(ins) if w in _inputs_of(nodes)]
+            windows_of = (base, [ins[i] for i in used], [shifts[i] for i in used])
+            kernels = (self.compile_cpu, self.math, self.cache)
+            env[v] = da.map_blocks(
+                _Windows(nodes, windows_of, kernels, x.chunks, lo, shape, depth),
+                halo,
+                chunks=tuple(out_chunks),
+                dtype=v.dtype,
+                meta=np.empty((0,) * len(shape), v.dtype),
+            )
+        halos = {d: h for d, h in depth.items() if h}
+        return (
+            f"{step.name}: one task per chunk of %{base.name} with a halo of depth {halos} "
+            f"(window offsets {[tuple(sh) for sh in shifts]}), compiled per chunk"
+        )
 
     def _own(self, nodes, env):
         """Each node as its NumPy function on dask values: dask.array's implementation; a
@@ -170,6 +218,96 @@ class DaskProgram:
             meta=np.empty((0,) * node.out.ndim, dtype),
         )
         self._own(rest, env)
+
+
+def _offsets(step: Step, producers: dict, env: dict):
+    """``(the base, [(window Var, ((start, stop) per axis)), ...])`` when every array input of
+    an elementwise group is a unit-stride slice of one dask array with the group's shape (two
+    windows at least); else None."""
+    if step.group.kind != "elementwise" or any(OPS[n.op].kind != "elementwise" for n in step.nodes):
+        return None
+    shape = step.group.shape
+    base, windows = None, []
+    for v in _inputs_of(step.nodes):
+        n = producers.get(v)
+        if v.ndim == 0:
+            continue
+        if n is None or n.op != "index" or len(n.var_inputs) != 1 or v.shape != shape:
+            return None
+        b = n.inputs[0]
+        if base is not None and b is not base or b.ndim != len(shape):
+            return None
+        base = b
+        ranges = _slice_ranges(n.attrs["idx"], b.shape)
+        if ranges is None or any(e - s != d for (s, e), d in zip(ranges, shape)):
+            return None
+        windows.append((v, ranges))
+    if base is None or len(windows) < 2 or not hasattr(env.get(base), "chunks"):
+        return None
+    return base, windows
+
+
+def _slice_ranges(idx, shape):
+    """``(start, stop)`` per axis of a basic index of unit-stride slices, or None."""
+    idx = tuple(idx) + (slice(None),) * (len(shape) - len(idx))
+    if len(idx) != len(shape) or not all(isinstance(e, slice) for e in idx):
+        return None
+    out = []
+    for e, n in zip(idx, shape):
+        start, stop, step = e.indices(n)
+        if step != 1 or stop < start:
+            return None
+        out.append((start, stop))
+    return out
+
+
+def _anchored(chunks, lo: int, size: int) -> tuple:
+    """The output's chunks along an axis: the outputs whose first window element lies in each
+    chunk of the base (``lo`` is the first window's start, ``size`` the output's length)."""
+    out, start = [], 0
+    for c in chunks:
+        a, b = max(start, lo), min(start + c, lo + size)
+        out.append(max(0, b - a))
+        start += c
+    return tuple(out)
+
+
+class _Windows:
+    """The block function of a stencil: a kernel of the group's windows of a block of the base
+    with its halo (the outputs anchored in its chunk), compiled with the windows as slices of
+    the block, which compiled kernels read in place, at constant offsets."""
+
+    def __init__(self, nodes, windows_of, kernels, chunks, lo, shape, depth):
+        self.nodes, (self.base, self.windows, self.shifts) = nodes, windows_of
+        self.compile_cpu, self.math, self.cache = kernels
+        self.lo, self.shape, self.depth = lo, shape, depth
+        self.starts = [np.cumsum((0, *c)).tolist() for c in chunks]
+        self.kernels: dict = {}  # the cut of a block -> its ChunkKernel
+
+    def __call__(self, block, block_id=None):
+        cut = []
+        for d, j in enumerate(block_id):
+            c0, c1 = self.starts[d][j], self.starts[d][j + 1]
+            a = max(c0, self.lo[d])
+            n = max(0, min(c1, self.lo[d] + self.shape[d]) - a)
+            left = self.depth[d] if j > 0 else 0
+            cut.append((a - c0 + left, n))
+        cut = tuple(cut)
+        if any(n == 0 for _, n in cut):
+            return np.empty(tuple(n for _, n in cut), self.nodes[-1].out.dtype)
+        kernel = self.kernels.get((cut, block.shape))
+        if kernel is None:
+            kernel = self.kernels[cut, block.shape] = self._kernel(cut, block)
+        return kernel(block)
+
+    def _kernel(self, cut, block):
+        base = Var(self.base.name, block.shape, self.base.dtype)
+        slicing = []
+        for w, shift in zip(self.windows, self.shifts):
+            idx = tuple(slice(s + sh, s + sh + n) for (s, n), sh in zip(cut, shift))
+            slicing.append(Node("index", (base,), {"idx": idx}, (w,)))  # retyped below
+        g = at_shapes(Graph([base], slicing + list(self.nodes), [self.nodes[-1].out]), [])
+        return ChunkKernel(g.nodes, g.inputs, g.outputs, self.compile_cpu, self.math, self.cache)
 
 
 def _opaque(node: Node, env: dict):
@@ -374,6 +512,8 @@ class ChunkKernel:
         )
 
     def __call__(self, *blocks):
+        import numba
+
         blocks = [np.asarray(b) for b in blocks]
         key = (self.graph.key(), tuple((b.shape, b.dtype.str) for b in blocks), self.math)
         compiled = _KERNELS.get(key)
@@ -382,6 +522,9 @@ class ChunkKernel:
                 compiled = _KERNELS.get(key)
                 if compiled is None:
                     compiled = _KERNELS[key] = self._compile(blocks)
+        # dask runs chunks in parallel: a kernel's own threads would only compete with them
+        # (numba's setting is per calling thread)
+        numba.set_num_threads(1)
         return compiled(*blocks)
 
     def _compile(self, blocks):
@@ -410,8 +553,8 @@ def at_shapes(g: Graph, shapes: list) -> Graph:
     """
     typed: dict = {}
     inputs = []
-    for v, shape in zip(g.inputs, shapes):
-        typed[v] = Var(v.name, tuple(shape), v.dtype, v.weak)
+    for i, v in enumerate(g.inputs):
+        typed[v] = Var(v.name, tuple(shapes[i]) if i < len(shapes) else v.shape, v.dtype, v.weak)
         inputs.append(typed[v])
     nodes = []
     for n in g.nodes:
