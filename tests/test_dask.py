@@ -88,6 +88,7 @@ def test_row_kernels_stay_in_chunk_or_rechunk_with_a_note():
     assert "blockwise" in f.compiled.dask_layers[0] and "rechunk" not in f.compiled.dask_layers[0]
     y = f(da.from_array(X, chunks=(10, 7)))  # rows split over 3 chunks
     assert "rechunked to hold axes [1] in one chunk" in f.compiled.dask_layers[0]
+    assert "dask layers (the last call's chunks):\n  k0: rechunked" in str(f.compiled.plan)
     np.testing.assert_allclose(compute(y)[0], softmax(X), rtol=1e-13)
 
 

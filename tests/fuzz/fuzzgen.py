@@ -1373,7 +1373,7 @@ def _compare_all(what, got, want, approx, inputs_got=None, inputs_want=None, tol
 
 
 # ---------------------------------------------------------------------- checking a program
-CHECKS = ("interp", "cpu", "cuda", "grad")
+CHECKS = ("interp", "cpu", "cuda", "grad", "dask")
 
 
 def check(prog, checks=CHECKS, compiled_cache=None):
@@ -1442,7 +1442,53 @@ def check(prog, checks=CHECKS, compiled_cache=None):
     if "cpu" in checks and prog["seed"] % 2 and any("body" in n.attrs for n in t.graph.nodes):
         _check_one_result(prog, draws, approx, tol)
         stats["checks"].append("cpu-one-result")
+    if "dask" in checks and prog["seed"] % DASK_EVERY == DASK_EVERY - 1:
+        if _check_dask(prog, t, harness, draws, approx, tol):
+            stats["checks"].append("dask")
     return stats
+
+
+DASK_EVERY = 4  # one program in four also runs on dask arrays (its chunk kernels compile)
+
+
+def _check_dask(prog, t, harness, draws, approx, tol) -> bool:
+    """The trace compiled for dask, called with its array arguments as dask arrays of random
+    chunkings (uneven last chunks, chunks of one element), computed on the synchronous
+    scheduler. Not run (False) for a trace with guards (they cannot be checked without
+    computing) or with writes into its arguments (dask arrays are immutable: tested alone)."""
+    import dask
+    import dask.array as da
+
+    import tracekit as tk
+
+    if t.graph.guards or t.graph.writebacks:
+        return False
+    try:
+        with quiet():
+            c = tk.compile(t, target="dask", progress=False)
+    except Exception as e:
+        raise Failure("dask", f"tk.compile raised {type(e).__name__}: {e}") from e
+    rng = np.random.default_rng([prog["seed"], 11])
+
+    def lazy(x):
+        if not isinstance(x, np.ndarray) or x.ndim == 0:
+            return x
+        return da.from_array(x, chunks=tuple(int(rng.integers(1, max(d, 1) + 1)) for d in x.shape))
+
+    def call(*inputs):
+        args = [x if i in harness.captured else lazy(x) for i, x in enumerate(inputs)]
+        return dask.compute(*_as_tuple(harness.bind(c)(*args)), scheduler="sync")
+
+    for xs, want, _, flipped in draws:
+        if flipped:
+            continue
+        try:
+            with quiet():
+                got = call(*copy_inputs(xs))
+        except Exception as e:
+            raise Failure("dask", f"the dask call raised {type(e).__name__}: {e}") from e
+        _compare_all("dask", _as_tuple(got), want, approx, None, None, tol)
+    return True
 
 
 def _check_one_result(prog, draws, approx, tol):
@@ -1773,7 +1819,7 @@ def checks_for(profile):
         return ("interp", "grad", "cpu")
     if profile == "cuda":
         return ("interp", "cuda")
-    return ("interp", "cpu")
+    return ("interp", "cpu", "dask")
 
 
 # ---------------------------------------------------------------------- the command line

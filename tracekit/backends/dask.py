@@ -14,7 +14,8 @@ compiled function builds dask arrays and computes nothing. Each step of the fusi
 - everything else (matmul, slicing, movement, what dask computes better by its own rules) runs
   as the op's NumPy function on dask arrays: dask.array's own implementation.
 
-``Compiled.dask_layers`` lists, for the last call, which steps became which dask layers and why.
+``Compiled.dask_layers`` (and ``print(compiled.plan)``) says, for the last call, which steps
+became which dask layers and why.
 
 >>> import numpy as np, dask.array as da, tracekit as tk
 >>> f = tk.jit(lambda x: np.tanh(x) * 2 + 1)
@@ -60,7 +61,7 @@ class DaskProgram:
         layers = []
         for step in self.plan.steps:
             layers.append(self._step(step, env))
-        self.layers = layers
+        self.layers = self.plan.dask = layers
         return [env[v] if isinstance(v, Var) else v for v in g.outputs]
 
     # -- steps
@@ -89,10 +90,10 @@ class DaskProgram:
                         f"{step.name}: rechunked to hold axes {list(step.group.axes)} in one "
                         f"chunk ({why}), then blockwise, compiled per chunk"
                     )
-            self._own(step.nodes, env)
-            return f"{step.name}: dask's own ops ({why})"
-        self._own(step.nodes, env)
-        return f"{step.name}: dask's own"
+            whole = self._own(step.nodes, env)
+            return f"{step.name}: dask's own ops ({why}){whole}"
+        whole = self._own(step.nodes, env)
+        return f"{step.name}: dask's own{whole}"
 
     def _stencil(self, step: Step, env: dict) -> str | None:
         """An elementwise group reading one array at constant offsets (``a[1:-1, 2:] +
@@ -109,17 +110,15 @@ class DaskProgram:
         shape = step.group.shape
         lo = [min(w[1][d][0] for w in windows) for d in range(len(shape))]
         depth = {d: max(w[1][d][0] for w in windows) - lo[d] for d in range(len(shape))}
-        if any(
-            h and (h > min(c) or len(c) > 1 and h > min(c[:-1]))
-            for h, c in zip(depth.values(), x.chunks)
-        ):
+        depth = {d: (h if len(x.chunks[d]) > 1 else 0) for d, h in depth.items()}
+        if any(h > min(x.chunks[d]) for d, h in depth.items()):
             return None  # a halo deeper than a chunk: dask would need rechunking first
-        if any(h and len(c) == 1 for h, c in zip(depth.values(), x.chunks)):
-            depth = {d: (0 if len(x.chunks[d]) == 1 else h) for d, h in depth.items()}
         out_chunks = [_anchored(c, lo[d], shape[d]) for d, c in enumerate(x.chunks)]
         shifts = [[w[1][d][0] - lo[d] for d in range(len(shape))] for w in windows]
         ins = [w[0] for w in windows]
         halo = da.overlap.overlap(x, depth=depth, boundary="none") if any(depth.values()) else x
+        if halo.chunks != _with_halos(x.chunks, depth):  # the blocks _Windows expects, or none
+            return None
         for v in step.outputs:
             nodes = _needed(step.nodes, [v])
             used = [i for i, w in enumerate(ins) if w in _inputs_of(nodes)]
@@ -138,16 +137,24 @@ class DaskProgram:
             f"(window offsets {[tuple(sh) for sh in shifts]}), compiled per chunk"
         )
 
-    def _own(self, nodes, env):
+    def _own(self, nodes, env) -> str:
         """Each node as its NumPy function on dask values: dask.array's implementation; a
-        python op as one task on a worker (see :func:`_opaque`)."""
+        python op, or an op dask.array has no implementation of for these arguments (``np.repeat``
+        with an array of counts), as one task on its inputs whole (see :func:`_whole`). Says
+        which ops ran whole."""
         from ..interpret import run_node
 
+        whole = []
         for n in nodes:
             if OPS[n.op].kind == "opaque":
-                _opaque(n, env)
-            else:
+                _whole(n, env)
+                continue
+            try:
                 run_node(n, env)
+            except (NotImplementedError, TypeError, ValueError) as e:
+                _whole(n, env)
+                whole.append(f"{n.op} as one task on whole arrays (dask.array: {e})")
+        return "".join(f"; {w}" for w in whole)
 
     def _blockwise(self, step: Step, out: Var, env: dict):
         import dask.array as da
@@ -230,9 +237,9 @@ def _offsets(step: Step, producers: dict, env: dict):
     base, windows = None, []
     for v in _inputs_of(step.nodes):
         n = producers.get(v)
-        if v.ndim == 0:
-            continue
-        if n is None or n.op != "index" or len(n.var_inputs) != 1 or v.shape != shape:
+        if n is None or not (OPS[n.op].view and "idx" in n.attrs) or len(n.var_inputs) != 1:
+            return None
+        if v.shape != shape:
             return None
         b = n.inputs[0]
         if base is not None and b is not base or b.ndim != len(shape):
@@ -259,6 +266,14 @@ def _slice_ranges(idx, shape):
             return None
         out.append((start, stop))
     return out
+
+
+def _with_halos(chunks, depth) -> tuple:
+    """The chunks of ``overlap(x, depth, boundary="none")``: a halo on each inner side."""
+    return tuple(
+        tuple(c + depth[d] * ((j > 0) + (j < len(cs) - 1)) for j, c in enumerate(cs))
+        for d, cs in enumerate(chunks)
+    )
 
 
 def _anchored(chunks, lo: int, size: int) -> tuple:
@@ -310,18 +325,18 @@ class _Windows:
         return ChunkKernel(g.nodes, g.inputs, g.outputs, self.compile_cpu, self.math, self.cache)
 
 
-def _opaque(node: Node, env: dict):
-    """A python op as one task on a worker, on its inputs whole: its function (a builder
+def _whole(node: Node, env: dict):
+    """``node`` as one task on a worker, on its inputs whole: a python op's function (a builder
     tuple's too, called once per worker process) runs there, never on the client."""
     import dask
     import dask.array as da
 
-    task = dask.delayed(_run_opaque, pure=False)(node, *[env[x] for x in node.var_inputs])
+    task = dask.delayed(_run_whole, pure=False)(node, *[env[x] for x in node.var_inputs])
     for i, o in enumerate(node.outputs):
         env[o] = da.from_delayed(task[i], o.shape, o.dtype)
 
 
-def _run_opaque(node: Node, *values) -> tuple:
+def _run_whole(node: Node, *values) -> tuple:
     from ..interpret import run_node
 
     env = dict(zip(node.var_inputs, values))
@@ -514,8 +529,8 @@ class ChunkKernel:
     def __call__(self, *blocks):
         import numba
 
-        blocks = [np.asarray(b) for b in blocks]
-        key = (self.graph.key(), tuple((b.shape, b.dtype.str) for b in blocks), self.math)
+        blocks = [b if isinstance(b, float | complex) else np.asarray(b) for b in blocks]
+        key = (self.graph.key(), tuple(_block_type(b) for b in blocks), self.math)
         compiled = _KERNELS.get(key)
         if compiled is None:
             with _KERNELS_LOCK:
@@ -531,7 +546,7 @@ class ChunkKernel:
         from .. import pytree
         from ..traced import Traced
 
-        g = at_shapes(self.graph, [b.shape for b in blocks])
+        g = at_shapes(self.graph, [np.shape(b) for b in blocks])
         t = Traced(
             g,
             pytree.flatten(list(blocks))[1],
@@ -540,6 +555,10 @@ class ChunkKernel:
             blocks,
         )
         return self.compile_cpu(t, target="cpu", math=self.math, progress=False, cache=self.cache)
+
+
+def _block_type(b) -> tuple:
+    return (type(b).__name__,) if isinstance(b, float | complex) else (b.shape, b.dtype.str)
 
 
 def at_shapes(g: Graph, shapes: list) -> Graph:

@@ -363,7 +363,13 @@ class KernelSource:
         the blocks' sums in float64: about as accurate as NumPy's pairwise sum."""
         self.blocked = [r for r in reds if _block_dtype(r) is not None]
         if not self.blocked:
-            self.emit(f"for {j} in range({lo}, {hi}):", depth)
+            if lo != "0" and self._unsigned_index_ok(reds):
+                # an index from ``lo`` (not 0) may be negative as far as LLVM knows, and
+                # numba's negative-index wraparound then keeps the loop from vectorising
+                # (a whole-array sum ran 7x slower); an unsigned index has none
+                self.emit(f"for {j} in range(np.uint64({lo}), np.uint64({hi})):", depth)
+            else:
+                self.emit(f"for {j} in range({lo}, {hi}):", depth)
             return depth + 1
         jb = f"{j}b"
         self.emit(f"for {jb} in range({lo}, {hi}, {BLOCK}):", depth)
@@ -372,6 +378,16 @@ class KernelSource:
             self.emit(f"{self.p}r_{r.out.ident}_b = {init}", depth + 1)
         self.emit(f"for {j} in range({jb}, min({jb} + {BLOCK}, {hi})):", depth + 1)
         return depth + 2
+
+    def _unsigned_index_ok(self, reds) -> bool:
+        """Whether the reduced loop may count in uint64: its index only indexes arrays (one
+        reduced dim, no windows read at offsets from it, no op computing from positions, no
+        reduction carrying a position: numba would make int64 and uint64 mixes float64)."""
+        if len(self.layout.red) != 1 or self.windows:
+            return False
+        if any(accumulation(r).index for r in reds):
+            return False
+        return all(OPS[n.op].kind in ("elementwise", "reduce") for n in self.group.nodes)
 
     def _fold_blocks(self, depth):
         for r in self.blocked:

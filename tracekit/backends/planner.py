@@ -82,6 +82,7 @@ class Plan:
     refusals: list
     owned: frozenset = frozenset()  # inputs the runner may write into (a loop's carried state)
     offsets: list = field(default_factory=list)  # values fused across offsets, or kept (offsets.py)
+    dask: list = field(default_factory=list)  # target dask: what each step became (last call)
 
     @property
     def kernels(self) -> list:
@@ -108,6 +109,9 @@ class Plan:
         if self.offsets:
             lines.append("fusion across offsets:")
             lines += [f"  {d}" for d in self.offsets]
+        if self.dask:
+            lines.append("dask layers (the last call's chunks):")
+            lines += [f"  {d}" for d in self.dask]
         return "\n".join(lines)
 
     def __bool__(self):
