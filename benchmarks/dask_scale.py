@@ -11,6 +11,7 @@ each chunk kernel once per worker (later rounds and runs load it from the disk c
 
     .venv/bin/python benchmarks/dask_scale.py                     # 2 GB per input
     .venv/bin/python benchmarks/dask_scale.py --gb 0.5 --rounds 3
+    .venv/bin/python benchmarks/dask_scale.py --quick             # 32 MB, one round
     .venv/bin/python benchmarks/dask_scale.py --huge 40           # a 40 GB sum as well
 """
 
@@ -224,4 +225,8 @@ if __name__ == "__main__":
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--only", default="")
     p.add_argument("--huge", type=float, default=0, help="also sum an array of this many GB")
-    run(p.parse_args())
+    p.add_argument("--quick", action="store_true", help="a 32 MB input, one round: smoke test")
+    a = p.parse_args()
+    if a.quick:
+        a.gb, a.rounds = 1 / 32, 1
+    run(a)

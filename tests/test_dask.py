@@ -262,3 +262,52 @@ def test_a_halo_deeper_than_a_chunk_falls_back_to_dask_slicing():
     y = f(da.from_array(X, chunks=(7, 20)))  # the last chunk has 2 rows
     np.testing.assert_array_equal(compute(y)[0], X[3:] - X[:-3])
     assert "halo" not in f.compiled.dask_layers[-1]
+
+
+def test_arguments_chunked_differently_are_rechunked_with_a_note():
+    f = tk.jit(lambda a, b: np.tanh(a) * b + 1.0)
+    y = f(da.from_array(X, chunks=(10, 20)), da.from_array(X, chunks=(7, 5)))
+    assert "chunked differently along axes [0, 1]: rechunked to agree" in f.compiled.dask_layers[0]
+    np.testing.assert_allclose(compute(y)[0], np.tanh(X) * X + 1.0, rtol=1e-13, atol=1e-14)
+
+
+def test_results_are_plain_dask_arrays_that_dask_can_draw(tmp_path):
+    import shutil
+
+    if shutil.which("dot") is None:
+        pytest.skip("dask's visualize needs the system dot")
+    y = tk.jit(softmax)(da.from_array(X, chunks=(10, 20)))
+    y.visualize(filename=str(tmp_path / "graph.svg"))
+    assert (tmp_path / "graph.svg").read_text().count("<svg") == 1
+
+
+def test_gradients_on_dask_arrays():
+    f = lambda x: (np.tanh(x) ** 2).sum()  # noqa: E731
+    x = da.from_array(X, chunks=(10, 20))
+    lazy = tk.grad(f)(x)  # the backward graph interpreted on dask arrays
+    jitted = tk.jit(tk.grad(f))
+    compiled = jitted(x)  # ... or traced on them and compiled for dask
+    assert isinstance(lazy, da.Array) and isinstance(compiled, da.Array)
+    want = 2 * np.tanh(X) * (1 - np.tanh(X) ** 2)
+    for g in compute(lazy, compiled):
+        np.testing.assert_allclose(g, want, rtol=1e-12, atol=1e-15)
+    assert any("compiled per chunk" in layer for layer in jitted.compiled.dask_layers)
+
+
+def test_gradients_of_python_ops_through_dask():
+    op = tk.python_op(np.sinh, grad_f=lambda x, y, gy: gy * np.cosh(x))
+    c = tk.compile(tk.trace(tk.grad(lambda x: op(x).sum()), X), target="dask", progress=False)
+    g = c(da.from_array(X, chunks=(10, 20)))
+    np.testing.assert_allclose(compute(g)[0], np.cosh(X), rtol=1e-14)
+    assert "python op 'sinh_grad' as one task on a worker" in "".join(c.dask_layers)
+
+
+def test_a_guard_in_a_loop_body_is_refused_on_dask_arrays():
+    def f(x, limit):
+        for _ in range(3):
+            x = x * 2.0 if float(limit.max()) < 5.0 else x + 1.0
+        return x
+
+    c = tk.compile(tk.trace(f, X, np.ones(3)), target="dask", progress=False)
+    with pytest.raises(TypeError, match="guards"):
+        c(da.from_array(X, chunks=(10, 20)), np.ones(3))

@@ -417,11 +417,11 @@ def _build(fn, nums, args, checkpoint=None):
                 "(tracekit differentiates float and complex arrays and Python floats)"
             )
         for k, leaf in enumerate(leaves):
-            kind = np.asarray(leaf).dtype.kind
-            if kind not in "fc":
+            dtype = np.dtype(leaf.dtype) if hasattr(leaf, "dtype") else np.asarray(leaf).dtype
+            if dtype.kind not in "fc":  # (a dask array's dtype, without computing it)
                 raise TypeError(
                     f"tk.grad: argument {i} of {_fn_label(fn)} has dtype "
-                    f"{np.asarray(leaf).dtype}; gradients are defined for float and complex "
+                    f"{dtype}; gradients are defined for float and complex "
                     "inputs only (cast it with .astype(float), or leave it out of argnums)"
                 )
             wrt.append(before + k)

@@ -254,7 +254,7 @@ class Compiled:
             raise TypeError("out= is not supported with target='dask' (dask arrays are immutable)")
         values = self.traced.flatten_args(args)
         g = self.graph
-        if g.guards:
+        if self.program.guarded:  # (in loop bodies too: each iteration would compute)
             raise TypeError(
                 "this function's trace baked in values read from its data (guards); on dask "
                 "arrays they cannot be checked without computing: use np.where instead"

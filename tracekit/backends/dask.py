@@ -50,6 +50,7 @@ class DaskProgram:
         self.plan, self.math, self.cache, self.compile_cpu = plan, math_mode, cache, compile_cpu
         self.layers: list[str] = []
         self.producers = {o: n for n in plan.graph.nodes for o in n.outputs}
+        self.guarded = guarded(plan.graph)
 
     def run(self, inputs: list) -> list:
         import dask.array as da
@@ -148,12 +149,19 @@ class DaskProgram:
         for n in nodes:
             if OPS[n.op].kind == "opaque":
                 _whole(n, env)
+                whole.append(f"python op {n.attrs.get('name', n.op)!r} as one task on a worker")
                 continue
             try:
                 run_node(n, env)
             except (NotImplementedError, TypeError, ValueError) as e:
                 _whole(n, env)
                 whole.append(f"{n.op} as one task on whole arrays (dask.array: {e})")
+                continue
+            wrong = next((o for o in n.outputs if not _conform(env, o)), None)
+            if wrong is not None:  # dask.array disagrees with NumPy here: NumPy's, whole
+                _whole(n, env)
+                got = tuple(np.shape(env[wrong]))
+                whole.append(f"{n.op} as one task on whole arrays (dask.array gave shape {got})")
         return "".join(f"; {w}" for w in whole)
 
     def _blockwise(self, step: Step, out: Var, env: dict):
@@ -325,6 +333,26 @@ class _Windows:
         return ChunkKernel(g.nodes, g.inputs, g.outputs, self.compile_cpu, self.math, self.cache)
 
 
+def _conform(env: dict, v: Var) -> bool:
+    """Where dask.array's function gives another dtype than NumPy's (its einsum of uint8
+    arrays is uint64), the value cast to NumPy's, which is what the graph says; False where it
+    gives another shape."""
+    x = env[v]
+    if not hasattr(x, "dtype") or v.weak:
+        return True
+    if tuple(np.shape(x)) != v.shape:
+        return False
+    if np.dtype(x.dtype) != v.dtype:
+        env[v] = x.astype(v.dtype)
+    return True
+
+
+def guarded(g: Graph) -> bool:
+    """Whether ``g`` or a loop body in it holds guards (values its trace baked in)."""
+    bodies = (a for n in g.nodes for a in n.attrs.values() if isinstance(a, Graph))
+    return bool(g.guards) or any(guarded(b) for b in bodies)
+
+
 def _whole(node: Node, env: dict):
     """``node`` as one task on a worker, on its inputs whole: a python op's function (a builder
     tuple's too, called once per worker process) runs there, never on the client."""
@@ -475,8 +503,21 @@ def _out_index(step: Step, out: Var, index: str):
 
 
 def _describe(step: Step, env: dict) -> str:
-    chunks = [getattr(env[v], "chunksize", None) for v in _inputs_of(step.nodes)]
-    return ", ".join(f"%{v.name} chunks {c}" for v, c in zip(_inputs_of(step.nodes), chunks) if c)
+    """The inputs' chunks, and a note where blockwise rechunks some of them to agree (dask's
+    ``unify_chunks``: along an axis the inputs share, the finer boundaries of the two)."""
+    ins = [v for v in _inputs_of(step.nodes) if hasattr(env[v], "chunks")]
+    text = ", ".join(f"%{v.name} chunks {env[v].chunksize}" for v in ins)
+    n = len(step.group.shape)
+    seen: dict = {}
+    for v in ins:
+        for i, c in enumerate(env[v].chunks):
+            axis = n - v.ndim + i
+            if v.shape[i] > 1:
+                seen.setdefault(axis, set()).add(c)
+    split = sorted(a for a, cs in seen.items() if len(cs) > 1)
+    if split:
+        text += f"; inputs chunked differently along axes {split}: rechunked to agree"
+    return text
 
 
 def _needed(nodes, outs) -> list:

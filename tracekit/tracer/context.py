@@ -34,6 +34,7 @@ class Scope:
 
 
 def _same(a: tuple, b: list) -> bool:
+    """Whether two sequences hold the same objects (identity: frames compare no other way)."""
     return len(a) == len(b) and all(x is y for x, y in zip(a, b))
 
 
@@ -63,7 +64,7 @@ class TraceContext:
         self._frame_names: dict = {}  # id(frame) -> (frame, name) for frames on the stack
         self._name_counts: dict = {}
         self._scope_counts: dict = {}
-        self._last_where = None  # (innermost user frame, scopes, outer sources, scope path)
+        self._last_where = None  # (user frames, scopes, callers' lines and sources, scope path)
 
     # -- names
     def new_var(self, shape, dtype, weak=False, name=None) -> Var:
@@ -74,31 +75,35 @@ class TraceContext:
     # -- where are we in the user's code
     def where(self):
         """(source, scope) of the op being recorded now."""
+        chain = []
         f = sys._getframe(2)
-        while f is not None and f.f_code is not self.stop_code and not is_user_frame(f):
+        while f is not None and f.f_code is not self.stop_code:
+            if is_user_frame(f):
+                chain.append(f)
             f = f.f_back
-        if f is None or f.f_code is self.stop_code:
-            self.last_stack = ()
-            return None, self._scope_path([])
-        src = source_of(f)
-        last = self._last_where
-        # a live frame's callers do not change: the same innermost user frame under the same
-        # scopes (held, so neither can be another object at a reused address) has the same
-        # chain and scope path; a loop's iterations record thousands of ops from one frame
-        if last is not None and last[0] is f and _same(last[1], self.scopes):
-            self.last_stack = last[2] + (src,)
-            return src, last[3]
-        chain = [f]
-        g = f.f_back
-        while g is not None and g.f_code is not self.stop_code:
-            if is_user_frame(g):
-                chain.append(g)
-            g = g.f_back
         chain.reverse()
+        if not chain:
+            self.last_stack = ()
+            return None, self._scope_path(chain)
+        src = source_of(chain[-1])
+        last = self._last_where
+        lines = tuple(g.f_lineno for g in chain[:-1])
+        # the same frames (held, so none is another object at a reused address) under the same
+        # scopes have the same scope path, and, their callers at the same lines (a generator's
+        # caller may resume it from another), the same call stack: a loop records thousands of
+        # ops from one frame
+        if (
+            last is not None
+            and _same(last[0], chain)
+            and _same(last[1], self.scopes)
+            and last[2] == lines
+        ):
+            self.last_stack = last[3] + (src,)
+            return src, last[4]
         outer = tuple(source_of(g) for g in chain[:-1])
         self.last_stack = outer + (src,)  # for rolling loops in callees
         path = self._scope_path(chain)
-        self._last_where = (f, tuple(self.scopes), outer, path)
+        self._last_where = (tuple(chain), tuple(self.scopes), lines, outer, path)
         return src, path
 
     def _scope_path(self, chain):
