@@ -72,24 +72,36 @@ def test_each_op_kind_on_dask_equals_numpy(name, chunks):
 
 
 def test_fused_groups_become_blockwise_kernels_and_split_reductions_tree_reductions():
+    # one pass per distinct reduction: moments' three sums of x are one
     f = tk.jit(lambda x: (np.tanh(x) * 2.0 + 1.0, np.tanh(x).sum()))
     y, s = f(da.from_array(X, chunks=(10, 20)))
     layers = "\n".join(f.compiled.dask_layers)
     assert "blockwise, compiled per chunk" in layers
-    assert "tree reduction, compiled chunk step" in layers
+    assert layers.count("tree reduction, compiled chunk step") == 1
+    m = tk.jit(lambda a: (a.sum(), a.mean(), a.std()))
+    compute(*m(da.from_array(X, chunks=(10, 20))))
+    assert "".join(m.compiled.dask_layers).count("tree reduction") == 2  # sum; squared deviations
     gy, gs = compute(y, s)
     np.testing.assert_allclose(gy, np.tanh(X) * 2 + 1, rtol=1e-13)
     np.testing.assert_allclose(gs, np.tanh(X).sum(), rtol=1e-12)
 
 
-def test_row_kernels_stay_in_chunk_or_rechunk_with_a_note():
+def test_row_kernels_stay_in_chunk_or_become_tree_reductions():
     f = tk.jit(softmax)
     f(da.from_array(X, chunks=(10, 20)))
-    assert "blockwise" in f.compiled.dask_layers[0] and "rechunk" not in f.compiled.dask_layers[0]
-    y = f(da.from_array(X, chunks=(10, 7)))  # rows split over 3 chunks
+    assert "blockwise" in f.compiled.dask_layers[0] and "tree" not in f.compiled.dask_layers[0]
+    y = f(da.from_array(X, chunks=(10, 7)))  # rows split over 3 chunks: max, sum, then divide
+    assert f.compiled.dask_layers[0].count("tree reduction") == 2
+    np.testing.assert_allclose(compute(y)[0], softmax(X), rtol=1e-13)
+
+
+def test_row_kernels_without_tree_form_rechunk_with_a_note():
+    fn = lambda x: (x * 2.0).argmax(axis=1) + 1  # noqa: E731  (positions do not combine)
+    f = tk.jit(fn)
+    y = f(da.from_array(X, chunks=(10, 7)))
     assert "rechunked to hold axes [1] in one chunk" in f.compiled.dask_layers[0]
     assert "dask layers (the last call's chunks):\n  k0: rechunked" in str(f.compiled.plan)
-    np.testing.assert_allclose(compute(y)[0], softmax(X), rtol=1e-13)
+    np.testing.assert_array_equal(compute(y)[0], fn(X))
 
 
 def test_fusion_does_not_add_tasks():

@@ -76,11 +76,8 @@ class DaskProgram:
                 for v in step.outputs:
                     env[v] = self._blockwise(step, v, env)
                 return f"{step.name}: blockwise, compiled per chunk ({_describe(step, env)})"
-            tree = _tree_reduction(step, env)
-            if tree is not None:
-                self._tree(step, tree, env)
-                full = "".join(f"%{v.name} blockwise, compiled per chunk; " for v in tree[2])
-                return f"{step.name}: {full}tree reduction, compiled chunk step ({why})"
+            if _tree_reducible(step):
+                return f"{step.name}: {self._trees(step, env)} ({why})"
             rechunked = _rows_in_one_chunk(step, env)
             if rechunked is not None:
                 local = {**env, **rechunked}
@@ -167,7 +164,7 @@ class DaskProgram:
     def _blockwise(self, step: Step, out: Var, env: dict):
         import dask.array as da
 
-        nodes = _needed(step.nodes, [out])
+        nodes = _needed(step.nodes, [out], have=env)
         ins = _inputs_of(nodes)
         shape = step.group.shape
         index = LETTERS[: len(shape)]
@@ -189,15 +186,38 @@ class DaskProgram:
     def _kernel(self, nodes, inputs, outputs):
         return ChunkKernel(nodes, inputs, outputs, self.compile_cpu, self.math, self.cache)
 
-    def _tree(self, step: Step, tree, env: dict):
-        """``da.reduction`` whose chunk step is the group's compiled kernel up to ``node``."""
+    def _trees(self, step: Step, env: dict) -> str:
+        """A group reducing over axes split into several chunks: each reduction, in order, a
+        ``da.reduction`` whose chunk step is the compiled kernel of the work before it (the
+        results of earlier reductions are inputs there: ``x - mean`` of a variance); the
+        values of reduced shape after them through dask.array's own; the full values leaving
+        the group blockwise. Says what it made."""
+        made, done = [], {}
+        for r in (n for n in step.nodes if OPS[n.op].kind == "reduce"):
+            key = (r.op, r.inputs[0], _axes(r), r.out.dtype)
+            if key in done:  # the same reduction again (a sum, and the sum of a mean)
+                env[r.out] = done[key].reshape(r.out.shape)
+                continue
+            self._tree(step, r, env)
+            done[key] = env[r.out]
+            made.append(f"%{r.out.name} tree reduction, compiled chunk step")
+            for n in step.nodes:  # in order: a value of reduced shape may need the one before
+                ready = all(v in env for v in n.var_inputs)
+                if ready and n.out not in env and OPS[n.op].kind != "reduce":
+                    if n.out.shape != step.group.shape:
+                        self._own([n], env)
+        for v in step.outputs:
+            if v not in env:  # a full value leaving the group
+                env[v] = self._blockwise(step, v, env)
+                made.append(f"%{v.name} blockwise, compiled per chunk")
+        return "; ".join(made)
+
+    def _tree(self, step: Step, node: Node, env: dict):
+        """``da.reduction`` of ``node``, its chunk step the compiled kernel of the work before
+        it that is not computed yet."""
         import dask.array as da
 
-        node, rest, full = tree
-        for v in full:  # values before the reduction that leave the group: blockwise layers
-            env[v] = self._blockwise(step, v, env)
-        src = node.inputs[0]
-        producers = _needed(step.nodes, [src]) if src not in _inputs_of(step.nodes) else []
+        producers = _needed(step.nodes, [node.inputs[0]], have=env)
         axes = tuple(node.attrs["axis"]) if node.attrs.get("axis") is not None else None
         kept = Node(node.op, node.inputs, {**node.attrs, "keepdims": True}, _kept_outputs(node))
         chunk_nodes = [*producers, kept]
@@ -232,7 +252,6 @@ class DaskProgram:
             concatenate=True,
             meta=np.empty((0,) * node.out.ndim, dtype),
         )
-        self._own(rest, env)
 
 
 def _offsets(step: Step, producers: dict, env: dict):
@@ -412,8 +431,6 @@ def _not_chunk_local(step: Step, env: dict) -> str | None:
             return f"{n.op} is not elementwise"
         if "shape" in n.attrs:
             return f"{n.op} has a shape of its own"
-        if OPS[n.op].reduction is not None and OPS[n.op].reduction.index:
-            return f"{n.op} gives positions"
     if group.kind == "scan":
         return "a scan"
     for v in _inputs_of(step.nodes):
@@ -463,27 +480,29 @@ def _rows_in_one_chunk(step: Step, env: dict):
     return out
 
 
-def _tree_reduction(step: Step, env: dict):
-    """``(the reduction, the nodes after it, the values before it that leave the group)`` when
-    the group is elementwise producers, one reduction, and consumers of its result alone; else
-    None. The chunk step computes the producers again rather than reading them back."""
+def _axes(node: Node) -> tuple:
+    axes = node.attrs.get("axis")
+    return tuple(range(node.inputs[0].ndim)) if axes is None else tuple(sorted(axes))
+
+
+def _tree_reducible(step: Step) -> bool:
+    """Whether a group's reductions can each be a dask tree reduction: elementwise work and
+    reductions that combine partial results (sum, prod, max, min, any, all; not positions),
+    each over the group's axes of a value of the group's shape."""
     reductions = [n for n in step.nodes if OPS[n.op].kind == "reduce"]
-    if len(reductions) != 1:
-        return None
-    node = reductions[0]
-    red = OPS[node.op].reduction
-    if red is None or red.index or red.combine not in TREE_COMBINES:
-        return None
+    if not reductions or step.group.kind != "row":
+        return False
     if any(OPS[n.op].kind not in CHUNK_LOCAL_KINDS or "shape" in n.attrs for n in step.nodes):
-        return None
-    i = step.nodes.index(node)
-    before, rest = step.nodes[:i], step.nodes[i + 1 :]
-    made_before = {o for n in before for o in n.outputs}
-    if any(v in made_before for n in rest for v in n.var_inputs):  # a full value after it
-        return None
-    if node.inputs[0].ndim != len(step.group.shape):
-        return None
-    return node, rest, [v for v in step.outputs if v in made_before]
+        return False
+    for n in reductions:
+        red = OPS[n.op].reduction
+        if red is None or red.index or red.combine not in TREE_COMBINES:
+            return False
+        if n.inputs[0].ndim != len(step.group.shape):
+            return False
+        if _axes(n) != tuple(sorted(step.group.axes or ())):
+            return False
+    return True
 
 
 def _out_index(step: Step, out: Var, index: str):
@@ -520,14 +539,15 @@ def _describe(step: Step, env: dict) -> str:
     return text
 
 
-def _needed(nodes, outs) -> list:
-    """The nodes of ``nodes`` that ``outs`` depend on, in order."""
-    want = set(outs)
+def _needed(nodes, outs, have=()) -> list:
+    """The nodes of ``nodes`` that ``outs`` depend on, in order, less those whose values are
+    in ``have`` already (and what only they need)."""
+    want = {v for v in outs if v not in have}
     keep = []
     for n in reversed(nodes):
         if any(o in want for o in n.outputs):
             keep.append(n)
-            want.update(n.var_inputs)
+            want.update(v for v in n.var_inputs if v not in have)
     return keep[::-1]
 
 
