@@ -266,14 +266,14 @@ def test_stencils_read_halos_from_neighbouring_chunks(chunks):
     f = tk.jit(laplace)
     y = f(da.from_array(X, chunks=chunks))
     np.testing.assert_array_equal(compute(y)[0], laplace(X))
-    assert "halo of depth" in f.compiled.dask_layers[-1]
+    assert "halo of depth" in f.compiled.dask_layers[-2]
 
 
 def test_a_halo_deeper_than_a_chunk_falls_back_to_dask_slicing():
     f = tk.jit(lambda a: a[3:] - a[:-3])
     y = f(da.from_array(X, chunks=(7, 20)))  # the last chunk has 2 rows
     np.testing.assert_array_equal(compute(y)[0], X[3:] - X[:-3])
-    assert "halo" not in f.compiled.dask_layers[-1]
+    assert "halo" not in f.compiled.dask_layers[-2]
 
 
 def test_arguments_chunked_differently_are_rechunked_with_a_note():
@@ -323,3 +323,14 @@ def test_a_guard_in_a_loop_body_is_refused_on_dask_arrays():
     c = tk.compile(tk.trace(f, X, np.ones(3)), target="dask", progress=False)
     with pytest.raises(TypeError, match="guards"):
         c(da.from_array(X, chunks=(10, 20)), np.ones(3))
+
+
+def test_the_drawing_and_the_plan_say_what_each_kernel_became():
+    f = tk.jit(lambda a: (np.tanh(a) * 2.0, np.tanh(a).sum()))
+    compute(*f(da.from_array(X, chunks=(10, 20))))
+    c = f.compiled
+    assert [k.name for k in c.kernels] == ["k0"]
+    assert "tree reduction" in c.kernels[0].layer
+    svg = tk.render(c).pipe(format="svg").decode()
+    assert "kernel k0" in svg and "dask: " in svg and "tree reduction" in svg
+    assert "tasks in the results' graph" in c.dask_layers[-1]

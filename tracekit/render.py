@@ -349,6 +349,12 @@ def _tooltip(lines) -> str:
     return graphviz.nohtml("\\n".join(str(s).replace("\\", "\\\\") for s in lines if s))
 
 
+def _dask_layer(kern) -> list:
+    """A kernel's dask layer (target dask, after a call), without its name: ["dask: ..."]."""
+    layer = getattr(kern, "layer", "")
+    return [f"dask: {layer.split(': ', 1)[-1]}"] if layer else []
+
+
 def _ops(n: int) -> str:
     return f"{n} op" if n == 1 else f"{n} ops"
 
@@ -852,8 +858,8 @@ class _Builder:
             self.scene[self.pid(f"kernel-{name}")] = "cluster kernel"
             sub.attr(
                 id=self.pid(f"kernel-{name}"),
-                label=_label([f"kernel {name}"], self.width),
-                tooltip=_tooltip([f"fused kernel {name}: {_ops(n_ops)}"]),
+                label=_label([f"kernel {name}", *_dask_layer(kern)], self.width),
+                tooltip=_tooltip([f"fused kernel {name}: {_ops(n_ops)}", *_dask_layer(kern)]),
                 style="filled,rounded",
                 fillcolor=fill,
                 color=border,

@@ -37,6 +37,7 @@ class Kernel:
     kind: str
     nodes: list
     source: str
+    layer: str = ""  # target dask: what the kernel became in the last call's dask graph
 
     def __repr__(self):
         return f"Kernel({self.name}, {self.kind}, {len(self.nodes)} nodes)"
@@ -117,6 +118,10 @@ class Compiled:
             Kernel(ks.group.name, ks.group.kind, list(ks.group.nodes), ks.text)
             for ks in getattr(self.program, "kernel_sources", {}).values()
         ]
+        if target == "dask":  # the plan's kernels; each call says what they became
+            self.kernels = [
+                Kernel(st.name, st.group.kind, list(st.nodes), "") for st in self.plan.kernels
+            ]
 
     @property
     def source(self) -> str:
@@ -260,6 +265,9 @@ class Compiled:
                 "arrays they cannot be checked without computing: use np.where instead"
             )
         results = self.program.run(values + self._consts)
+        said = {layer.split(":")[0]: layer for layer in self.program.layers}
+        for k in self.kernels:
+            k.layer = said.get(k.name, "")
         returned = set(map(id, results[: g.n_results]))
         for oi, ii in g.writebacks:
             if id(results[oi]) not in returned and g.outputs[oi] not in g.outputs[: g.n_results]:
@@ -278,8 +286,10 @@ class Compiled:
         >>> import numpy as np, dask.array as da, tracekit as tk
         >>> f = tk.jit(lambda x: np.exp(x).sum())
         >>> s = f(da.ones((8, 4), chunks=(2, 4)))
-        >>> f.compiled.dask_layers  # doctest: +ELLIPSIS
-        ['k0: tree reduction, compiled chunk step (axis 0 of %x spans 4 chunks)']
+        >>> for layer in f.compiled.dask_layers:
+        ...     print(layer)
+        k0: %1 tree reduction, compiled chunk step (axis 0 of %x spans 4 chunks)
+        15 tasks in the results' graph (their inputs' included)
         >>> round(float(s.compute()), 4)  # 32 e
         86.985
         """

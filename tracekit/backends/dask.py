@@ -62,8 +62,10 @@ class DaskProgram:
         layers = []
         for step in self.plan.steps:
             layers.append(self._step(step, env))
+        results = [env[v] if isinstance(v, Var) else v for v in g.outputs]
+        layers.append(f"{_tasks(results)} tasks in the results' graph (their inputs' included)")
         self.layers = self.plan.dask = layers
-        return [env[v] if isinstance(v, Var) else v for v in g.outputs]
+        return results
 
     # -- steps
     def _step(self, step: Step, env: dict) -> str:
@@ -519,6 +521,14 @@ def _out_index(step: Step, out: Var, index: str):
     if out.shape == tuple(d for i, d in enumerate(shape) if i not in axes):
         return kept, {}
     return None, None
+
+
+def _tasks(results) -> int:
+    keys: set = set()
+    for r in results:
+        if is_dask_array(r):
+            keys.update(r.__dask_graph__().keys())
+    return len(keys)
 
 
 def _describe(step: Step, env: dict) -> str:
