@@ -334,3 +334,20 @@ def test_the_drawing_and_the_plan_say_what_each_kernel_became():
     svg = tk.render(c).pipe(format="svg").decode()
     assert "kernel k0" in svg and "dask: " in svg and "tree reduction" in svg
     assert "tasks in the results' graph" in c.dask_layers[-1]
+
+
+def test_stateful_python_ops_keep_one_state_per_worker_process(client):
+    from helpers import workers
+
+    op = tk.python_op(workers.triple, python_func_type=workers.CountingScale, name="counted")
+    c = tk.compile(tk.trace(lambda x: op(x) + 1.0, X), target="dask", progress=False)
+    here = len(workers.CALLS)  # tracing called it here, on the example
+    x = da.from_array(X, chunks=(10, 20))
+    for _ in range(4):
+        np.testing.assert_allclose(client.compute(c(x), sync=True), X * 3 + 1, rtol=1e-15)
+    assert len(workers.CALLS) == here
+    per_worker = [v for v in client.run(workers.calls).values() if v]
+    assert sum(len(v) for v in per_worker) == 4
+    for calls in per_worker:  # one instance per worker process, counting on across computes
+        assert len({instance for _, instance, _ in calls}) == 1
+        assert [n for _, _, n in calls] == list(range(1, len(calls) + 1))

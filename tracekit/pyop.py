@@ -55,6 +55,7 @@ _PROCESS = uuid.uuid4().hex[:12]
 _uids = itertools.count()
 _LIVE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # uid -> PyOp
 _BUILT: dict = {}  # builder key -> (built callable, the builder tuple kept alive)
+_ADOPTED: dict = {}  # uid -> this process's copy of another process's stateful op (kept)
 _LOCK = threading.RLock()
 
 
@@ -653,11 +654,12 @@ def object_from_json(d):
         return object_from_json(d["of"]).grad_op(int(d["n_in"]), int(d["n_out"]))
     if kind != "python_op":
         raise ValueError(f"unknown object in graph JSON: {d!r}")
-    live = _LIVE.get(d.get("uid")) if d.get("uid") else None
+    uid = d.get("uid")
+    live = _LIVE.get(uid) if uid else None
     if live is not None:
         return live
     name = d["name"]
-    return PyOp(
+    op = PyOp(
         _load_fn(d["f"], name),
         _load_fn(d["grad_f"], name),
         _load_fn(d["python_func_type"], name),
@@ -665,6 +667,11 @@ def object_from_json(d):
         d.get("grad_input_indices"),
         name=name,
     )
+    if uid:  # a stateful op of another process: this one keeps one copy, with its own state
+        with _LOCK:
+            op = _ADOPTED.setdefault(uid, op)
+            _LIVE[uid] = op
+    return op
 
 
 register_json_loader("python_op", object_from_json)

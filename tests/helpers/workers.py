@@ -25,3 +25,26 @@ def slow_copy(block):
 
     time.sleep(0.05)
     return block.copy()
+
+
+CALLS: list = []  # the process id of each forward call of a CountingScale in this process
+
+
+class CountingScale:
+    """A stateful python op (``python_func_type``): each instance counts its forward calls."""
+
+    def __init__(self, f):
+        self.f, self.calls = f, 0
+
+    def forward(self, x):
+        self.calls += 1
+        CALLS.append((os.getpid(), id(self), self.calls))
+        return self.f(x)
+
+
+def triple(x):
+    return x * 3.0
+
+
+def calls() -> list:
+    return list(CALLS)
