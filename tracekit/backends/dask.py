@@ -152,9 +152,10 @@ class DaskProgram:
                 continue
             try:
                 run_node(n, env)
-            except (NotImplementedError, TypeError, ValueError) as e:
-                _whole(n, env)
-                whole.append(f"{n.op} as one task on whole arrays (dask.array: {e})")
+            except Exception as e:  # the trace checked these arguments: it is dask.array's
+                _whole(n, env)  # limit (an AssertionError inside its indexing, even)
+                why = f"{type(e).__name__}: {e}".split("\n")[0]
+                whole.append(f"{n.op} as one task on whole arrays (dask.array: {why})")
                 continue
             wrong = next((o for o in n.outputs if not _conform(env, o)), None)
             if wrong is not None:  # dask.array disagrees with NumPy here: NumPy's, whole
@@ -181,6 +182,7 @@ class DaskProgram:
             *args,
             dtype=out.dtype,
             adjust_chunks=adjust or None,
+            new_axes=_new_axes(out_index, args, shape) or None,
             concatenate=True,
             meta=np.empty((0,) * len(out_index), out.dtype),
         )
@@ -238,6 +240,7 @@ class DaskProgram:
             *args,
             dtype=kept.out.dtype,
             adjust_chunks={index[a]: 1 for a in (axes or range(len(shape)))},
+            new_axes=_new_axes(index, args, shape) or None,
             concatenate=True,
             meta=np.empty((0,) * len(shape), kept.out.dtype),
         )
@@ -521,6 +524,13 @@ def _out_index(step: Step, out: Var, index: str):
     if out.shape == tuple(d for i, d in enumerate(shape) if i not in axes):
         return kept, {}
     return None, None
+
+
+def _new_axes(out_index: str, args: list, shape: tuple) -> dict:
+    """The axes of the output no input has (every input broadcasts along them): one chunk
+    each, of the group's length."""
+    have = set("".join(ind for ind in args[1::2] if ind))
+    return {c: shape[LETTERS.index(c)] for c in out_index if c not in have}
 
 
 def _tasks(results) -> int:
