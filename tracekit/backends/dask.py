@@ -69,7 +69,7 @@ class DaskProgram:
 
     # -- steps
     def _step(self, step: Step, env: dict) -> str:
-        if step.kind == "kernel":
+        if step.kind == "kernel" and 0 not in step.group.shape:
             stencil = self._stencil(step, env)
             if stencil is not None:
                 return stencil
@@ -149,6 +149,10 @@ class DaskProgram:
             if OPS[n.op].kind == "opaque":
                 _whole(n, env)
                 whole.append(f"python op {n.attrs.get('name', n.op)!r} as one task on a worker")
+                continue
+            if any(0 in v.shape for v in (*n.var_inputs, *n.outputs)):
+                _whole(n, env)  # nothing to split, and dask.array's edge cases (its matmul of
+                whole.append(f"{n.op} of empty arrays as one task")  # empty arrays fails)
                 continue
             try:
                 run_node(n, env)
