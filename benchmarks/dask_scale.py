@@ -29,20 +29,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import tracekit as tk  # noqa: E402
 from benchmarks.common import load_average, machine_info, table  # noqa: E402
+from benchmarks.cpu import gelu, softmax  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "dask_scale.json"
 
 
-def gelu(x):
-    return 0.5 * x * (1.0 + np.tanh(0.7978845608 * (x + 0.044715 * x**3)))
-
-
-def softmax(x):
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
-
-
-def layernorm(x):
+def layernorm(x):  # benchmarks/cpu.py's, without the scale and shift
     m = x.mean(axis=-1, keepdims=True)
     v = ((x - m) ** 2).mean(axis=-1, keepdims=True)
     return (x - m) / np.sqrt(v + 1e-5)
