@@ -351,3 +351,12 @@ def test_stateful_python_ops_keep_one_state_per_worker_process(client):
     for calls in per_worker:  # one instance per worker process, counting on across computes
         assert len({instance for _, instance, _ in calls}) == 1
         assert [n for _, _, n in calls] == list(range(1, len(calls) + 1))
+
+
+def test_computing_on_the_callers_thread_leaves_its_numba_threads_alone():
+    import numba
+
+    before = numba.get_num_threads()
+    y = tk.jit(lambda a: np.tanh(a) + 1.0)(da.from_array(X, chunks=(10, 20)))
+    dask.compute(y, scheduler="sync")  # the chunk kernels ran single-threaded, on this thread
+    assert numba.get_num_threads() == before

@@ -615,7 +615,9 @@ class ChunkKernel:
         import numba
 
         blocks = [b if isinstance(b, float | complex) else np.asarray(b) for b in blocks]
-        key = (self.graph.key(), tuple(_block_type(b) for b in blocks), self.math)
+        if getattr(self, "_key", None) is None:
+            self._key = self.graph.key()
+        key = (self._key, tuple(_block_type(b) for b in blocks), self.math)
         compiled = _KERNELS.get(key)
         if compiled is None:
             with _KERNELS_LOCK:
@@ -623,9 +625,13 @@ class ChunkKernel:
                 if compiled is None:
                     compiled = _KERNELS[key] = self._compile(blocks)
         # dask runs chunks in parallel: a kernel's own threads would only compete with them
-        # (numba's setting is per calling thread)
+        # (numba's setting is the calling thread's: the caller's own on dask's sync scheduler)
+        threads = numba.get_num_threads()
         numba.set_num_threads(1)
-        return compiled(*blocks)
+        try:
+            return compiled(*blocks)
+        finally:
+            numba.set_num_threads(threads)
 
     def _compile(self, blocks):
         from .. import pytree
@@ -672,7 +678,3 @@ def at_shapes(g: Graph, shapes: list) -> Graph:
             outs.append(typed[o])
         nodes.append(Node(n.op, ins, n.attrs, tuple(outs), n.source, n.scope))
     return Graph(inputs, nodes, [typed.get(v, v) for v in g.outputs], name=g.name)
-
-
-def chunk_count(x) -> int:
-    return math.prod(len(c) for c in x.chunks)
