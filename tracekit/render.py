@@ -350,9 +350,9 @@ def _tooltip(lines) -> str:
 
 
 def _dask_layer(kern) -> list:
-    """A kernel's dask layer (target dask, after a call), without its name: ["dask: ..."]."""
+    """What a kernel became in a dask graph (target dask, after a call): ["dask: ..."]."""
     layer = getattr(kern, "layer", "")
-    return [f"dask: {layer.split(': ', 1)[-1]}"] if layer else []
+    return [f"dask: {layer}"] if layer else []
 
 
 def _ops(n: int) -> str:

@@ -265,12 +265,11 @@ class Compiled:
                 "arrays they cannot be checked without computing: use np.where instead"
             )
         results = self.program.run(values + self._consts)
-        said = {layer.split(":")[0]: layer for layer in self.program.layers}
         for k in self.kernels:
-            k.layer = said.get(k.name, "")
+            k.layer = self.program.became.get(k.name, "")
         returned = set(map(id, results[: g.n_results]))
         for oi, ii in g.writebacks:
-            if id(results[oi]) not in returned and g.outputs[oi] not in g.outputs[: g.n_results]:
+            if id(results[oi]) not in returned:
                 raise ValueError(
                     f"the traced function writes into its argument {g.specs[ii].label!r} and "
                     "does not return it: dask arrays are immutable, so the write would be lost; "

@@ -49,6 +49,7 @@ class DaskProgram:
         # compile_cpu: tk.compile (passed in: this module is below the one defining it)
         self.plan, self.math, self.cache, self.compile_cpu = plan, math_mode, cache, compile_cpu
         self.layers: list[str] = []
+        self.became: dict = {}  # step name -> what it became in the last call
         self.producers = {o: n for n in plan.graph.nodes for o in n.outputs}
         self.guarded = guarded(plan.graph)
 
@@ -59,9 +60,8 @@ class DaskProgram:
         env: dict = {}
         for v, x in zip(g.inputs, inputs):
             env[v] = x if is_dask_array(x) or np.ndim(x) == 0 else da.asarray(x)
-        layers = []
-        for step in self.plan.steps:
-            layers.append(self._step(step, env))
+        self.became = {step.name: self._step(step, env) for step in self.plan.steps}
+        layers = [f"{name}: {text}" for name, text in self.became.items()]
         results = [env[v] if isinstance(v, Var) else v for v in g.outputs]
         layers.append(f"{_tasks(results)} tasks in the results' graph (their inputs' included)")
         self.layers = self.plan.dask = layers
@@ -77,9 +77,9 @@ class DaskProgram:
             if why is None:
                 for v in step.outputs:
                     env[v] = self._blockwise(step, v, env)
-                return f"{step.name}: blockwise, compiled per chunk ({_describe(step, env)})"
+                return f"blockwise, compiled per chunk ({_describe(step, env)})"
             if _tree_reducible(step):
-                return f"{step.name}: {self._trees(step, env)} ({why})"
+                return f"{self._trees(step, env)} ({why})"
             rechunked = _rows_in_one_chunk(step, env)
             if rechunked is not None:
                 local = {**env, **rechunked}
@@ -87,13 +87,13 @@ class DaskProgram:
                     for v in step.outputs:
                         env[v] = self._blockwise(step, v, local)
                     return (
-                        f"{step.name}: rechunked to hold axes {list(step.group.axes)} in one "
+                        f"rechunked to hold axes {list(step.group.axes)} in one "
                         f"chunk ({why}), then blockwise, compiled per chunk"
                     )
             whole = self._own(step.nodes, env)
-            return f"{step.name}: dask's own ops ({why}){whole}"
+            return f"dask's own ops ({why}){whole}"
         whole = self._own(step.nodes, env)
-        return f"{step.name}: dask's own{whole}"
+        return f"dask's own{whole}"
 
     def _stencil(self, step: Step, env: dict) -> str | None:
         """An elementwise group reading one array at constant offsets (``a[1:-1, 2:] +
@@ -133,7 +133,7 @@ class DaskProgram:
             )
         halos = {d: h for d, h in depth.items() if h}
         return (
-            f"{step.name}: one task per chunk of %{base.name} with a halo of depth {halos} "
+            f"one task per chunk of %{base.name} with a halo of depth {halos} "
             f"(window offsets {[tuple(sh) for sh in shifts]}), compiled per chunk"
         )
 
