@@ -14,7 +14,7 @@ import numpy as np
 from .errors import TraceError
 from .tracer.active import ctx_of
 from .tracer.array import TracedArray, implements
-from .tracer.indexing import maybe_out
+from .tracer.indexing import add_at, maybe_out
 from .tracer.movement import (
     array_from,
     astype,
@@ -219,7 +219,8 @@ def _matmul(a, b, out=None, **kw):
 
 @implements(np.linalg.norm)
 def _norm(x, ord=None, axis=None, keepdims=False):
-    """The vector 2-norm and the Frobenius norm, computed as numpy.linalg.norm does."""
+    """As numpy.linalg.norm, expression by expression; the matrix 2-norm, -2-norm and nuclear
+    norm (singular values) are not traced."""
     x = _traced(x)
     if x.dtype.kind not in "fc":
         x = astype(x, np.float64, False)
@@ -233,13 +234,56 @@ def _norm(x, ord=None, axis=None, keepdims=False):
             sq = _dot(v, v)
         ret = np.sqrt(sq)
         return reshape(ret, (1,) * x.ndim) if keepdims else ret
-    axes = tuple(range(x.ndim)) if axis is None else norm_axis(axis, x.ndim)
-    if (len(axes) == 1 and ord in (None, 2)) or (len(axes) == 2 and ord in (None, "f", "fro")):
-        s = real(x.conj() * x)
-        return np.sqrt(reduce("sum", s, axes, keepdims))
-    raise unsupported(
-        types.SimpleNamespace(__name__=f"linalg.norm(ord={ord!r})", __module__="numpy")
+    axes = (
+        tuple(range(x.ndim))
+        if axis is None
+        else tuple(
+            axis_index(a, x.ndim) for a in (axis if isinstance(axis, tuple | list) else (axis,))
+        )
     )
+    if len(axes) == 1:
+        return _vector_norm(x, ord, axes, keepdims)
+    if len(axes) == 2:
+        if axes[0] == axes[1]:
+            raise ValueError("Duplicate axes given.")
+        return _matrix_norm(x, ord, axes, keepdims)
+    raise ValueError("Improper number of dimensions to norm.")
+
+
+def _vector_norm(x, ord, axes, keepdims):
+    if ord == np.inf:
+        return reduce("max", abs(x), axes, keepdims)
+    if ord == -np.inf:
+        return reduce("min", abs(x), axes, keepdims)
+    if ord == 0:
+        return reduce("sum", astype(x != 0, real(x).dtype, False), axes, keepdims)
+    if ord == 1:
+        return reduce("sum", abs(x), axes, keepdims)
+    if ord is None or ord == 2:
+        return np.sqrt(reduce("sum", real(x.conj() * x), axes, keepdims))
+    if isinstance(ord, str):
+        raise ValueError(f"Invalid norm order '{ord}' for vectors")
+    total = reduce("sum", abs(x) ** ord, axes, keepdims)
+    return total ** np.reciprocal(ord, dtype=total.dtype)
+
+
+def _matrix_norm(x, ord, axes, keepdims):
+    row, col = axes
+    if ord in (1, -1, np.inf, -np.inf):
+        if ord in (np.inf, -np.inf):
+            row, col = col, row
+        inner = reduce("sum", abs(x), (row,), False)
+        col = col - 1 if col > row else col
+        ret = reduce("max" if ord > 0 else "min", inner, (col,), False)
+    elif ord in (None, "fro", "f"):
+        ret = np.sqrt(reduce("sum", real(x.conj() * x), axes, False))
+    elif ord in (2, -2, "nuc"):
+        raise _unsupported_form(f"linalg.norm(ord={ord!r}) of matrices (singular values)")
+    else:
+        raise ValueError("Invalid norm order for matrices.")
+    if keepdims:
+        ret = reshape(ret, tuple(1 if i in axes else n for i, n in enumerate(x.shape)))
+    return ret
 
 
 # ---------------------------------------------------------------------- movement
@@ -671,3 +715,486 @@ def _iscomplexobj(x):
 @implements(np.isrealobj)
 def _isrealobj(x):
     return x.dtype.kind != "c"
+
+
+_copy = copy  # np.nan_to_num has a parameter of that name
+
+
+def _unsupported_form(what: str):
+    """UnsupportedOperation for one form of a NumPy function (``np.quantile(method='x')``)."""
+    return unsupported(types.SimpleNamespace(__name__=what, __module__="numpy"))
+
+
+def _static(value, what: str):
+    """A value the graph's shapes depend on: it must be known while tracing."""
+    if isinstance(value, TracedArray) or any(isinstance(e, TracedArray) for e in _deep(value)):
+        raise TraceError(
+            f"{what} must be known while tracing (a Python value or a constant), not a traced "
+            f"array (at {user_source(3)})"
+        )
+    return value
+
+
+def _deep(x):
+    if isinstance(x, list | tuple):
+        for e in x:
+            yield from _deep(e)
+    else:
+        yield x
+
+
+def _iota(ctx, n):
+    attrs = {"start": 0, "stop": int(n), "step": 1, "dtype": np.dtype(np.intp)}
+    return ctx.emit("arange", [], attrs)
+
+
+# ---------------------------------------------------------------------- NaN-ignoring reductions
+# As numpy/lib/_nanfunctions_impl.py: NaNs replaced by the reduction's identity, then the
+# reduction (nanmean: sums over counts), so results are NumPy's to the bit; integer and bool
+# arrays have no NaN and take the plain reduction.
+def _without_nan(x, fill):
+    return np.where(np.isnan(x), fill, x) if x.dtype.kind in "fc" else x
+
+
+@implements(np.nansum)
+def _nansum(a, axis=None, dtype=None, out=None, keepdims=False, **kw):
+    return reduce("sum", _without_nan(_traced(a), 0), axis, keepdims, dtype, out=out, **kw)
+
+
+@implements(np.nanprod)
+def _nanprod(a, axis=None, dtype=None, out=None, keepdims=False, **kw):
+    return reduce("prod", _without_nan(_traced(a), 1), axis, keepdims, dtype, out=out, **kw)
+
+
+@implements(np.nanmean)
+def _nanmean(a, axis=None, dtype=None, out=None, keepdims=False, **kw):
+    x = _traced(a)
+    if x.dtype.kind not in "fc":
+        return reduce("mean", x, axis, keepdims, dtype, out=out, **kw)
+    nan = np.isnan(x)
+    total = reduce("sum", np.where(nan, 0, x), axis, keepdims, dtype, **kw)
+    count = reduce("sum", ~nan, axis, keepdims, np.intp)
+    # NumPy divides into the total (true_divide(total, count, out=total, casting="unsafe"))
+    return maybe_out(astype(total / count, total.dtype, False), out)
+
+
+def _nan_extreme(op):
+    """nanmax / nanmin: NumPy's ``fmax.reduce`` / ``fmin.reduce``: the extreme of the numbers,
+    NaN where a slice holds only NaNs (a complex one: its first element, as fmax keeps)."""
+    big = op == "min"
+
+    def handler(a, axis=None, out=None, keepdims=False, **kw):
+        x = _traced(a)
+        if x.dtype.kind not in "fc":
+            return reduce(op, x, axis, keepdims, out=out, **kw)
+        inf = np.inf if big else -np.inf
+        nan = np.isnan(x)
+        fill = complex(inf, inf) if x.dtype.kind == "c" else inf
+        res = reduce(op, np.where(nan, fill, x), axis, keepdims, **kw)
+        all_nan = reduce("all", nan, axis, keepdims)
+        if x.dtype.kind == "c":
+            nan_value = _first_of_slices(x, axis, keepdims)
+        else:
+            nan_value = np.nan
+        return maybe_out(np.where(all_nan, nan_value, res), out)
+
+    return handler
+
+
+def _first_of_slices(x, axis, keepdims):
+    """The first element (in C order) of each slice that a reduction over ``axis`` reduces."""
+    axes = tuple(range(x.ndim)) if axis is None else norm_axis(axis, x.ndim)
+    rest = [i for i in range(x.ndim) if i not in axes]
+    moved = transpose(x, tuple(rest) + axes)
+    first = moved[(slice(None),) * len(rest) + (0,) * len(axes)]
+    if keepdims:
+        first = reshape(first, tuple(1 if i in axes else n for i, n in enumerate(x.shape)))
+    return first
+
+
+implements(np.nanmax)(_nan_extreme("max"))
+implements(np.nanmin)(_nan_extreme("min"))
+
+
+@implements(np.nan_to_num)
+def _nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
+    x = _traced(x)
+    if x.dtype.kind not in "fc":
+        return _copy(x) if copy else x
+    if x.dtype.kind == "c":  # the real and imaginary parts apart, into a copy
+        res = _copy(x)
+        res.real = _finite(real(x), nan, posinf, neginf)
+        res.imag = _finite(imag(x), nan, posinf, neginf)
+        return res
+    return _finite(x, nan, posinf, neginf)
+
+
+def _finite(x, nan, posinf, neginf):
+    info = np.finfo(x.dtype)
+    big = info.max if posinf is None else posinf
+    small = info.min if neginf is None else neginf
+    fix = [(np.isnan(x), nan), (x == np.inf, big), (x == -np.inf, small)]
+    for mask, value in fix:
+        value = (
+            np.asarray(value).astype(x.dtype)[()] if not isinstance(value, TracedArray) else value
+        )
+        x = np.where(mask, value, x)
+    return astype(x, x.dtype, False)
+
+
+# ---------------------------------------------------------------------- selection
+@implements(np.select)
+def _select(condlist, choicelist, default=0):
+    """As NumPy: the default, then each choice written where its condition holds, last first."""
+    if len(condlist) != len(choicelist):
+        raise ValueError("list of cases must be same length as list of conditions")
+    if len(condlist) == 0:
+        raise ValueError("select with an empty condition list is not possible")
+    ctx = ctx_of(condlist, choicelist, default)
+    conds = [_traced(c, condlist) for c in condlist]
+    choices = [ctx.lift(c) for c in list(choicelist) + [default]]
+    dtype = np.result_type(*(_dtype_operand(c) for c in choices))
+    for i, c in enumerate(conds):
+        if c.dtype != bool:
+            raise TypeError(f"invalid entry {i} in condlist: should be boolean ndarray")
+    shape = np.broadcast_shapes(*(np.shape(c) for c in conds + choices))
+    *cases, fallback = choices
+    res = _full_like(conds[0], fallback, dtype, shape)
+    for cond, choice in zip(conds[::-1], cases[::-1]):
+        res = np.where(cond, _cast(choice, dtype), res)
+    return res
+
+
+def _dtype_operand(x):
+    """What np.result_type sees for ``np.asarray(x)`` (a Python scalar stays weak in NumPy 2)."""
+    if isinstance(x, TracedArray):
+        return {"b": False, "i": 0, "u": 0, "f": 0.0, "c": 0j}[x.dtype.kind] if x.weak else x.dtype
+    return x if isinstance(x, bool | int | float | complex) else np.asarray(x).dtype
+
+
+def _cast(x, dtype):
+    if isinstance(x, TracedArray):
+        return astype(x, dtype, False)
+    return np.asarray(x).astype(dtype)
+
+
+# ---------------------------------------------------------------------- triangles, diagonals
+def _tri_mask(ctx, shape, k):
+    """NumPy's ``tri(N, M, k)`` (ones on and below the k-th diagonal) of a matrix's shape."""
+    n, m = shape
+    rows = reshape(_iota(ctx, n), (n, 1))
+    cols = reshape(_iota(ctx, m), (1, m))
+    return cols - rows <= int(k)
+
+
+def _matrix_shape(x):
+    if x.ndim == 0:
+        raise TypeError("tri() missing 1 required positional argument: 'N'")
+    return x.shape[-2:] if x.ndim >= 2 else (x.shape[-1], x.shape[-1])
+
+
+@implements(np.triu)
+def _triu(m, k=0):
+    x = _traced(m)
+    zero = np.zeros((), x.dtype)[()]
+    return np.where(_tri_mask(x._ctx, _matrix_shape(x), k - 1), zero, x)
+
+
+@implements(np.tril)
+def _tril(m, k=0):
+    x = _traced(m)
+    zero = np.zeros((), x.dtype)[()]
+    return np.where(_tri_mask(x._ctx, _matrix_shape(x), k), x, zero)
+
+
+@implements(np.diagonal)
+def _diagonal(a, offset=0, axis1=0, axis2=1):
+    """The diagonal as a strided slice of the matrices flattened (a copy: NumPy's is a
+    read-only view, so nothing can write through it)."""
+    x = _traced(a)
+    if x.ndim < 2:
+        raise ValueError("diag requires an array of at least two dimensions")
+    ax1, ax2 = axis_index(axis1, x.ndim), axis_index(axis2, x.ndim)
+    if ax1 == ax2:
+        raise ValueError("axis1 and axis2 cannot be the same")
+    x = moveaxis(x, (ax1, ax2), (-2, -1))
+    n, m = x.shape[-2:]
+    k = operator.index(offset)
+    start, length = (k, min(n, m - k)) if k >= 0 else (-k * m, min(n + k, m))
+    length = max(length, 0)
+    flat = reshape(x, x.shape[:-2] + (n * m,))
+    stop = start + (length - 1) * (m + 1) + 1 if length else start
+    return copy(flat[..., start : stop : m + 1] if length else flat[..., 0:0])
+
+
+@implements(np.trace)
+def _trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
+    return reduce("sum", _diagonal(a, offset, axis1, axis2), -1, False, dtype, out=out)
+
+
+@implements(np.diag)
+def _diag(v, k=0):
+    x = _traced(v)
+    k = operator.index(k)
+    if x.ndim == 2:
+        return _diagonal(x, k)
+    if x.ndim != 1:
+        raise ValueError("Input must be 1- or 2-d.")
+    n = x.shape[0] + abs(k)
+    res = _full_like(x, 0, x.dtype, (n * n,))
+    start = k if k >= 0 else -k * n
+    res[start : start + x.shape[0] * (n + 1) : n + 1] = x
+    return reshape(res, (n, n))
+
+
+# ---------------------------------------------------------------------- products
+@implements(np.cross)
+def _cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
+    """As numpy/_core/numeric.py, product by product (so integer results wrap as NumPy's)."""
+    if axis is not None:
+        axisa = axisb = axisc = axis
+    x, y = _traced(a, b), _traced(b, a)
+    if x.ndim < 1 or y.ndim < 1:
+        raise ValueError("At least one array has zero dimension")
+    x = moveaxis(x, axis_index(axisa, x.ndim), -1)
+    y = moveaxis(y, axis_index(axisb, y.ndim), -1)
+    na, nb = x.shape[-1], y.shape[-1]
+    if na not in (2, 3) or nb not in (2, 3):
+        raise ValueError("incompatible dimensions for cross product\n(dimension must be 2 or 3)")
+    if na == 2 or nb == 2:
+        import warnings
+
+        warnings.warn(
+            "Arrays of 2-dimensional vectors are deprecated. Use arrays of 3-dimensional "
+            "vectors instead. (deprecated in NumPy 2.0)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    dtype = np.promote_types(x.dtype, y.dtype)
+    x, y = astype(x, dtype, False), astype(y, dtype, False)
+    a0, a1, b0, b1 = x[..., 0], x[..., 1], y[..., 0], y[..., 1]
+    a2 = x[..., 2] if na == 3 else None
+    b2 = y[..., 2] if nb == 3 else None
+    if na == 2 and nb == 2:
+        return a0 * b1 - a1 * b0
+    if na == 2:
+        parts = [a1 * b2, -(a0 * b2), a0 * b1 - a1 * b0]
+    elif nb == 3:
+        parts = [a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0]
+    else:
+        parts = [-(a2 * b1), a2 * b0, a0 * b1 - a1 * b0]
+    shape = np.broadcast_shapes(a0.shape, b0.shape)
+    res = _stack([broadcast_to(p, shape) for p in parts], axis=-1)
+    return moveaxis(res, -1, axis_index(axisc, res.ndim))
+
+
+# ---------------------------------------------------------------------- sorting, order statistics
+@implements(np.sort)
+def _sort(a, axis=-1, kind=None, order=None, *, stable=None):
+    x = _traced(a)
+    if order is not None:
+        raise _unsupported_form("sort(order=...)")
+    if axis is None:
+        x, axis = ravel(x), -1
+    kind = "stable" if stable else kind
+    return x._ctx.emit("sort", [x], {"axis": axis_index(axis, x.ndim), "kind": kind})
+
+
+@implements(np.argsort)
+def _argsort(a, axis=-1, kind=None, order=None, *, stable=None):
+    x = _traced(a)
+    if order is not None:
+        raise _unsupported_form("argsort(order=...)")
+    if axis is None:
+        x, axis = ravel(x), -1
+    kind = "stable" if stable else kind
+    return x._ctx.emit("argsort", [x], {"axis": axis_index(axis, x.ndim), "kind": kind})
+
+
+@implements(np.searchsorted)
+def _searchsorted(a, v, side="left", sorter=None):
+    ctx = ctx_of(a, v, sorter)
+    x = _traced(a, v)
+    if sorter is not None:
+        x = _take(x, sorter)
+    v = ctx.lift(v)
+    if not isinstance(v, TracedArray):
+        v = ctx.lift(np.asarray(v))
+    return ctx.emit("searchsorted", [x, v], {"side": side})
+
+
+def _quantile_axis(x, axis):
+    return None if axis is None else norm_axis(axis, x.ndim)
+
+
+@implements(np.median)
+def _median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
+    x = _traced(a)
+    attrs = {"axis": _quantile_axis(x, axis), "keepdims": bool(keepdims)}
+    return maybe_out(x._ctx.emit("median", [x], attrs), out)
+
+
+def _quantile_of(x, q, axis, method, keepdims, out, weights, interpolation):
+    if weights is not None or interpolation is not None:
+        raise _unsupported_form("quantile(weights=/interpolation=)")
+    q = _static(q, "the quantiles q")
+    weak = isinstance(q, float | int) and not isinstance(q, bool | np.generic)
+    qv = np.asarray(q)
+    attrs = {
+        "q": float(q) if weak else _tuples(qv.tolist()),
+        "q_dtype": None if weak else qv.dtype.name,
+        "axis": _quantile_axis(x, axis),
+        "method": method,
+        "keepdims": bool(keepdims),
+    }
+    return maybe_out(x._ctx.emit("quantile", [x], attrs), out)
+
+
+def _tuples(x):
+    return tuple(_tuples(e) for e in x) if isinstance(x, list) else x
+
+
+@implements(np.quantile)
+def _quantile(
+    a,
+    q,
+    axis=None,
+    out=None,
+    overwrite_input=False,
+    method="linear",
+    keepdims=False,
+    *,
+    weights=None,
+    interpolation=None,
+):
+    return _quantile_of(_traced(a), q, axis, method, keepdims, out, weights, interpolation)
+
+
+@implements(np.percentile)
+def _percentile(
+    a,
+    q,
+    axis=None,
+    out=None,
+    overwrite_input=False,
+    method="linear",
+    keepdims=False,
+    *,
+    weights=None,
+    interpolation=None,
+):
+    """np.quantile of q / 100, divided as NumPy divides it (in the data's float type)."""
+    x = _traced(a)
+    if x.dtype.kind == "c":
+        raise TypeError("a must be an array of real numbers")
+    q = np.asanyarray(_static(q, "the percentiles q"))
+    q = np.true_divide(q, x.dtype.type(100) if x.dtype.kind == "f" else 100)
+    return _quantile_of(x, q, axis, method, keepdims, out, weights, interpolation)
+
+
+# ---------------------------------------------------------------------- counting
+@implements(np.histogram)
+def _histogram(a, bins=10, range=None, density=None, weights=None):
+    x = _traced(a)
+    if isinstance(bins, str):
+        raise TraceError(
+            f"np.histogram(bins={bins!r}) chooses its number of bins from the data, so its "
+            f"shape depends on the data (at {user_source(2)}): give the number of bins"
+        )
+    bins = _static(bins, "np.histogram's bins")
+    bins = int(bins) if np.ndim(bins) == 0 else tuple(np.asarray(bins).tolist())
+    if range is not None:
+        range = tuple(_static(range, "np.histogram's range"))
+    ins = [x] if weights is None else [x, _traced(weights, a)]
+    attrs = {"bins": bins, "range": range, "density": density}
+    return tuple(x._ctx.emit("histogram", ins, attrs, n_out=2))
+
+
+@implements(np.bincount)
+def _bincount(x, weights=None, minlength=0):
+    """Counts into a static length: ``minlength``. The values must stay below it: the trace
+    keeps that as a guard unless their dtype bounds them (bool, uint8 with minlength >= 256)."""
+    v = _traced(x, weights)
+    if v.ndim != 1:
+        raise ValueError(
+            "object too deep for desired array"
+            if v.ndim
+            else "object of too small depth for desired array"
+        )
+    if v.dtype.kind not in "biu" or v.dtype == np.uint64:
+        raise TypeError(
+            f"Cannot cast array data from {v.dtype!r} to dtype('int64') according to the rule "
+            "'safe'"
+        )
+    length = operator.index(_static(minlength, "np.bincount's minlength"))
+    if length < 0:
+        raise ValueError("'minlength' must not be negative")
+    top = 1 if v.dtype.kind == "b" else np.iinfo(v.dtype).max
+    lowest = 0 if v.dtype.kind in "bu" else np.iinfo(v.dtype).min
+    if top >= length or lowest < 0:
+        fits = bool(np.all((v >= 0) & (v < length))) if v.size else True
+        if not fits:
+            if v.size and bool(np.any(v < 0)):
+                raise ValueError("'list' argument must have no negative elements")
+            raise TraceError(
+                f"np.bincount's length depends on the data here: the largest value is "
+                f"{int(v._value.max())} and minlength={length} (at {user_source(2)}). Give a "
+                "minlength above every value the data can hold: the result then has that length "
+                "and the trace checks the bound on every call."
+            )
+    index = astype(v, np.intp, False)
+    if weights is None:
+        total = _full_like(v, 0, np.intp, (length,))
+        add_at(total, index, 1)
+    else:
+        w = _traced(weights, x)
+        if w.dtype.kind == "c":
+            raise TypeError("Cannot cast array data from dtype('complex128') to dtype('float64')")
+        total = _full_like(v, 0, np.float64, (length,))
+        add_at(total, index, astype(w, np.float64, False))
+    return total
+
+
+# ---------------------------------------------------------------------- interpolation, signal
+@implements(np.interp)
+def _interp(x, xp, fp, left=None, right=None, period=None):
+    if period is not None:
+        raise _unsupported_form("interp(period=...)")
+    ctx = ctx_of(x, xp, fp, left, right)
+    ins = [_traced(v, (x, xp, fp)) for v in (x, xp, fp)]
+    bounds = [ctx.lift(v) for v in (left, right)]
+    res = ctx.emit("interp", ins + bounds)
+    return res
+
+
+@implements(np.convolve)
+def _convolve(a, v, mode="full"):
+    x, y = _traced(a, v), _traced(v, a)
+    x = reshape(x, (1,)) if x.ndim == 0 else x
+    y = reshape(y, (1,)) if y.ndim == 0 else y
+    return x._ctx.emit("convolve", [x, y], {"mode": mode})
+
+
+# ---------------------------------------------------------------------- linear algebra (LAPACK)
+@implements(np.linalg.inv)
+def _inv(a):
+    x = _traced(a)
+    return x._ctx.emit("inv", [x])
+
+
+@implements(np.linalg.det)
+def _det(a):
+    x = _traced(a)
+    return x._ctx.emit("det", [x])
+
+
+@implements(np.linalg.solve)
+def _solve(a, b):
+    x, y = _traced(a, b), _traced(b, a)
+    return x._ctx.emit("solve", [x, y])
+
+
+@implements(np.linalg.cholesky)
+def _cholesky(a, /, *, upper=False):
+    x = _traced(a)
+    return x._ctx.emit("cholesky", [x], {"upper": bool(upper)})

@@ -134,7 +134,9 @@ class Op:
     ints exactly, whatever the array's dtype), ``arithmetic`` (+, -, *, / or negation: computed
     in its operands' type, so float32 operands give float32 in compiled code too), ``complex``
     (compiled loops may compute it for complex values; False where NumPy's complex special
-    values, inf and nan, differ from the compiled math libraries': those stay NumPy calls).
+    values, inf and nan, differ from the compiled math libraries': those stay NumPy calls),
+    ``lapack`` (a LAPACK routine NumPy calls, as ``np.linalg.inv``: no backend tiles it as a
+    matrix product; it runs through NumPy on the host).
     ``type_rule(input_types, attrs)`` gives its output shapes and dtypes without
     running it (:mod:`tracekit.type_rules`; ``register`` fills in the op's family rule).
     ``check(node)`` raises ``ValueError`` where a node of the op is malformed in ways
@@ -164,6 +166,7 @@ class Op:
     compare: Callable | None = None
     arithmetic: bool = False
     complex: bool = True
+    lapack: bool = False
     type_rule: Callable | None = None  # (input types, attrs) -> [(shape, dtype)]: type_rules.py
 
     @property
@@ -252,8 +255,8 @@ UNARY_UFUNCS = (
 ).split()
 BINARY_UFUNCS = (
     "add subtract multiply divide floor_divide remainder power maximum minimum fmax fmin "
-    "arctan2 hypot copysign logaddexp heaviside equal not_equal less less_equal greater "
-    "greater_equal "
+    "arctan2 hypot copysign logaddexp heaviside float_power equal not_equal less less_equal "
+    "greater greater_equal "
     "logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor left_shift right_shift"
 ).split()
 
@@ -269,7 +272,7 @@ _ARITHMETIC = ("add", "subtract", "multiply", "divide", "negative")
 # complex functions whose special values (inf, nan) numba and libdevice compute differently
 _COMPLEX_ON_HOST = (
     "exp exp2 expm1 log log2 log10 log1p sqrt cbrt sin cos tan arcsin arccos arctan sinh cosh "
-    "tanh arcsinh arccosh arctanh power rint"
+    "tanh arcsinh arccosh arctanh power float_power rint"
 ).split()
 for _name in UNARY_UFUNCS + BINARY_UFUNCS:
     _uf = _np_fn(_name)
@@ -387,6 +390,19 @@ register(
     )
 )
 register(Op("tensordot", "matmul", np.tensordot, call_code("np.tensordot")))
+
+
+def _cholesky(a, upper=False):
+    return np.linalg.cholesky(a, upper=upper)
+
+
+# LAPACK through NumPy, batched over leading dimensions (``solve``: ``b`` is a vector only when
+# it is 1-d, as in NumPy 2)
+_LAPACK = {"lapack": True}
+register(Op("inv", "matmul", np.linalg.inv, call_code("np.linalg.inv"), **_LAPACK))
+register(Op("solve", "matmul", np.linalg.solve, call_code("np.linalg.solve"), **_LAPACK))
+register(Op("det", "matmul", np.linalg.det, call_code("np.linalg.det"), **_LAPACK))
+register(Op("cholesky", "matmul", _cholesky, call_code("np.linalg.cholesky"), **_LAPACK))
 
 
 # ---------------------------------------------------------------------- movement
@@ -539,6 +555,54 @@ register(Op("linspace", "create", _linspace, call_code("np.linspace")))
 register(Op("eye", "create", _eye, call_code("np.eye")))
 
 
+# ---------------------------------------------------------------------- order, counting, signal
+# Their NumPy functions run as they are (one call between kernels on every target); the plan
+# says so. ``q`` of a quantile is a Python float or nested tuples of them; ``q_dtype``: the dtype
+# NumPy sees it in (None: a Python float, weak under NEP 50), which decides the result's dtype.
+def _quantile(x, q, q_dtype=None, axis=None, method="linear", keepdims=False):
+    q = q if q_dtype is None else np.asarray(q, dtype=q_dtype)
+    return np.quantile(x, q, axis=axis, method=method, keepdims=keepdims)
+
+
+def _quantile_code(a, at):
+    q = (
+        py_literal(at["q"])
+        if at["q_dtype"] is None
+        else f"np.asarray({at['q']!r}, {at['q_dtype']!r})"
+    )
+    kw = {k: v for k, v in at.items() if k not in ("q", "q_dtype")}
+    return call_code("np.quantile")([a[0], q], kw)
+
+
+def _histogram(a, *weights, bins, range, density):
+    w = weights[0] if weights else None
+    bins = bins if isinstance(bins, int) else np.asarray(bins)
+    return np.histogram(a, bins, range, density=density, weights=w)
+
+
+def _histogram_code(a, at):
+    bins = at["bins"] if isinstance(at["bins"], int) else f"np.array({list(at['bins'])!r})"
+    w = f", weights={a[1]}" if len(a) > 1 else ""
+    return (
+        f"np.histogram({a[0]}, {bins}, {py_literal(at['range'])}, "
+        f"density={py_literal(at['density'])}{w})"
+    )
+
+
+def _interp(x, xp, fp, left=None, right=None):
+    return np.interp(x, xp, fp, left, right)
+
+
+register(Op("sort", "movement", np.sort, call_code("np.sort")))
+register(Op("argsort", "index", np.argsort, call_code("np.argsort")))
+register(Op("searchsorted", "index", np.searchsorted, call_code("np.searchsorted")))
+register(Op("median", "reduce", np.median, call_code("np.median")))
+register(Op("quantile", "reduce", _quantile, _quantile_code))
+register(Op("histogram", "reduce", _histogram, _histogram_code))
+register(Op("interp", "index", _interp, call_code("np.interp")))
+register(Op("convolve", "matmul", np.convolve, call_code("np.convolve")))
+
+
 def helper_source(op: Op) -> str | None:
     """Source of the helper function ``.code`` needs for ``op`` (with its own helpers)."""
     if op.helper is None:
@@ -597,7 +661,7 @@ NON_DIFFERENTIABLE = frozenset(
         "heaviside "
         "equal not_equal less less_equal greater greater_equal logical_and logical_or logical_xor "
         "bitwise_and bitwise_or bitwise_xor left_shift right_shift any all argmax argmin "
-        "full arange linspace eye"
+        "argsort searchsorted full arange linspace eye"
     ).split()
 )
 NONDIV_CUMPROD_LIMIT = 1 << 22
@@ -757,6 +821,7 @@ def _remainder_vjp(g, y, a, b):
     return g, (-g * np.floor_divide(a, b) if _diff(b) else None)
 
 
+@defvjp("float_power")
 @defvjp("power")
 def _power_vjp(g, y, x, p):
     gx = gp = None
@@ -1181,3 +1246,199 @@ def _update_real_vjp(g, y, x, value):
 @defvjp("update_imag")
 def _update_imag_vjp(g, y, x, value):
     return np.real(g), -np.imag(g)
+
+
+# -- linear algebra: LAPACK. Complex values follow the convention above (transposes, no
+# conjugates): the cotangent of a holomorphic function.
+def _mT(x):
+    return np.swapaxes(x, -1, -2)
+
+
+@defvjp("inv")
+def _inv_vjp(g, y, a):
+    yt = _mT(y)
+    return (-(yt @ g @ yt),)
+
+
+@defvjp("solve")
+def _solve_vjp(g, y, a, b):
+    vector = np.ndim(b) == 1
+    g2, y2 = (g[..., None], y[..., None]) if vector else (g, y)
+    gb2 = np.linalg.solve(_mT(a), g2)
+    ga = sum_to(-(gb2 @ _mT(y2)), np.shape(a)) if _diff(a) else None
+    gb = sum_to(gb2[..., 0] if vector else gb2, np.shape(b)) if _diff(b) else None
+    return ga, gb
+
+
+@defvjp("det")
+def _det_vjp(g, y, a):
+    return ((g * y)[..., None, None] * _mT(np.linalg.inv(a)),)
+
+
+@defvjp("cholesky")
+def _cholesky_vjp(g, y, a, upper=False):
+    """NumPy reads one triangle of ``a`` (the lower one; the upper one for ``upper``): the other
+    triangle gets no gradient. With ``L`` the factor and ``S = L^-T Phi(L^T g) L^-1`` (``Phi``: the
+    lower triangle, its diagonal halved), an element below the diagonal gets ``S + S^T``."""
+    if a.dtype.kind == "c":
+        raise NotImplementedError("the gradient of np.linalg.cholesky of complex matrices")
+    low, gl = (_mT(y), _mT(g)) if upper else (y, g)
+    n = a.shape[-1]
+    below, diag = np.tri(n, k=-1, dtype=bool), np.eye(n, dtype=bool)
+    m = _mT(low) @ gl
+    phi = np.where(below, m, np.where(diag, m * 0.5, 0))
+    x = np.linalg.solve(_mT(low), phi)  # L^-T Phi
+    s = _mT(np.linalg.solve(_mT(low), _mT(x)))  # L^-T Phi L^-1
+    ga = np.where(below, s + _mT(s), np.where(diag, s, 0))
+    return (_mT(ga) if upper else ga,)
+
+
+# -- order statistics
+def _take_along(x, idx, axis):
+    """``np.take_along_axis(x, idx, axis)`` as an index (``idx`` of ``x``'s shape there)."""
+    grid = []
+    for i, n in enumerate(np.shape(idx)):
+        if i == axis % len(np.shape(idx)):
+            grid.append(idx)
+        else:
+            shape = [1] * len(np.shape(idx))
+            shape[i] = n
+            grid.append(np.arange(n).reshape(shape))
+    return x[tuple(grid)]
+
+
+@defvjp("sort")
+def _sort_vjp(g, y, x, axis=-1, kind=None):
+    order = np.argsort(x, axis=axis, kind="stable")
+    return (_take_along(g, np.argsort(order, axis=axis, kind="stable"), axis),)
+
+
+def _quantile_weights(n, qs, method):
+    """Weights on the sorted values giving each quantile (a static (len(qs), n) array)."""
+    w = np.zeros((len(qs), n))
+    for i, q in enumerate(qs):
+        v = n * q - q  # NumPy's virtual index of the linear method
+        lo, hi = min(int(math.floor(v)), n - 1), min(int(math.ceil(v)), n - 1)
+        if method == "linear":
+            w[i, lo] += 1 - (v - lo)
+            w[i, min(lo + 1, n - 1)] += v - lo
+        elif method in ("lower", "higher", "nearest"):
+            k = {"lower": lo, "higher": hi, "nearest": min(int(np.around(v)), n - 1)}[method]
+            w[i, k] = 1.0
+        elif method == "midpoint":
+            w[i, lo] += 0.5
+            w[i, hi] += 0.5
+        else:
+            raise NotImplementedError(f"the gradient of np.quantile(method={method!r})")
+    return w
+
+
+def _order_stat_vjp(g, x, qs, axis, keepdims, method):
+    axes = tuple(sorted(_axes(axis, x.ndim)))
+    rest = [i for i in range(x.ndim) if i not in axes]
+    n = _count(x.shape, axes)
+    if n == 0 or x.size == 0:
+        return (_zeros(g, x.shape, g.dtype),)
+    lead = tuple(x.shape[i] for i in rest)
+    perm = tuple(rest) + axes
+    xt = np.reshape(np.transpose(x, perm), lead + (n,))
+    order = np.argsort(xt, axis=-1, kind="stable")
+    w = _quantile_weights(n, qs, method)
+    gq = np.reshape(g, (len(qs),) + lead)
+    gs = sum(gq[i][..., None] * w[i] for i in range(len(qs)))
+    gxt = _take_along(gs, np.argsort(order, axis=-1, kind="stable"), -1)
+    gx = np.reshape(gxt, tuple(x.shape[i] for i in perm))
+    return (np.transpose(gx, tuple(int(i) for i in np.argsort(perm))),)
+
+
+@defvjp("median")
+def _median_vjp(g, y, x, axis=None, keepdims=False):
+    return _order_stat_vjp(g, x, [0.5], axis, keepdims, "linear")
+
+
+@defvjp("quantile")
+def _quantile_vjp(g, y, x, q, q_dtype=None, axis=None, method="linear", keepdims=False):
+    qs = np.ravel(np.asarray(q, dtype=q_dtype or np.float64)).tolist()
+    return _order_stat_vjp(g, x, qs, axis, keepdims, method)
+
+
+# -- counting, interpolation, signal
+@defvjp("histogram")
+def _histogram_vjp(g, out, a, *weights, bins, range, density):
+    """The counts are constant almost everywhere in ``a``; the weights get the cotangent of
+    their bin; edges taken from ``a``'s minimum and maximum (no ``range``) pass theirs to the
+    elements that are those (and so do density's bin widths)."""
+    g_hist, g_edges = g
+    hist, edges = out
+    nb = hist.shape[0]
+    d_first = d_last = 0
+    if density and g_hist is not None:
+        width_cot = -np.sum(g_hist * hist) / (edges[1] - edges[0]) / nb  # d/d(last - first)
+        d_first, d_last = -width_cot, width_cot
+    if g_edges is not None:
+        k = np.arange(nb + 1) / nb
+        d_first = d_first + np.sum(g_edges * (1 - k))
+        d_last = d_last + np.sum(g_edges * k)
+    ga = None
+    if isinstance(bins, int) and range is None and _diff(a) and _traced(d_first + d_last):
+        ga = _minmax_vjp(d_first, np.min(a), a)[0] + _minmax_vjp(d_last, np.max(a), a)[0]
+    if not weights:
+        return (ga,)
+    w = weights[0]
+    if g_hist is None or not _diff(w):
+        return ga, None
+    b = np.searchsorted(edges, a, side="right") - 1
+    b = np.where(a == edges[-1], nb - 1, b)  # the last bin is closed
+    inside = (b >= 0) & (b < nb)
+    gc = g_hist
+    if density:
+        total = np.sum(np.where(inside, w, 0))
+        gc = (g_hist / np.diff(edges) - np.sum(g_hist * hist)) / total
+    return ga, np.where(inside, gc[np.clip(b, 0, nb - 1)], 0)
+
+
+@defvjp("interp")
+def _interp_vjp(g, y, x, xp, fp, left=None, right=None):
+    n = xp.shape[0]
+    below, above = x < xp[0], x > xp[-1]
+    gx = gxp = None
+    gfp = _zeros(g, (n,), g.dtype)
+    if _diff(fp) and left is None:  # left and right default to fp's ends
+        gfp = _emit("index_add", [gfp, np.sum(np.where(below, g, 0))], g, idx=(0,))
+    if _diff(fp):  # and x == xp[-1] gives fp[-1]
+        on_last = (above if right is None else False) | (x == xp[-1])
+        gfp = _emit("index_add", [gfp, np.sum(np.where(on_last, g, 0))], g, idx=(n - 1,))
+    if n >= 2:
+        j = np.searchsorted(xp, x, side="right") - 1
+        inside = (j >= 0) & (j < n - 1)
+        jc = np.clip(j, 0, n - 2)
+        x0, x1, f0, f1 = xp[jc], xp[jc + 1], fp[jc], fp[jc + 1]
+        slope = (f1 - f0) / (x1 - x0)
+        t = np.where(inside, (x - x0) / (x1 - x0), 0)
+        gin = np.where(inside, g, 0)
+        gx = gin * slope if _diff(x) else None
+        lo, hi = np.ravel(jc), np.ravel(jc + 1)
+        if _diff(fp):
+            gfp = _emit("index_add", [gfp, np.ravel(gin * (1 - t)), lo], g, idx=("@0",))
+            gfp = _emit("index_add", [gfp, np.ravel(gin * t), hi], g, idx=("@0",))
+        if _diff(xp):
+            gxp = _zeros(g, (n,), g.dtype)
+            gs = np.where(inside, gin * slope, 0)
+            gxp = _emit("index_add", [gxp, np.ravel(gs * (t - 1)), lo], g, idx=("@0",))
+            gxp = _emit("index_add", [gxp, np.ravel(-gs * t), hi], g, idx=("@0",))
+    gl = np.sum(np.where(below, g, 0)) if _diff(left) else None
+    gr = np.sum(np.where(above, g, 0)) if _diff(right) else None
+    return gx, gxp, (gfp if _diff(fp) else None), gl, gr
+
+
+@defvjp("convolve")
+def _convolve_vjp(g, y, a, v, mode="full"):
+    n, m = a.shape[0], v.shape[0]
+    full = n + m - 1
+    start = {"full": 0, "same": (min(n, m) - 1) // 2, "valid": min(n, m) - 1}[mode]
+    if g.shape[0] != full:
+        z = _zeros(g, (full,), g.dtype)
+        g = _emit("index_update", [z, g], g, idx=(slice(start, start + g.shape[0]),))
+    ga = np.convolve(g, v[::-1], "valid") if _diff(a) else None
+    gv = np.convolve(g, a[::-1], "valid") if _diff(v) else None
+    return ga, gv

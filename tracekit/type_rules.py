@@ -973,6 +973,204 @@ def eye_rule(op, ins, attrs):
     return [(_nonneg((n, m)), np.dtype(a["dtype"]))]
 
 
+# ---------------------------------------------------------------------- LAPACK (np.linalg)
+_LinAlgError = np.linalg.LinAlgError
+
+
+def _linalg_dtype(*ts) -> np.dtype:
+    """numpy.linalg's ``_commonType``: single precision only when every input is, complex when
+    one is; integers and bools computed in float64; float16 is refused."""
+    single, cplx = True, False
+    for t in ts:
+        if t.dtype.kind in "fc":
+            if t.dtype.itemsize not in ((4, 8) if t.dtype.kind == "f" else (8, 16)):
+                raise TypeError(f"array type {t.dtype} is unsupported in linalg")
+            cplx |= t.dtype.kind == "c"
+            single &= t.dtype in (np.dtype(np.float32), np.dtype(np.complex64))
+        else:
+            single = False
+    return np.dtype(("c8" if single else "c16") if cplx else ("f4" if single else "f8"))
+
+
+def _square_stack(t: ValueType):
+    if t.ndim < 2:
+        raise _LinAlgError(
+            f"{t.ndim}-dimensional array given. Array must be at least two-dimensional"
+        )
+    if t.shape[-1] != t.shape[-2]:
+        raise _LinAlgError("Last 2 dimensions of the array must be square")
+
+
+def inv_rule(op, ins, attrs):
+    """inv and cholesky: a stack of square matrices, the same shape back."""
+    _attrs(op, attrs, (), {"upper": False})
+    _n_inputs(op, ins, 1)
+    a = _strong(ins[0])
+    _square_stack(a)
+    return [(a.shape, _linalg_dtype(a))]
+
+
+def det_rule(op, ins, attrs):
+    _attrs(op, attrs)
+    _n_inputs(op, ins, 1)
+    a = _strong(ins[0])
+    _square_stack(a)
+    return [(a.shape[:-2], _linalg_dtype(a))]
+
+
+def solve_rule(op, ins, attrs):
+    """``solve(a, b)``: ``b`` is one vector per matrix only when it is 1-d (NumPy 2)."""
+    _attrs(op, attrs)
+    _n_inputs(op, ins, 2)
+    a, b = (_strong(t) for t in ins)
+    _square_stack(a)
+    dtype = _linalg_dtype(a, b)
+    m = a.shape[-1]
+    if b.ndim == 0 or (b.ndim == 1 and b.shape[0] != m) or (b.ndim > 1 and b.shape[-2] != m):
+        raise ValueError(f"solve: Input operand 1 has a mismatch in its core dimension 0 ({m})")
+    if b.ndim == 1:
+        return [(a.shape[:-1], dtype)]
+    return [(_broadcast(a.shape[:-2], b.shape[:-2]) + b.shape[-2:], dtype)]
+
+
+# ---------------------------------------------------------------------- order, counting, signal
+def sort_rule(op, ins, attrs):
+    """sort and argsort (positions, in intp)."""
+    a = _attrs(op, attrs, (), {"axis": -1, "kind": None})
+    _n_inputs(op, ins, 1)
+    x = _strong(ins[0])
+    if a["kind"] not in (None, "quicksort", "mergesort", "heapsort", "stable"):
+        raise ValueError(f"sort kind must be one of 'quick', 'heap', or 'stable' (got {a['kind']})")
+    shape = x.shape
+    if a["axis"] is None:
+        shape = (x.size,)
+    else:
+        _axis(a["axis"], x.ndim)
+    return [(shape, np.dtype(np.intp) if op.name == "argsort" else x.dtype)]
+
+
+def _one_d(t: ValueType, what=""):
+    if t.ndim > 1:
+        raise ValueError(f"object too deep for desired array{what}")
+    if t.ndim == 0:
+        raise ValueError(f"object of too small depth for desired array{what}")
+
+
+def searchsorted_rule(op, ins, attrs):
+    a = _attrs(op, attrs, (), {"side": "left"})
+    _n_inputs(op, ins, 2)
+    if a["side"] not in ("left", "right"):
+        raise ValueError(f"side must be 'left' or 'right' (got {a['side']!r})")
+    sorted_, v = _strong(ins[0]), ins[1]
+    _one_d(sorted_)
+    return [(v.shape, np.dtype(np.intp))]
+
+
+def median_rule(op, ins, attrs):
+    a = _attrs(op, attrs, (), {"axis": None, "keepdims": False})
+    _n_inputs(op, ins, 1)
+    x = _strong(ins[0])
+    axes = _reduce_axes(x.shape, a["axis"])
+    return [(_reduced_shape(x.shape, axes, a["keepdims"]), _mean_dtype(x.dtype, None))]
+
+
+# quantile methods that pick one of the sorted values (no interpolation: the input's dtype)
+_PICKING = ("inverted_cdf", "closest_observation", "lower", "higher", "nearest")
+_INTERPOLATING = (
+    "averaged_inverted_cdf interpolated_inverted_cdf hazen weibull linear median_unbiased "
+    "normal_unbiased midpoint"
+).split()
+
+
+def quantile_rule(op, ins, attrs):
+    a = _attrs(
+        op, attrs, ("q",), {"q_dtype": None, "axis": None, "method": "linear", "keepdims": False}
+    )
+    _n_inputs(op, ins, 1)
+    x = _strong(ins[0])
+    if x.dtype.kind == "c":
+        raise TypeError("a must be an array of real numbers")
+    q = np.asarray(a["q"], dtype=a["q_dtype"] or np.float64)
+    if not (np.all(q >= 0) and np.all(q <= 1)):
+        raise ValueError("Quantiles must be in the range [0, 1]")
+    if a["method"] not in _PICKING and a["method"] not in _INTERPOLATING:
+        raise ValueError(f"{a['method']!r} is not a valid method.")
+    axes = _reduce_axes(x.shape, a["axis"])
+    shape = q.shape + _reduced_shape(x.shape, axes, a["keepdims"])
+    if a["method"] in _PICKING:
+        return [(shape, x.dtype)]
+    if x.dtype.kind == "b":
+        raise TypeError("numpy boolean subtract, the `-` operator, is not supported")
+    return [(shape, np.result_type(x.dtype, q.dtype if a["q_dtype"] else 0.0))]
+
+
+def histogram_rule(op, ins, attrs):
+    """Two outputs: the counts (or sums of weights, or densities) and the bin edges."""
+    at = _attrs(op, attrs, ("bins", "range", "density"))
+    _n_inputs(op, ins, 1, at_least=True)
+    x = _strong(ins[0])
+    weights = _strong(ins[1]) if len(ins) > 1 else None
+    if len(ins) > 2:
+        raise TypeError(f"histogram takes 1 or 2 inputs, got {len(ins)}")
+    if weights is not None and weights.shape != x.shape:
+        raise ValueError("weights should have the same shape as a.")
+    bins, rng = at["bins"], at["range"]
+    data = np.dtype(np.uint8) if x.dtype.kind == "b" else x.dtype
+    if isinstance(bins, int | np.integer):
+        if bins < 1:
+            raise ValueError("`bins` must be positive, when an integer")
+        n = int(bins)
+        if rng is None:
+            edges = data
+        else:
+            lo, hi = rng
+            if lo > hi:
+                raise ValueError("max must be larger than min in range parameter.")
+            edges = np.result_type(lo, hi, data)
+        if edges.kind in "iub":
+            edges = np.result_type(edges, float)
+    else:
+        e = np.asarray(bins)
+        if e.ndim != 1:
+            raise ValueError("`bins` must be 1d, when an array")
+        n, edges = e.shape[0] - 1, e.dtype
+    counts = np.dtype(np.intp) if weights is None else weights.dtype
+    if at["density"]:
+        counts = np.result_type(counts, edges)
+    return [((n,), counts), ((n + 1,), edges)]
+
+
+def interp_rule(op, ins, attrs):
+    _attrs(op, attrs)
+    _n_inputs(op, ins, 3, at_least=True)
+    x, xp, fp = (_strong(t) for t in ins[:3])
+    if x.dtype.kind == "c" or xp.dtype.kind == "c":
+        raise TypeError("Cannot cast array data from dtype('complex128') to dtype('float64')")
+    _one_d(xp)
+    _one_d(fp)
+    if xp.shape != fp.shape:
+        raise ValueError("fp and xp are not of the same length.")
+    if xp.shape[0] == 0:
+        raise ValueError("array of sample points is empty")
+    return [(x.shape, np.dtype(np.complex128 if fp.dtype.kind == "c" else np.float64))]
+
+
+def convolve_rule(op, ins, attrs):
+    at = _attrs(op, attrs, (), {"mode": "full"})
+    _n_inputs(op, ins, 2)
+    a, v = (_strong(t) for t in ins)
+    for t, name in ((a, "a"), (v, "v")):
+        if t.ndim > 1:
+            raise ValueError("object too deep for desired array")
+        if t.size == 0:
+            raise ValueError(f"{name} cannot be empty")
+    n, m = max(a.size, v.size), min(a.size, v.size)
+    length = {"full": n + m - 1, "same": n, "valid": n - m + 1}.get(at["mode"])
+    if length is None:
+        raise ValueError(f"mode must be one of 'valid', 'same', or 'full' (got {at['mode']!r})")
+    return [((length,), _result_type(a, v))]
+
+
 # ---------------------------------------------------------------------- the table
 RULES = {  # ops whose rule is their own; the rest take their kind's
     "where": where_rule,
@@ -1007,6 +1205,18 @@ RULES = {  # ops whose rule is their own; the rest take their kind's
     "arange": arange_rule,
     "linspace": linspace_rule,
     "eye": eye_rule,
+    "inv": inv_rule,
+    "cholesky": inv_rule,
+    "det": det_rule,
+    "solve": solve_rule,
+    "sort": sort_rule,
+    "argsort": sort_rule,
+    "searchsorted": searchsorted_rule,
+    "median": median_rule,
+    "quantile": quantile_rule,
+    "histogram": histogram_rule,
+    "interp": interp_rule,
+    "convolve": convolve_rule,
 }
 KIND_RULES = {"reduce": reduce_rule, "scan": scan_rule}
 

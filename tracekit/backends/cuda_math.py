@@ -285,7 +285,7 @@ def templates(math: str) -> dict:
         t[op] = _unary(op, base, math)
     for op, base in LIBDEVICE_BINARY.items():
         t[op] = _binary(op, base, math)
-    t["power"] = _power(math)
+    t["power"] = t["float_power"] = _power(math)
     for op in ("floor", "ceil", "trunc", "rint"):
         t[op] = _rounding(op)
     t.update(

@@ -35,7 +35,7 @@ def matmul_plan(node: Node) -> MatmulPlan | None:
     """How ``node`` runs as a tiled kernel, or None (then it runs through NumPy on the host)."""
     op = OPS[node.op]
     # a product of two matrices: einsum and tensordot carry their contraction in attributes
-    if op.kind != "matmul" or node.attrs or len(node.var_inputs) != 2:
+    if op.kind != "matmul" or op.lapack or node.attrs or len(node.var_inputs) != 2:
         return None
     a, b = node.inputs
     if not (isinstance(a, Var) and isinstance(b, Var)):

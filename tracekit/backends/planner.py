@@ -506,7 +506,7 @@ def _topological(steps: list) -> list:
 def _host_reason(node: Node) -> str:
     op = OPS[node.op]
     if op.kind == "matmul":
-        return "BLAS through NumPy"
+        return "LAPACK through NumPy" if op.lapack else "BLAS through NumPy"
     if op.kind == "opaque":
         if node.attrs["pyop"].is_numba:
             return "numba python op that is not elementwise: called between kernels"

@@ -144,6 +144,7 @@ TEMPLATES = {
     "floor_divide": lambda a, dt: f"_floor_divide({a[0]}, {a[1]})",
     "remainder": lambda a, dt: f"_remainder({a[0]}, {a[1]})",
     "power": lambda a, dt: f"_ipow({a[0]}, {a[1]})" if dt.kind in "iu" else f"({a[0]} ** {a[1]})",
+    "float_power": lambda a, dt: f"({a[0]} ** {a[1]})",  # its loops are float64 and complex
     "reciprocal": lambda a, dt: f"_ireciprocal({a[0]})" if dt.kind in "iu" else f"(1 / {a[0]})",
     "absolute": lambda a, dt: f"abs({a[0]})",
     "sign": lambda a, dt: f"_csign({a[0]})" if dt.kind == "c" else f"np.sign({a[0]})",

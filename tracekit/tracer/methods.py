@@ -150,6 +150,21 @@ class _NdarrayMethods:
     def nonzero(self):
         return np.nonzero(self)
 
+    def sort(self, axis=-1, kind=None, order=None, *, stable=None):
+        store(self, np.sort(self, axis, kind, order, stable=stable))
+
+    def argsort(self, axis=-1, kind=None, order=None, *, stable=None):
+        return np.argsort(self, axis, kind, order, stable=stable)
+
+    def searchsorted(self, v, side="left", sorter=None):
+        return np.searchsorted(self, v, side, sorter)
+
+    def diagonal(self, offset=0, axis1=0, axis2=1):
+        return np.diagonal(self, offset, axis1, axis2)
+
+    def trace(self, offset=0, axis1=0, axis2=1, dtype=None, out=None):
+        return np.trace(self, offset, axis1, axis2, dtype, out)
+
 
 for _name, _attr in vars(_NdarrayMethods).items():
     if isinstance(_attr, types.FunctionType | property):
