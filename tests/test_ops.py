@@ -305,6 +305,175 @@ case("tensordot", "inner-1d", lambda a, b: np.inner(a, b), A((4,)), A((4,)))
 case("multiply", "outer", lambda a, b: np.outer(a, b), A((3,)), A((2, 2)))
 case("multiply", "inner-0d", lambda a, b: np.inner(a, b), A(()), A((3,)))
 
+# ---------------------------------------------------------------------- linear algebra: LAPACK
+_sq = A((2, 3, 3))  # a stack of square matrices
+case("inv", "inv", lambda a: np.linalg.inv(a), A((3, 3)), layouts=True)
+case("inv", "inv-batched", lambda a: np.linalg.inv(a), _sq)
+case("inv", "inv-empty", lambda a: np.linalg.inv(a), A((0, 0)))
+case("inv", "inv-not-square", lambda a: np.linalg.inv(a), A((2, 3)))
+case("inv", "inv-1d", lambda a: np.linalg.inv(a), A((3,)))
+case("solve", "solve", lambda a, b: np.linalg.solve(a, b), A((3, 3)), A((3,)), layouts=True)
+case("solve", "solve-matrix", lambda a, b: np.linalg.solve(a, b), A((3, 3)), A((3, 2)))
+case("solve", "solve-batched", lambda a, b: np.linalg.solve(a, b), _sq, A((3, 2)))
+case("solve", "solve-batched-vec", lambda a, b: np.linalg.solve(a, b), _sq, A((3,)))
+case("solve", "solve-mixed", lambda a, b: np.linalg.solve(a, b), A((3, 3)), A((3,), np.float32))
+case("solve", "solve-bad", lambda a, b: np.linalg.solve(a, b), A((3, 3)), A((4,)))
+case("det", "det", lambda a: np.linalg.det(a), A((3, 3)), layouts=True)
+case("det", "det-batched", lambda a: np.linalg.det(a), _sq)
+case("det", "det-empty", lambda a: np.linalg.det(a), A((2, 0, 0)))
+_spd = lambda a: a @ a.mT + 3 * np.eye(a.shape[-1], dtype=a.dtype)  # noqa: E731
+case("cholesky", "cholesky", lambda a: np.linalg.cholesky(_spd(a)), A((3, 3)))
+case("cholesky", "cholesky-batched", lambda a: np.linalg.cholesky(_spd(a)), _sq)
+case("cholesky", "cholesky-upper", lambda a: np.linalg.cholesky(_spd(a), upper=True), A((3, 3)))
+case("cholesky", "cholesky-any", lambda a: np.linalg.cholesky(a), A((3, 3)))
+case("absolute", "norm-1", lambda x: np.linalg.norm(x, 1, axis=0), A(M))
+case("absolute", "norm-inf-vector", lambda x: np.linalg.norm(x, np.inf, axis=1), A(M))
+case("absolute", "norm-neg-inf", lambda x: np.linalg.norm(x, -np.inf, axis=-1), A(M))
+case("absolute", "norm-0", lambda x: np.linalg.norm(x, 0, axis=1, keepdims=True), A(M))
+case("absolute", "norm-3", lambda x: np.linalg.norm(x, 3, axis=1), A(M))
+case("absolute", "norm-matrix-1", lambda x: np.linalg.norm(x, 1), A(M))
+case("absolute", "norm-matrix-inf", lambda x: np.linalg.norm(x, np.inf, keepdims=True), A(M))
+case("absolute", "norm-matrix-neg1", lambda x: np.linalg.norm(x, -1, axis=(2, 0)), A(R3))
+case("absolute", "norm-bad-ord", lambda x: np.linalg.norm(x, "fro", axis=1), A(M))
+
+# ---------------------------------------------------------------------- order statistics
+case("sort", "sort", lambda x: np.sort(x), A(M), layouts=True)
+case("sort", "sort-axis0", lambda x: np.sort(x, axis=0), A(R3))
+case("sort", "sort-none", lambda x: np.sort(x, axis=None, kind="stable"), A(M))
+case("sort", "sort-method", lambda x: x.sort(axis=0) or x * 1, A(M))
+case("sort", "sort-0d", lambda x: np.sort(x), A(()))
+case("sort", "sort-empty", lambda x: np.sort(x, axis=0), A((0, 3)))
+case("argsort", "argsort", lambda x: np.argsort(x, kind="stable"), A(M), layouts=True)
+case("argsort", "argsort-axis0", lambda x: np.argsort(x, axis=0), A(R3))
+case("argsort", "argsort-method", lambda x: x.argsort(axis=None, stable=True), A(M))
+case("argsort", "argsort-empty", lambda x: np.argsort(x), A((2, 0)))
+_ss = (A((6,)), A(M))
+case("searchsorted", "searchsorted", lambda a, v: np.searchsorted(np.sort(a), v), *_ss)
+case("searchsorted", "searchsorted-right", lambda a, v: np.sort(a).searchsorted(v, "right"), *_ss)
+case(
+    "searchsorted",
+    "searchsorted-sorter",
+    lambda a, v: np.searchsorted(a, v, sorter=a.argsort()),
+    *_ss,
+)
+case("searchsorted", "searchsorted-scalar", lambda a: np.searchsorted(np.sort(a), 2), A((6,)))
+case("searchsorted", "searchsorted-2d", lambda a, v: np.searchsorted(a, v), A(M), A((3,)))
+case("median", "median", lambda x: np.median(x), A(R3), layouts=True)
+case("median", "median-axis", lambda x: np.median(x, axis=1), A(R3))
+case("median", "median-axes-keepdims", lambda x: np.median(x, (0, 2), keepdims=True), A(R3))
+case("median", "median-0d", lambda x: np.median(x), A(()))
+case("median", "median-empty", lambda x: np.median(x, axis=0), A((0, 3)))
+case("quantile", "quantile", lambda x: np.quantile(x, 0.3), A(R3), layouts=True)
+case("quantile", "quantile-list-axis", lambda x: np.quantile(x, [0.25, 1.0], axis=1), A(R3))
+case("quantile", "quantile-f32-q", lambda x: np.quantile(x, np.float32(0.7), axis=-1), A(R3))
+case("quantile", "quantile-lower", lambda x: np.quantile(x, 0.4, 0, method="lower"), A(R3))
+case("quantile", "quantile-midpoint", lambda x: np.quantile(x, 0.5, method="midpoint"), A(M))
+case("quantile", "quantile-keepdims", lambda x: np.quantile(x, 0.9, (0, 1), keepdims=True), A(R3))
+case("quantile", "quantile-bad-q", lambda x: np.quantile(x, 1.5), A(M))
+case("quantile", "percentile", lambda x: np.percentile(x, 40), A(R3), layouts=True)
+case("quantile", "percentile-list", lambda x: np.percentile(x, [10, 50, 90], axis=0), A(R3))
+case("quantile", "percentile-nearest", lambda x: np.percentile(x, 35, 1, method="nearest"), A(M))
+
+# ---------------------------------------------------------------------- counting, interpolation
+case("histogram", "histogram", lambda x: np.histogram(x, 4, (-2, 2)), A((20,)), layouts=True)
+case("histogram", "histogram-auto-range", lambda x: np.histogram(x, 3), A(M))
+case(
+    "histogram",
+    "histogram-weights",
+    lambda x, w: np.histogram(x, 5, (-3, 3), weights=w),
+    A(M),
+    A(M),
+)
+case(
+    "histogram", "histogram-density", lambda x: np.histogram(x, 4, (-2.0, 2.0), density=True), A(M)
+)
+case("histogram", "histogram-edges", lambda x: np.histogram(x, [-2, -0.5, 0, 3]), A(M))
+case("histogram", "histogram-empty", lambda x: np.histogram(x, 2), A((0,)))
+case("index_add", "bincount", lambda i: np.bincount(i, minlength=8), A((9,), np.int64, "index4"))
+case("index_add", "bincount-bool", lambda b: np.bincount(b, minlength=2), A((7,), bool))
+case(
+    "index_add",
+    "bincount-weights",
+    lambda i, w: np.bincount(i + 4, w, minlength=8),
+    A((9,), np.int8, "index4"),
+    A((9,)),
+)
+case(
+    "index_add",
+    "bincount-too-short",
+    lambda i: np.bincount(i, minlength=2),
+    A((9,), np.int64, "index4"),
+)
+_xp = (A((5,), np.float64, "nonneg"),)
+case(
+    "interp",
+    "interp",
+    lambda x, f: np.interp(x, [-1.0, 0.0, 0.5, 2.0, 2.5], f),
+    A(M),
+    A((5,)),
+    layouts=True,
+)
+case(
+    "interp", "interp-traced-xp", lambda x, xp, f: np.interp(x, np.sort(xp), f), A(M), *_xp, A((5,))
+)
+case("interp", "interp-left-right", lambda x: np.interp(x, [0, 1], [2, 3], -1.0, 9.0), A(M))
+case("interp", "interp-scalar-x", lambda f: np.interp(0.3, [0.0, 1.0], f), A((2,)))
+case("interp", "interp-bad", lambda x, f: np.interp(x, [0.0, 1.0], f), A(M), A((3,)))
+case("convolve", "convolve", lambda a, v: np.convolve(a, v), A((6,)), A((3,)), layouts=True)
+case("convolve", "convolve-same", lambda a, v: np.convolve(a, v, "same"), A((6,)), A((4,)))
+case("convolve", "convolve-valid", lambda a, v: np.convolve(a, v, mode="valid"), A((3,)), A((5,)))
+case("convolve", "convolve-0d", lambda a, v: np.convolve(a, v), A(()), A((2,)))
+case("convolve", "convolve-empty", lambda a, v: np.convolve(a, v), A((0,)), A((2,)))
+
+# ---------------------------------------------------------------------- composed of other ops
+case("where", "nansum", lambda x: np.nansum(x), A(R3), layouts=True)
+case("where", "nansum-axis-keepdims", lambda x: np.nansum(x, axis=1, keepdims=True), A(R3))
+case("where", "nanprod", lambda x: np.nanprod(x, axis=0), A(R3))
+case("where", "nanmean", lambda x: np.nanmean(x, axis=(0, 2)), A(R3), layouts=True)
+case("where", "nanmean-all", lambda x: np.nanmean(x), A(M))
+case("where", "nanmean-dtype", lambda x: np.nanmean(x, 1, dtype=np.float64), A(M))
+case("where", "nanmax", lambda x: np.nanmax(x, axis=1), A(R3), layouts=True)
+case("where", "nanmin", lambda x: np.nanmin(x), A(R3))
+case("where", "nanmax-keepdims", lambda x: np.nanmax(x, axis=(0, 2), keepdims=True), A(R3))
+case("where", "nanmin-empty", lambda x: np.nanmin(x, axis=0), A((0, 3)))
+case("where", "nan_to_num", lambda x: np.nan_to_num(x), A(M), layouts=True)
+case("where", "nan_to_num-values", lambda x: np.nan_to_num(x, nan=-1, posinf=5, neginf=-5), A(M))
+case("where", "nan_to_num-0d", lambda x: np.nan_to_num(x), A(()))
+case(
+    "where",
+    "select",
+    lambda x, y: np.select([x > 0, y < 1], [x, y * 2]),
+    A(M),
+    A((4,)),
+    layouts=True,
+)
+case("where", "select-default", lambda x, y: np.select([x > 0], [y], default=-1.5), A(M), A(()))
+case("where", "select-weak", lambda x, s: np.select([x > 0, x < 0], [s, x], s), A(M), W())
+case("where", "select-not-bool", lambda x: np.select([x], [x]), A(M))
+case("where", "triu", lambda x: np.triu(x), A(M), layouts=True)
+case("where", "triu-k", lambda x: np.triu(x, -1), A(R3))
+case("where", "tril-k", lambda x: np.tril(x, 2), A(M))
+case("where", "tril-1d", lambda x: np.tril(x), A((3,)))
+case("where", "tril-empty", lambda x: np.tril(x), A((0, 3)))
+case("index", "diagonal", lambda x: np.diagonal(x), A(M), layouts=True)
+case("index", "diagonal-offset-axes", lambda x: np.diagonal(x, -1, 2, 0), A(R3))
+case("index", "diagonal-method", lambda x: x.diagonal(3), A(M))
+case("index", "diagonal-far", lambda x: x.diagonal(5), A(M))
+case("index", "diagonal-1d", lambda x: np.diagonal(x), A((3,)))
+case("sum", "trace", lambda x: np.trace(x), A(M), layouts=True)
+case("sum", "trace-offset", lambda x: np.trace(x, 1, 1, 2), A(R3))
+case("sum", "trace-method-dtype", lambda x: x.trace(dtype=np.float64), A(M))
+case("index", "diag-2d", lambda x: np.diag(x, -1), A(M))
+case("index_update", "diag-1d", lambda x: np.diag(x), A((3,)), layouts=True)
+case("index_update", "diag-1d-k", lambda x: np.diag(x, 2), A((3,)))
+case("index_update", "diag-1d-neg-k", lambda x: np.diag(x, -1), A((2,)))
+case("multiply", "cross", lambda a, b: np.cross(a, b), A(M[:1] + (3,)), A((3,)), layouts=True)
+case("multiply", "cross-axes", lambda a, b: np.cross(a, b, axisa=0, axisc=0), A((3, 2)), A((2, 3)))
+case("multiply", "cross-2d", lambda a, b: np.cross(a, b), A((4, 2)), A((4, 2)))
+case("multiply", "cross-2-3", lambda a, b: np.cross(a, b), A((2,)), A((4, 3)))
+case("multiply", "cross-3-2", lambda a, b: np.cross(a, b), A((4, 3)), A((2,)))
+case("multiply", "cross-bad", lambda a, b: np.cross(a, b), A((4,)), A((4,)))
+
 # ---------------------------------------------------------------------- movement
 case("reshape", "reshape-1", lambda x: x.reshape(-1), A(R3), layouts=True)
 case("reshape", "reshape-args", lambda x: x.reshape(4, -1) + 0, A(R3))

@@ -60,7 +60,8 @@ def numpy_types(name, ins, attrs):
             out = OPS[name].impl(*map(stand_in, ins), **attrs)
     except Exception as e:  # noqa: BLE001 - any failure is what the rule must match
         return e
-    return [(np.shape(out), np.asarray(out).dtype)]
+    outs = out if isinstance(out, tuple) else (out,)  # an op with several outputs
+    return [(np.shape(o), np.asarray(o).dtype) for o in outs]
 
 
 def check(name, ins, attrs, failures):
@@ -600,6 +601,132 @@ def test_creation():
     run(cases())
 
 
+# ---------------------------------------------------------------------- LAPACK, order, counting
+def M(shape, dtype="float64"):
+    """A stack of identity matrices (zeros are singular: NumPy would refuse their values)."""
+    if len(shape) < 2 or shape[-1] != shape[-2]:
+        return A(shape, dtype)
+    value = np.broadcast_to(np.eye(shape[-1]), shape).astype(dtype)
+    return A(shape, dtype, value)
+
+
+@pytest.mark.parametrize("name", ["inv", "det", "cholesky"])
+def test_lapack_one_matrix(name):
+    def cases():
+        for dt in DTYPES:
+            for shape in [(3, 3), (2, 3, 3), (0, 0), (2, 3), (3,), ()]:
+                yield name, [M(shape, dt)], {}
+        if name == "cholesky":
+            yield name, [M((3, 3))], {"upper": True}
+        yield name, [A((3, 3))], {"bogus": 1}
+
+    run(cases())
+
+
+def test_solve():
+    def cases():
+        for a, b in itertools.product(DTYPES, DTYPES):
+            yield "solve", [M((3, 3), a), A((3,), b)], {}
+        for sa, sb in [
+            ((3, 3), (3, 2)),
+            ((2, 3, 3), (3,)),
+            ((2, 3, 3), (3, 1)),
+            ((2, 1, 3, 3), (4, 3, 2)),
+            ((3, 3), (4,)),
+            ((3, 3), ()),
+            ((3, 2), (3,)),
+            ((0, 0), (0,)),
+        ]:
+            yield "solve", [M(sa), A(sb)], {}
+
+    run(cases())
+
+
+@pytest.mark.parametrize("name", ["sort", "argsort"])
+def test_sorts(name):
+    def cases():
+        for dt in DTYPES:
+            for shape, axis in [((3, 4), -1), ((3, 4), 0), ((0, 2), 1), ((), -1), ((3,), 1)]:
+                yield name, [A(shape, dt)], {"axis": axis, "kind": None}
+        for kind in ("stable", "heapsort", "bogus"):
+            yield name, [A((3,))], {"axis": 0, "kind": kind}
+
+    run(cases())
+
+
+def test_searchsorted():
+    def cases():
+        for a, b in itertools.product(DTYPES, DTYPES):
+            yield "searchsorted", [A((5,), a), A((2, 3), b)], {"side": "left"}
+        for sa, sb in [((5,), ()), ((0,), (3,)), ((2, 3), (3,)), ((), (3,))]:
+            yield "searchsorted", [A(sa), A(sb)], {"side": "right"}
+        yield "searchsorted", [A((5,)), W(2.5)], {"side": "left"}
+        yield "searchsorted", [A((5,)), A((2,))], {"side": "middle"}
+
+    run(cases())
+
+
+def test_median_and_quantile():
+    def cases():
+        for dt in DTYPES:
+            for shape, axis, keep in [
+                ((2, 3, 4), None, False),
+                ((2, 3, 4), (1,), False),
+                ((2, 3, 4), (0, 2), True),
+                ((), None, False),
+                ((0, 3), (0,), False),
+                ((3,), (1,), False),
+            ]:
+                yield "median", [A(shape, dt)], {"axis": axis, "keepdims": keep}
+                for q, q_dtype in [(0.3, None), ((0.1, 0.9), "float64"), (0.5, "float32")]:
+                    for method in ("linear", "lower", "midpoint", "nearest", "hazen"):
+                        attrs = {"q": q, "q_dtype": q_dtype, "axis": axis, "method": method}
+                        yield "quantile", [A(shape, dt)], dict(attrs, keepdims=keep)
+        yield "quantile", [A((3,))], {"q": 1.5, "q_dtype": None}
+        yield "quantile", [A((3,))], {"q": 0.5, "q_dtype": None, "method": "bogus"}
+        yield "quantile", [A((3,), "int8")], {"q": ((0.5,), (1.0,)), "q_dtype": "float16"}
+
+    run(cases())
+
+
+def test_histogram():
+    def cases():
+        for dt in DTYPES:
+            for bins, rng in [(4, None), (3, (0, 1)), (2, (0.0, 2.5)), ((0, 1, 3), None)]:
+                for density in (None, True):
+                    attrs = {"bins": bins, "range": rng, "density": density}
+                    yield "histogram", [A((5,), dt)], attrs
+                    yield "histogram", [A((5,)), A((5,), dt)], attrs
+            attrs = {"bins": 2, "range": None, "density": None}
+            yield "histogram", [A((0,), dt)], attrs
+        yield "histogram", [A((5,)), A((4,))], {"bins": 2, "range": None, "density": None}
+        yield "histogram", [A((5,))], {"bins": 0, "range": None, "density": None}
+        yield "histogram", [A((5,))], {"bins": 2, "range": (1, 0), "density": None}
+
+    run(cases())
+
+
+def test_interp_and_convolve():
+    def cases():
+        for a, b in itertools.product(DTYPES, DTYPES):
+            yield "interp", [A((2, 3), a), A((4,), b), A((4,), b)], {}
+            yield "convolve", [A((5,), a), A((3,), b)], {"mode": "full"}
+        for x, xp, fp in [
+            ((), (2,), (2,)),
+            ((3,), (2,), (3,)),
+            ((3,), (0,), (0,)),
+            ((3,), (2, 2), (2, 2)),
+        ]:
+            yield "interp", [A(x), A(xp), A(fp)], {}
+        yield "interp", [A((3,)), A((2,)), A((2,)), W(1.0), None], {}
+        for sa, sb in [((5,), (3,)), ((2,), (4,)), ((0,), (3,)), ((3, 1), (2,)), ((1,), (1,))]:
+            for mode in ("full", "same", "valid"):
+                yield "convolve", [A(sa), A(sb)], {"mode": mode}
+        yield "convolve", [A((5,)), A((3,))], {"mode": "bogus"}
+
+    run(cases())
+
+
 # ---------------------------------------------------------------------- coverage
 def test_every_op_has_a_rule_and_a_table():
     """Every op of the table (but Python ops) has a type rule, and some test above gives it
@@ -610,7 +737,8 @@ def test_every_op_has_a_rule_and_a_table():
     tables |= {"cumprod", "matmul", "dot", "tensordot", "einsum", "reshape", "transpose"}
     tables |= {"broadcast_to", "tile", "repeat", "roll", "pad", "concatenate", "index"}
     tables |= {"index_update", "index_add", "update_real", "update_imag", "full", "arange"}
-    tables |= {"linspace", "eye"}
+    tables |= {"linspace", "eye", "inv", "det", "cholesky", "solve", "sort", "argsort"}
+    tables |= {"searchsorted", "median", "quantile", "histogram", "interp", "convolve"}
     for name, op in OPS.items():
         if op.kind == "opaque":
             assert op.type_rule is None, name

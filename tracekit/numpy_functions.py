@@ -778,16 +778,15 @@ def _nanmean(a, axis=None, dtype=None, out=None, keepdims=False, **kw):
     return maybe_out(astype(total / count, total.dtype, False), out)
 
 
-def _nan_extreme(op):
-    """nanmax / nanmin: NumPy's ``fmax.reduce`` / ``fmin.reduce``: the extreme of the numbers,
-    NaN where a slice holds only NaNs (a complex one: its first element, as fmax keeps)."""
-    big = op == "min"
+def _nan_extreme(op, inf):
+    """nanmax / nanmin: NumPy's ``fmax.reduce`` / ``fmin.reduce``: the extreme of the numbers
+    (NaNs replaced by ``inf``, where ``op`` never picks them), NaN where a slice holds only NaNs
+    (a complex one: its first element, which fmax keeps)."""
 
     def handler(a, axis=None, out=None, keepdims=False, **kw):
         x = _traced(a)
         if x.dtype.kind not in "fc":
             return reduce(op, x, axis, keepdims, out=out, **kw)
-        inf = np.inf if big else -np.inf
         nan = np.isnan(x)
         fill = complex(inf, inf) if x.dtype.kind == "c" else inf
         res = reduce(op, np.where(nan, fill, x), axis, keepdims, **kw)
@@ -812,8 +811,8 @@ def _first_of_slices(x, axis, keepdims):
     return first
 
 
-implements(np.nanmax)(_nan_extreme("max"))
-implements(np.nanmin)(_nan_extreme("min"))
+implements(np.nanmax)(_nan_extreme("max", -np.inf))
+implements(np.nanmin)(_nan_extreme("min", np.inf))
 
 
 @implements(np.nan_to_num)
@@ -1005,8 +1004,8 @@ def _argsort(a, axis=-1, kind=None, order=None, *, stable=None):
     x = _traced(a)
     if order is not None:
         raise _unsupported_form("argsort(order=...)")
-    if axis is None:
-        x, axis = ravel(x), -1
+    if axis is None or x.ndim == 0:  # NumPy argsorts a 0-d array as a 1-d one
+        x, axis = ravel(x), -1 if axis is None else axis
     kind = "stable" if stable else kind
     return x._ctx.emit("argsort", [x], {"axis": axis_index(axis, x.ndim), "kind": kind})
 
@@ -1034,11 +1033,10 @@ def _median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
     return maybe_out(x._ctx.emit("median", [x], attrs), out)
 
 
-def _quantile_of(x, q, axis, method, keepdims, out, weights, interpolation):
+def _quantile_of(x, q, weak, axis, method, keepdims, out, weights, interpolation):
+    """The quantile op; ``weak``: q was a Python number (NumPy 2 then promotes it weakly)."""
     if weights is not None or interpolation is not None:
         raise _unsupported_form("quantile(weights=/interpolation=)")
-    q = _static(q, "the quantiles q")
-    weak = isinstance(q, float | int) and not isinstance(q, bool | np.generic)
     qv = np.asarray(q)
     attrs = {
         "q": float(q) if weak else _tuples(qv.tolist()),
@@ -1067,7 +1065,9 @@ def _quantile(
     weights=None,
     interpolation=None,
 ):
-    return _quantile_of(_traced(a), q, axis, method, keepdims, out, weights, interpolation)
+    q = _static(q, "the quantiles q")
+    weak = type(q) in (int, float)
+    return _quantile_of(_traced(a), q, weak, axis, method, keepdims, out, weights, interpolation)
 
 
 @implements(np.percentile)
@@ -1083,13 +1083,16 @@ def _percentile(
     weights=None,
     interpolation=None,
 ):
-    """np.quantile of q / 100, divided as NumPy divides it (in the data's float type)."""
+    """np.quantile of q / 100, divided as NumPy divides it."""
     x = _traced(a)
     if x.dtype.kind == "c":
         raise TypeError("a must be an array of real numbers")
-    q = np.asanyarray(_static(q, "the percentiles q"))
-    q = np.true_divide(q, x.dtype.type(100) if x.dtype.kind == "f" else 100)
-    return _quantile_of(x, q, axis, method, keepdims, out, weights, interpolation)
+    q = _static(q, "the percentiles q")
+    weak = type(q) in (int, float)
+    q = np.true_divide(q, 100)
+    if np.any(q < 0) or np.any(q > 1):
+        raise ValueError("Percentiles must be in the range [0, 100]")
+    return _quantile_of(x, q, weak, axis, method, keepdims, out, weights, interpolation)
 
 
 # ---------------------------------------------------------------------- counting

@@ -1034,19 +1034,29 @@ def solve_rule(op, ins, attrs):
 
 
 # ---------------------------------------------------------------------- order, counting, signal
-def sort_rule(op, ins, attrs):
-    """sort and argsort (positions, in intp)."""
+def _sort_shape(op, ins, attrs, zero_d_ok):
     a = _attrs(op, attrs, (), {"axis": -1, "kind": None})
     _n_inputs(op, ins, 1)
     x = _strong(ins[0])
     if a["kind"] not in (None, "quicksort", "mergesort", "heapsort", "stable"):
         raise ValueError(f"sort kind must be one of 'quick', 'heap', or 'stable' (got {a['kind']})")
-    shape = x.shape
     if a["axis"] is None:
-        shape = (x.size,)
-    else:
-        _axis(a["axis"], x.ndim)
-    return [(shape, np.dtype(np.intp) if op.name == "argsort" else x.dtype)]
+        return x, (x.size,)
+    if x.ndim == 0 and zero_d_ok and _int(a["axis"], "axis") in (0, -1):
+        return x, (1,)
+    _axis(a["axis"], x.ndim)
+    return x, x.shape
+
+
+def sort_rule(op, ins, attrs):
+    x, shape = _sort_shape(op, ins, attrs, zero_d_ok=False)
+    return [(shape, x.dtype)]
+
+
+def argsort_rule(op, ins, attrs):
+    """Positions, in intp; NumPy argsorts a 0-d array as the 1-d array of its one element."""
+    x, shape = _sort_shape(op, ins, attrs, zero_d_ok=True)
+    return [(shape, np.dtype(np.intp))]
 
 
 def _one_d(t: ValueType, what=""):
@@ -1096,6 +1106,8 @@ def quantile_rule(op, ins, attrs):
     if a["method"] not in _PICKING and a["method"] not in _INTERPOLATING:
         raise ValueError(f"{a['method']!r} is not a valid method.")
     axes = _reduce_axes(x.shape, a["axis"])
+    if math.prod(x.shape[i] for i in axes) == 0:
+        raise IndexError("index 0 is out of bounds for axis 0 with size 0")
     shape = q.shape + _reduced_shape(x.shape, axes, a["keepdims"])
     if a["method"] in _PICKING:
         return [(shape, x.dtype)]
@@ -1135,8 +1147,10 @@ def histogram_rule(op, ins, attrs):
             raise ValueError("`bins` must be 1d, when an array")
         n, edges = e.shape[0] - 1, e.dtype
     counts = np.dtype(np.intp) if weights is None else weights.dtype
-    if at["density"]:
-        counts = np.result_type(counts, edges)
+    if weights is not None and not isinstance(bins, int | np.integer) and counts.kind == "b":
+        raise TypeError("Cannot cast ufunc 'add' output from dtype('int64') to dtype('bool')")
+    if at["density"]:  # counts / widths (in float64) / total
+        counts = np.result_type(counts, np.float64)
     return [((n,), counts), ((n + 1,), edges)]
 
 
@@ -1210,7 +1224,7 @@ RULES = {  # ops whose rule is their own; the rest take their kind's
     "det": det_rule,
     "solve": solve_rule,
     "sort": sort_rule,
-    "argsort": sort_rule,
+    "argsort": argsort_rule,
     "searchsorted": searchsorted_rule,
     "median": median_rule,
     "quantile": quantile_rule,
