@@ -48,7 +48,10 @@ def op_fn(name, args, attrs):
         it = iter(arrays)
         ins = [a.value if isinstance(a, Lit) else next(it) for a in args]
         ctx = T.ctx_of(*[x for x in ins if isinstance(x, T.TracedArray)])
-        return ctx.emit(name, ins, attrs)
+        types = [x.ir_var if isinstance(x, T.TracedArray) else x for x in ins]
+        n_out = len(ops.OPS[name].type_rule(types, attrs)) if ops.OPS[name].type_rule else 1
+        out = ctx.emit(name, ins, attrs, n_out=n_out)
+        return tuple(out) if n_out > 1 else out
 
     fn.__name__ = name
     return fn
@@ -313,6 +316,50 @@ CASES.update(
     index_add=[([U((4, 5)), U((3, 5)), Lit(np.array([1, 1, 3]))], {"idx": ("@0",)})],
     update_real=[([C((3, 4)), U((3, 4))], {})],
     update_imag=[([C((3, 4)), U((4,))], {})],
+)
+
+_EYE3 = 3 * np.eye(3)
+_SPD = (lambda m: m @ m.T + _EYE3)(U((3, 3)))
+_XP = np.sort(U((5,), -1.2, 1.2))
+_Q = {"q_dtype": None, "axis": None, "keepdims": False}
+_H = {"bins": 4, "range": (-1.0, 1.0), "density": None}
+CASES.update(
+    float_power=[([P(A34), U(A4)], {}), ([P(A4), Lit(1.5)], {}), ([Lit(1.7), U(A4)], {})],
+    inv=[([U((3, 3)) + _EYE3], {}), ([U((2, 3, 3)) + _EYE3], {})],
+    solve=[
+        ([U((3, 3)) + _EYE3, U((3,))], {}),
+        ([U((3, 3)) + _EYE3, U((3, 2))], {}),
+        ([U((2, 3, 3)) + _EYE3, U((3,))], {}),
+        ([U((3, 3)) + _EYE3, U((2, 3, 1))], {}),
+    ],
+    det=[([U((3, 3)) + _EYE3], {}), ([U((2, 3, 3))], {})],
+    cholesky=[([_SPD], {"upper": False}), ([_SPD + 0.1 * U((3, 3))], {"upper": True})],
+    sort=[([U(A34)], {"axis": 1, "kind": None}), ([U(A34)], {"axis": 0, "kind": "stable"})],
+    median=[([U(A34)], {"axis": (1,), "keepdims": False}), ([U((3, 5))], {"axis": None})],
+    quantile=[
+        ([U(A34)], dict(_Q, q=0.3, axis=(1,), method="linear")),
+        ([U((5,))], dict(_Q, q=(0.1, 0.5, 0.9), q_dtype="float64", method="linear")),
+        ([U((2, 3, 4))], dict(_Q, q=0.6, axis=(0, 2), method="lower", keepdims=True)),
+        ([U((6,))], dict(_Q, q=0.5, method="midpoint")),
+        ([U((6,))], dict(_Q, q=0.35, method="nearest")),
+    ],
+    histogram=[
+        ([U((10,), -1.5, 1.5), U((10,))], _H),
+        ([U((10,), -1.5, 1.5), U((10,))], dict(_H, density=True)),
+        ([U((8,))], dict(_H, range=None)),
+        ([U((8,))], dict(_H, range=None, density=True)),
+    ],
+    interp=[
+        ([U(A34, -1.5, 1.5), Lit(_XP), U((5,)), Lit(None), Lit(None)], {}),
+        ([U(A34, -1.5, 1.5), _XP, U((5,)), U(()), U(())], {}),
+        ([U((7,), -1.5, 1.5), _XP, Lit(U((5,))), Lit(-2.0), Lit(None)], {}),
+    ],
+    convolve=[
+        ([U((6,)), U((3,))], {"mode": "full"}),
+        ([U((6,)), U((4,))], {"mode": "same"}),
+        ([U((3,)), U((5,))], {"mode": "valid"}),
+        ([U((4,)), U((7,))], {"mode": "same"}),
+    ],
 )
 
 

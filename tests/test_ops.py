@@ -904,3 +904,127 @@ def test_numpy_scalar_arguments_are_strong(dt):
 
     t = check_trace(lambda x, s: x * s, make)
     assert not t.graph.inputs[1].weak
+
+
+# ---------------------------------------------------------------------- NumPy functions, compiled
+def _fused_functions(x, y):
+    """The functions composed of elementwise ops and reductions: they compile into kernels."""
+    return (
+        np.float_power(np.abs(x), y[0]) + np.heaviside(x, 0.5),
+        np.nan_to_num(x, posinf=9.0) * 2,
+        np.nansum(x, axis=1),
+        np.nanmean(x, axis=0),
+        np.nanmax(x, axis=1),
+        np.nanmin(x),
+        np.select([x > 0, x < -1], [x, -x], 7.0),
+        np.triu(x, 1) + np.tril(x, -1),
+        np.trace(x),
+        np.diag(x[:, 0], 1),
+        np.cross(x[:, :3], x[:, 1:4]),
+        np.linalg.norm(x, 1, axis=0),
+        np.linalg.norm(x, np.inf),
+    )
+
+
+def _host_functions(x, a, i):
+    """The functions that are ops of their own: NumPy calls between the kernels."""
+    s = np.sort(x, axis=0)
+    return (
+        s + 1,
+        np.argsort(x),
+        np.median(x, axis=1),
+        np.percentile(x, [10, 90], axis=0),
+        np.histogram(np.nan_to_num(x), bins=4, range=(-2, 2)),
+        np.searchsorted(s[:, 0], x[0]),
+        np.interp(x, [-1.0, 0.0, 2.0], x[0, :3]),
+        np.convolve(x[0], x[1, :3]),
+        np.bincount(i, minlength=5),
+        np.linalg.inv(a),
+        np.linalg.solve(a, x[:3, :2]),
+        np.linalg.det(a),
+        np.linalg.cholesky(a @ a.T),
+    )
+
+
+def _function_args(seed):
+    rng = np.random.default_rng(seed_of("numpy-functions", seed))
+    x = random_values(rng, (4, 5), np.float64)
+    a = rng.standard_normal((3, 3)) + 3 * np.eye(3)
+    return x, a, rng.integers(0, 5, 7)
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_numpy_functions_compiled(target):
+    """The new functions compiled for each target against the interpreter (and so NumPy): the
+    composed ones fuse into kernels, the others run as NumPy calls the plan names."""
+    from helpers.compare import assert_same
+
+    if target == "cuda":
+        from tracekit.backends.cuda import simulator_active
+
+        cuda = pytest.importorskip("numba.cuda")
+        if not (simulator_active() or cuda.is_available()):
+            pytest.skip("no GPU and no CUDA simulator")
+    x, a, i = _function_args(0)
+    x2, a2, i2 = _function_args(1)
+    for fn, args, new in (
+        (_fused_functions, (x, np.array([1.5])), (x2, np.array([0.5]))),
+        (_host_functions, (x, a, i), (x2, a2, i2)),
+    ):
+        with quiet():
+            t = tk.trace(fn, *args)
+            c = tk.compile(t, target=target, progress=False)
+            assert_same(c(*new), t(*new), rtol=1e-12)
+        if target == "cpu" and fn is _fused_functions:
+            fused = {n.op for k in c.kernels for n in getattr(k, "nodes", [])}
+            assert {"float_power", "heaviside", "isnan", "where"} <= fused, c.plan
+        if target == "cpu" and fn is _host_functions:
+            for op in ("sort", "median", "quantile", "histogram", "interp", "convolve", "inv"):
+                assert f"({op} runs as a NumPy call)" in str(c.plan) or op in ("convolve", "inv")
+            assert "(LAPACK through NumPy)" in str(c.plan)
+
+
+# ---------------------------------------------------------------------- NumPy functions, gradients
+def _grad_programs(xp):
+    """Scalar losses using the new functions, written against a NumPy namespace ``xp``."""
+    la = xp.linalg
+    return {
+        "sort": lambda x, m: xp.sum(xp.sort(x, axis=1) * xp.arange(5.0)),
+        "median-percentile": lambda x, m: xp.median(x, axis=0).sum() + xp.percentile(x, 30),
+        "quantile": lambda x, m: xp.sum(xp.quantile(x, xp.array([0.2, 0.7]), axis=1) ** 2),
+        "trace-diag": lambda x, m: (
+            xp.trace(m) + xp.sum(xp.diag(x[:3, 1]) @ m) + xp.diagonal(x).sum()
+        ),
+        "triu-tril": lambda x, m: xp.sum(xp.triu(x, 1) ** 2) - xp.sum(xp.tril(x) * 3),
+        "cross": lambda x, m: xp.sum(xp.cross(x[:, :3], x[:, 2:5]) ** 2),
+        "float_power": lambda x, m: xp.sum(xp.float_power(xp.abs(x) + 0.5, 1.7)),
+        "nan": lambda x, m: (
+            xp.nansum(x * x) + xp.nanmean(x, axis=1).sum() + xp.nanmax(x) - xp.nanmin(x)
+        ),
+        "nan_to_num-select": lambda x, m: xp.sum(
+            xp.select([x > 0.5, x < -0.5], [x * x, -x], 0.1) * xp.nan_to_num(x)
+        ),
+        "inv-det": lambda x, m: xp.sum(la.inv(m) ** 2) + la.det(m),
+        "solve": lambda x, m: xp.sum(la.solve(m, x[:3, :2]) ** 2) + xp.sum(la.solve(m, x[0, :3])),
+        "cholesky": lambda x, m: xp.sum(la.cholesky(m @ m.T) ** 2),
+        "norms": lambda x, m: la.norm(x, 1) + la.norm(x[0], 3) + la.norm(x, np.inf, axis=1).sum(),
+        "interp": lambda x, m: xp.sum(
+            xp.interp(x, xp.array([-1.0, 0.0, 0.5, 2.0]), xp.concatenate([m[0], m[1, :1]]))
+        ),
+        "convolve": lambda x, m: xp.sum(xp.convolve(x[0], m[0], "same") ** 2),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_grad_programs(np)))
+def test_numpy_function_gradients_against_jax(name):
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    rng = np.random.default_rng(seed_of("grad", name))
+    x = rng.uniform(-1.5, 1.5, (4, 5))
+    m = rng.uniform(-1, 1, (3, 3)) + 3 * np.eye(3)
+    f_np, f_jax = _grad_programs(np)[name], _grad_programs(jax.numpy)[name]
+    with quiet():
+        got = tk.grad(f_np, argnums=(0, 1))(x, m)
+    want = jax.grad(f_jax, argnums=(0, 1))(x, m)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, np.asarray(w), rtol=1e-9, atol=1e-12)

@@ -38,7 +38,7 @@ BIG = emit_cpu.PARALLEL_MIN_WORK + 37  # above the threshold: the prange paths r
 # Ops whose results are not exact (transcendental functions and what is built on them).
 INEXACT_OPS = set(
     "exp exp2 expm1 log log2 log10 log1p cbrt sin cos tan arcsin arccos arctan sinh cosh tanh "
-    "arcsinh arccosh arctanh arctan2 hypot logaddexp power angle".split()
+    "arcsinh arccosh arctanh arctan2 hypot logaddexp power float_power angle".split()
 )
 # Ops whose result at a tie of +0.0 and -0.0 NumPy itself picks by code path (SIMD or not).
 ZERO_TIE_OPS = {"maximum", "minimum", "fmax", "fmin", "clip", "max", "min"}

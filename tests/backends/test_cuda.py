@@ -1483,9 +1483,11 @@ def _program_ops():
 
 def test_op_table_coverage():
     """Every op of the op table is exercised by the programs above (einsum, tensordot,
-    index_add and python ops by the tests below), and the elementwise, reduce and scan ops
-    all run in device code for some dtype."""
+    index_add and python ops by the tests below; the NumPy functions that run on the host, as
+    sort and np.linalg.inv, by test_ops.test_numpy_functions_compiled), and the elementwise,
+    reduce and scan ops all run in device code for some dtype."""
     seen = _program_ops() | {"einsum", "tensordot", "index_add", "python_op"}
+    seen |= _numpy_function_ops()
     missing = set(OPS) - seen - {"arange", "linspace", "eye", "full"}
     assert not missing, sorted(missing)
     device = set()
@@ -1502,6 +1504,16 @@ def test_op_table_coverage():
         if o.kind in ("elementwise", "scan") or op in ("sum", "prod", "max", "min", "argmax"):
             assert op in device, f"{op} never ran in a device kernel"
     assert {"matmul", "dot", "index", "transpose", "broadcast_to", "index_update"} <= device
+
+
+def _numpy_function_ops() -> set:
+    """The ops of the NumPy functions test_ops compiles for this target (on the host)."""
+    import test_ops
+
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        t = tk.trace(test_ops._host_functions, *test_ops._function_args(0))
+    return {n.op for n in t.graph.nodes}
 
 
 def test_host_fallback_ops():

@@ -51,8 +51,8 @@ UNARY = (
 ).split()
 BINARY = (
     "add subtract multiply divide floor_divide remainder power maximum minimum fmax fmin "
-    "arctan2 hypot copysign logaddexp heaviside equal not_equal less less_equal greater "
-    "greater_equal "
+    "arctan2 hypot copysign logaddexp heaviside float_power equal not_equal less less_equal "
+    "greater greater_equal "
     "logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor left_shift right_shift"
 ).split()
 OPERATORS = {
@@ -92,7 +92,7 @@ APPROX_UNARY = set(
     "exp exp2 expm1 log log2 log10 log1p cbrt sin cos tan arcsin arccos arctan sinh cosh tanh "
     "arcsinh arccosh arctanh".split()
 )
-APPROX_BINARY = {"power", "arctan2", "hypot", "logaddexp"}
+APPROX_BINARY = {"power", "float_power", "arctan2", "hypot", "logaddexp"}
 APPROX_COMPLEX = {"multiply", "divide", "absolute", "sqrt", "square", "reciprocal", "sign"}
 APPROX_COMPLEX |= {"*", "/", "**"}
 # Ops that are discontinuous in a float argument: never applied to approximate values.
