@@ -49,6 +49,15 @@ PROGRAMS = {
     "stencil": lambda x: x[1:-1, 2:] + x[1:-1, :-2] - 2.0 * x[1:-1, 1:-1],
     "transpose": lambda x: (x.T * 3.0).sum(axis=0),
     "two results": lambda x: (np.cos(x), np.cos(x).sum(axis=1)),
+    "sort, median, histogram": lambda x: (
+        np.sort(x, axis=0) + 1.0,
+        np.median(x),
+        *np.histogram(x, 5, weights=x * x),
+    ),
+    "linalg, interp": lambda x: (
+        np.linalg.inv(x[:20] + 5.0 * np.eye(20)),
+        np.interp(x, np.sort(x[0]), x[1]),
+    ),
 }
 
 

@@ -136,7 +136,9 @@ class Op:
     (compiled loops may compute it for complex values; False where NumPy's complex special
     values, inf and nan, differ from the compiled math libraries': those stay NumPy calls),
     ``lapack`` (a LAPACK routine NumPy calls, as ``np.linalg.inv``: no backend tiles it as a
-    matrix product; it runs through NumPy on the host).
+    matrix product; it runs through NumPy on the host), ``whole_array`` (its NumPy function needs
+    its inputs whole: sorting, order statistics, LAPACK; a target of chunked arrays, dask, runs
+    it as one task).
     ``type_rule(input_types, attrs)`` gives its output shapes and dtypes without
     running it (:mod:`tracekit.type_rules`; ``register`` fills in the op's family rule).
     ``check(node)`` raises ``ValueError`` where a node of the op is malformed in ways
@@ -167,6 +169,7 @@ class Op:
     arithmetic: bool = False
     complex: bool = True
     lapack: bool = False
+    whole_array: bool = False
     type_rule: Callable | None = None  # (input types, attrs) -> [(shape, dtype)]: type_rules.py
 
     @property
@@ -398,7 +401,7 @@ def _cholesky(a, upper=False):
 
 # LAPACK through NumPy, batched over leading dimensions (``solve``: ``b`` is a vector only when
 # it is 1-d, as in NumPy 2)
-_LAPACK = {"lapack": True}
+_LAPACK = {"lapack": True, "whole_array": True}
 register(Op("inv", "matmul", np.linalg.inv, call_code("np.linalg.inv"), **_LAPACK))
 register(Op("solve", "matmul", np.linalg.solve, call_code("np.linalg.solve"), **_LAPACK))
 register(Op("det", "matmul", np.linalg.det, call_code("np.linalg.det"), **_LAPACK))
@@ -593,14 +596,15 @@ def _interp(x, xp, fp, left=None, right=None):
     return np.interp(x, xp, fp, left, right)
 
 
-register(Op("sort", "movement", np.sort, call_code("np.sort")))
-register(Op("argsort", "index", np.argsort, call_code("np.argsort")))
-register(Op("searchsorted", "index", np.searchsorted, call_code("np.searchsorted")))
-register(Op("median", "reduce", np.median, call_code("np.median")))
-register(Op("quantile", "reduce", _quantile, _quantile_code))
-register(Op("histogram", "reduce", _histogram, _histogram_code))
-register(Op("interp", "index", _interp, call_code("np.interp")))
-register(Op("convolve", "matmul", np.convolve, call_code("np.convolve")))
+_WHOLE = {"whole_array": True}
+register(Op("sort", "movement", np.sort, call_code("np.sort"), **_WHOLE))
+register(Op("argsort", "index", np.argsort, call_code("np.argsort"), **_WHOLE))
+register(Op("searchsorted", "index", np.searchsorted, call_code("np.searchsorted"), **_WHOLE))
+register(Op("median", "reduce", np.median, call_code("np.median"), **_WHOLE))
+register(Op("quantile", "reduce", _quantile, _quantile_code, **_WHOLE))
+register(Op("histogram", "reduce", _histogram, _histogram_code, **_WHOLE))
+register(Op("interp", "index", _interp, call_code("np.interp"), **_WHOLE))
+register(Op("convolve", "matmul", np.convolve, call_code("np.convolve"), **_WHOLE))
 
 
 def helper_source(op: Op) -> str | None:

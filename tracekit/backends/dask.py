@@ -150,6 +150,10 @@ class DaskProgram:
                 _whole(n, env)
                 whole.append(f"python op {n.attrs.get('name', n.op)!r} as one task on a worker")
                 continue
+            if OPS[n.op].whole_array:
+                _whole(n, env)
+                whole.append(f"{n.op} as one task on whole arrays (NumPy's {n.op})")
+                continue
             if any(0 in v.shape for v in (*n.var_inputs, *n.outputs)):
                 _whole(n, env)  # nothing to split, and dask.array's edge cases (its matmul of
                 whole.append(f"{n.op} of empty arrays as one task")  # empty arrays fails)

@@ -18,6 +18,7 @@ from numpy.lib.array_utils import byte_bounds
 from ..errors import TraceError, TracerWarning
 from ..ir import Guard, InputSpec, Node, Var, at_iteration, moves
 from ..ops import OPS
+from ..pytree import is_dask_array
 from .array import Buffer, TracedArray, ViewStep, dtype_of, iter_deep
 from .captures import find_capture
 from .movement import array_from
@@ -167,7 +168,10 @@ class TraceContext:
         # iteration's values): computed where it is then, recorded as it moves
         now = at_iteration(attrs, 0) if moves(attrs) else attrs
         try:
-            out = OPS[op].impl(*vals, **now)
+            if self.lazy and OPS[op].whole_array:
+                out = _one_task(op, vals, now, n_out)
+            else:
+                out = OPS[op].impl(*vals, **now)
         except TraceError:
             raise
         except Exception as e:
@@ -354,3 +358,24 @@ def same_layout_copy(arr: np.ndarray) -> np.ndarray:
 
 def _shares(a, b) -> bool:
     return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and np.may_share_memory(a, b)
+
+
+def _one_task(op, vals, attrs, n_out):
+    """A dask trace's value of an op NumPy computes on whole arrays: one delayed task, its
+    shapes and dtypes from the op's type rule (nothing is computed)."""
+    import dask
+    import dask.array as da
+
+    from ..type_rules import ValueType, type_of
+
+    types = [ValueType(tuple(v.shape), v.dtype) if is_dask_array(v) else type_of(v) for v in vals]
+    outs = OPS[op].type_rule(types, attrs)
+    task = dask.delayed(_as_arrays, pure=True, nout=len(outs))(op, attrs, *vals)
+    tasks = task if len(outs) > 1 else (task,)
+    res = [da.from_delayed(t, shape, dtype) for t, (shape, dtype) in zip(tasks, outs)]
+    return res[0] if n_out == 1 else tuple(res)
+
+
+def _as_arrays(op, attrs, *vals):
+    out = OPS[op].impl(*vals, **attrs)
+    return tuple(np.asarray(o) for o in out) if isinstance(out, tuple) else np.asarray(out)
