@@ -1028,3 +1028,25 @@ def test_numpy_function_gradients_against_jax(name):
     want = jax.grad(f_jax, argnums=(0, 1))(x, m)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, np.asarray(w), rtol=1e-9, atol=1e-12)
+
+
+def test_bincount_length_is_minlength_and_guarded():
+    """np.bincount's length is static only as ``minlength``: the values' bound is a guard (or
+    their dtype's), and a trace whose values do not fit says so."""
+    from tracekit.errors import GuardError
+
+    f = lambda i: np.bincount(i, minlength=4) * 2  # noqa: E731
+    with quiet():
+        t = tk.trace(f, np.array([0, 3, 3, 1]))
+    np.testing.assert_array_equal(t(np.array([2, 2, 0, 1])), f(np.array([2, 2, 0, 1])))
+    with pytest.raises(GuardError):
+        t(np.array([2, -1, 0, 1]))  # NumPy raises ValueError
+    with pytest.raises(IndexError, match="bincount"):  # NumPy's result would have length 6
+        t(np.array([2, 5, 0, 1]))  # (the count fails before the guards are checked)
+    with pytest.raises(tk.TraceError, match="minlength=2"):
+        tk.trace(f := lambda i: np.bincount(i, minlength=2), np.array([0, 3]))
+    with quiet():  # uint8 values are below 256: no guard
+        t = tk.trace(lambda i: np.bincount(i, minlength=256), np.array([1, 2], np.uint8))
+    assert not t.graph.guards
+    big = np.array([255, 255], np.uint8)
+    np.testing.assert_array_equal(t(big), np.bincount(big, minlength=256))

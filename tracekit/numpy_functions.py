@@ -1052,47 +1052,30 @@ def _tuples(x):
     return tuple(_tuples(e) for e in x) if isinstance(x, list) else x
 
 
-@implements(np.quantile)
-def _quantile(
-    a,
-    q,
-    axis=None,
-    out=None,
-    overwrite_input=False,
-    method="linear",
-    keepdims=False,
-    *,
-    weights=None,
-    interpolation=None,
-):
-    q = _static(q, "the quantiles q")
-    weak = type(q) in (int, float)
-    return _quantile_of(_traced(a), q, weak, axis, method, keepdims, out, weights, interpolation)
+def _quantile_function(percent: bool):
+    """The handler of np.quantile, or of np.percentile (``percent``: q / 100, divided as NumPy
+    divides it). A Python number q is weak under NEP 50 (NumPy 2.4 keeps that apart)."""
+
+    def handler(
+        a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False, *,
+        weights=None, interpolation=None,
+    ):  # fmt: skip
+        x = _traced(a)
+        if x.dtype.kind == "c":
+            raise TypeError("a must be an array of real numbers")
+        q = _static(q, "the percentiles q" if percent else "the quantiles q")
+        weak = type(q) in (int, float)
+        if percent:
+            q = np.true_divide(q, 100)
+            if np.any(q < 0) or np.any(q > 1):
+                raise ValueError("Percentiles must be in the range [0, 100]")
+        return _quantile_of(x, q, weak, axis, method, keepdims, out, weights, interpolation)
+
+    return handler
 
 
-@implements(np.percentile)
-def _percentile(
-    a,
-    q,
-    axis=None,
-    out=None,
-    overwrite_input=False,
-    method="linear",
-    keepdims=False,
-    *,
-    weights=None,
-    interpolation=None,
-):
-    """np.quantile of q / 100, divided as NumPy divides it."""
-    x = _traced(a)
-    if x.dtype.kind == "c":
-        raise TypeError("a must be an array of real numbers")
-    q = _static(q, "the percentiles q")
-    weak = type(q) in (int, float)
-    q = np.true_divide(q, 100)
-    if np.any(q < 0) or np.any(q > 1):
-        raise ValueError("Percentiles must be in the range [0, 100]")
-    return _quantile_of(x, q, weak, axis, method, keepdims, out, weights, interpolation)
+implements(np.quantile)(_quantile_function(percent=False))
+implements(np.percentile)(_quantile_function(percent=True))
 
 
 # ---------------------------------------------------------------------- counting
