@@ -90,6 +90,7 @@ class _Context:
     max_iterations: int | None
     within: tuple | None  # the loop statement whose body this is
     handled: set = field(default_factory=set)  # ids of the guards the loops check now
+    signatures: dict = field(default_factory=dict)  # node -> its keys (_signatures)
 
 
 def _is_loop(n: Node) -> bool:
@@ -137,7 +138,7 @@ def _roll_once(nodes, live_out, ctx) -> list:
     taken = {v.name for v in graph.inputs} | value_names(nodes)  # for the stacked outputs' names
     # numbers in a node's inputs may move with the loop (``x * t``): first try runs that
     # match them by type only, then runs that match them by value
-    loose, strict = _signatures(nodes)
+    loose, strict = _signatures(nodes, ctx.signatures)
     loops, memo = [], {}  # the nodes of one line share their loops: found once per call chain
     for n in nodes:
         sources = _sources_of(n, stacks)
@@ -231,7 +232,7 @@ def _best_run(i, sigs, loops, at):
 def _common_loop(chains):
     """The innermost loop statement that holds every node of a window, or None."""
     common = None
-    for chain in chains:
+    for chain in {id(c): c for c in chains}.values():  # a line's nodes share one chain object
         common = set(chain) if common is None else common & set(chain)
         if not common:
             return None
@@ -260,12 +261,17 @@ def _enclosing(sources: tuple) -> tuple:
     return found
 
 
-def _signatures(nodes) -> tuple[list, list]:
+def _signatures(nodes, memo: dict) -> tuple[list, list]:
     """What two iterations' nodes at one body position must share, per node: loosely (a
     number among the inputs only its type; :func:`_progression` matches the values) and
-    strictly."""
+    strictly. ``memo`` keeps each node's pair of keys for the next scan of the graph."""
     loose, strict = [], []
     for n in nodes:
+        known = memo.get(n)
+        if known is not None:
+            loose.append(known[0])
+            strict.append(known[1])
+            continue
         attrs = _attrs_key(n)
         if attrs is None:  # an attribute holding a value of the graph: never a repeat
             loose.append(("unique", id(n)))
@@ -286,6 +292,7 @@ def _signatures(nodes) -> tuple[list, list]:
             loose.append((n.op, tuple(ins), attrs, outs, src))
         else:
             loose.append(strict[-1])
+        memo[n] = (loose[-1], strict[-1])
     ids: dict = {}  # each signature as a small int: runs of them compare quickly
     return [ids.setdefault(k, len(ids)) for k in loose], [
         ids.setdefault(k, len(ids)) for k in strict
