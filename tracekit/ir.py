@@ -106,11 +106,14 @@ class Var:
     __slots__ = ("name", "shape", "dtype", "weak", "_uid")
 
     def __init__(self, name: str, shape, dtype, weak: bool = False):
-        object.__setattr__(self, "name", str(name))
-        object.__setattr__(self, "shape", tuple(int(d) for d in shape))
-        object.__setattr__(self, "dtype", np.dtype(dtype))
-        object.__setattr__(self, "weak", bool(weak))
-        object.__setattr__(self, "_uid", next(_ids))
+        if type(shape) is not tuple or any(type(d) is not int for d in shape):
+            shape = tuple(int(d) for d in shape)
+        setter = object.__setattr__
+        setter(self, "name", name if type(name) is str else str(name))
+        setter(self, "shape", shape)
+        setter(self, "dtype", dtype if isinstance(dtype, np.dtype) else np.dtype(dtype))
+        setter(self, "weak", bool(weak))
+        setter(self, "_uid", next(_ids))
 
     def __setattr__(self, k, v):
         raise AttributeError("Var is immutable")
@@ -278,10 +281,15 @@ class Node:
     scope: tuple = ()
 
     def __post_init__(self):
-        object.__setattr__(self, "inputs", tuple(self.inputs))
-        object.__setattr__(self, "outputs", tuple(self.outputs))
-        object.__setattr__(self, "attrs", FrozenDict(self.attrs))
-        object.__setattr__(self, "scope", tuple(self.scope))
+        setter = object.__setattr__
+        if type(self.inputs) is not tuple:
+            setter(self, "inputs", tuple(self.inputs))
+        if type(self.outputs) is not tuple:
+            setter(self, "outputs", tuple(self.outputs))
+        if type(self.attrs) is not FrozenDict:
+            setter(self, "attrs", FrozenDict(self.attrs))
+        if type(self.scope) is not tuple:
+            setter(self, "scope", tuple(self.scope))
 
     @property
     def out(self) -> Var:

@@ -32,7 +32,7 @@ import numpy as np
 from ..ir import Var
 from ..loops.op import Affine
 from ..ops import OPS, py_literal
-from . import cache
+from . import cache, small_matmul
 from .planner import blas_out, handed_over, in_place_updates
 from .windows import Window, without_ellipsis
 
@@ -65,7 +65,7 @@ class _Driver:
         self.before: list[str] = []
         self.lines: list[str] = []
         self.view_lines: set = set()  # positions in lines of the views taken
-        self.callees: dict = {}  # name -> (a nested loop's driver, its module's source)
+        self.callees: dict = {}  # name -> (a nested loop's driver or a kernel, its source)
         if g.constants or g.guards:
             raise NoDriver("the body has constants or guards")
         values = list(g.inputs) + [o for n in g.nodes for o in n.outputs]
@@ -145,23 +145,36 @@ class _Driver:
                 raise NoDriver(f"{step.nodes[0].op} has no numba form in a loop driver")
 
     def _matmul(self, n, double: bool):
-        """A product of two matrices of one float dtype through numba's BLAS (SciPy's):
-        ``np.dot(a, b, out)`` into a buffer of the loop's."""
+        """A product of two matrices of one float dtype into a buffer of the loop's: through
+        the small-matrix kernel where it is faster here (:mod:`.small_matmul`), else numba's
+        BLAS (SciPy's), ``np.dot(a, b, out)``."""
         a, b = n.inputs
-        if not _numba_blas():
-            raise NoDriver("matmul needs SciPy for numba's BLAS")
         if not (isinstance(a, Var) and isinstance(b, Var)) or a.ndim != 2 or b.ndim != 2:
             raise NoDriver("a matmul of other than two matrices")
         if not a.dtype == b.dtype == n.out.dtype or a.dtype.kind not in "fc":
             raise NoDriver("a matmul of mixed or integer dtypes")
         if a in self.scalars or b in self.scalars:
             raise NoDriver("a matmul of a scalar")
+        (m, k), nc = a.shape, b.shape[1]
+        blas, disk = _numba_blas(), self.program.disk
+        if small_matmul.candidate(m, k, nc, a.dtype) and (
+            not blas or small_matmul.faster_than_blas(m, k, nc, a.dtype, disk)
+        ):
+            call = f"matmul_{len(self.callees)}"
+            fn = small_matmul.kernel(m, k, nc, a.dtype, disk)
+            self.callees[call] = (fn, small_matmul.kernel_source(m, k, nc, a.dtype))
+        elif blas:
+            call = "np.dot"
+        else:
+            raise NoDriver("matmul needs SciPy for numba's BLAS")
         self._temp(n.out, double)
-        x, y = (
-            self.names[v] if v in self.contiguous else f"np.ascontiguousarray({self.names[v]})"
+        x, y = (  # the kernel takes arrays typed C-contiguous (for those, a no-op)
+            self.names[v]
+            if v in self.contiguous and call == "np.dot"
+            else f"np.ascontiguousarray({self.names[v]})"
             for v in (a, b)
         )
-        self.lines.append(f"np.dot({x}, {y}, {self.names[n.out]})")
+        self.lines.append(f"{call}({x}, {y}, {self.names[n.out]})")
 
     def _loop(self, n, handed):
         """A nested loop: its own driver, called once per iteration of this one (bound to a
@@ -351,8 +364,8 @@ class _Driver:
                 raise NoDriver("a body output that is a view")
         stacked = self.node.attrs.get("stacked", 0)
         plain = len(g.outputs) - stacked
-        lines = [  # nested loops' drivers: the key of each one's module keeps the cache apart
-            f"{callee} = None  # a nested loop's driver, bound at load: {cache.module_key(src)}"
+        lines = [  # nested loops' drivers, matmul kernels: their modules' keys keep caches apart
+            f"{callee} = None  # bound at load: {cache.module_key(src)}"
             for callee, (_, src) in self.callees.items()
         ]
         lines += [

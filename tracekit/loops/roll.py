@@ -90,6 +90,8 @@ class _Context:
     max_iterations: int | None
     within: tuple | None  # the loop statement whose body this is
     handled: set = field(default_factory=set)  # ids of the guards the loops check now
+    signatures: dict = field(default_factory=dict)  # node -> its keys (_signatures)
+    signature_ids: dict = field(default_factory=dict)  # a signature -> its small int
 
 
 def _is_loop(n: Node) -> bool:
@@ -137,7 +139,7 @@ def _roll_once(nodes, live_out, ctx) -> list:
     taken = {v.name for v in graph.inputs} | value_names(nodes)  # for the stacked outputs' names
     # numbers in a node's inputs may move with the loop (``x * t``): first try runs that
     # match them by type only, then runs that match them by value
-    loose, strict = _signatures(nodes)
+    loose, strict = _signatures(nodes, ctx.signatures, ctx.signature_ids)
     loops, memo = [], {}  # the nodes of one line share their loops: found once per call chain
     for n in nodes:
         sources = _sources_of(n, stacks)
@@ -231,7 +233,7 @@ def _best_run(i, sigs, loops, at):
 def _common_loop(chains):
     """The innermost loop statement that holds every node of a window, or None."""
     common = None
-    for chain in chains:
+    for chain in {id(c): c for c in chains}.values():  # a line's nodes share one chain object
         common = set(chain) if common is None else common & set(chain)
         if not common:
             return None
@@ -260,36 +262,40 @@ def _enclosing(sources: tuple) -> tuple:
     return found
 
 
-def _signatures(nodes) -> tuple[list, list]:
+def _signatures(nodes, memo: dict, ids: dict) -> tuple[list, list]:
     """What two iterations' nodes at one body position must share, per node: loosely (a
     number among the inputs only its type; :func:`_progression` matches the values) and
-    strictly."""
+    strictly, each as a small int (``ids``: runs of them compare quickly). ``memo`` keeps
+    each node's pair for the next scan of the graph."""
     loose, strict = [], []
     for n in nodes:
-        attrs = _attrs_key(n)
-        if attrs is None:  # an attribute holding a value of the graph: never a repeat
-            loose.append(("unique", id(n)))
-            strict.append(loose[-1])
-            continue
-        outs = tuple((o.shape, o.dtype.str, o.weak) for o in n.outputs)
-        src = (n.source.file, n.source.line) if n.source else None
-        ins, numbers = [], False
-        for x in n.inputs:
-            if isinstance(x, Var):
-                ins.append(("v", x.shape, x.dtype.str, x.weak))
-            else:
-                numbers = numbers or _is_number(x)
-                ins.append(_literal_key(x))
-        strict.append((n.op, tuple(ins), attrs, outs, src))
-        if numbers:
-            ins = [("n", type(x).__name__) if _is_number(x) else k for x, k in zip(n.inputs, ins)]
-            loose.append((n.op, tuple(ins), attrs, outs, src))
+        known = memo.get(n)
+        if known is None:
+            known = memo[n] = _signature(n, ids)
+        loose.append(known[0])
+        strict.append(known[1])
+    return loose, strict
+
+
+def _signature(n: Node, ids: dict) -> tuple[int, int]:
+    attrs = _attrs_key(n)
+    if attrs is None:  # an attribute holding a value of the graph: never a repeat
+        unique = ids.setdefault(("unique", id(n)), len(ids))
+        return unique, unique
+    outs = tuple((o.shape, o.dtype.str, o.weak) for o in n.outputs)
+    src = (n.source.file, n.source.line) if n.source else None
+    ins, numbers = [], False
+    for x in n.inputs:
+        if isinstance(x, Var):
+            ins.append(("v", x.shape, x.dtype.str, x.weak))
         else:
-            loose.append(strict[-1])
-    ids: dict = {}  # each signature as a small int: runs of them compare quickly
-    return [ids.setdefault(k, len(ids)) for k in loose], [
-        ids.setdefault(k, len(ids)) for k in strict
-    ]
+            numbers = numbers or _is_number(x)
+            ins.append(_literal_key(x))
+    strict = ids.setdefault((n.op, tuple(ins), attrs, outs, src), len(ids))
+    if not numbers:
+        return strict, strict
+    ins = [("n", type(x).__name__) if _is_number(x) else k for x, k in zip(n.inputs, ins)]
+    return ids.setdefault((n.op, tuple(ins), attrs, outs, src), len(ids)), strict
 
 
 _PLAIN = (int, float, bool, str, type(None))

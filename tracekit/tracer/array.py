@@ -70,6 +70,8 @@ def stand_in(var: Var, dtype=None):
 
 # ---------------------------------------------------------------------- values
 def dtype_of(v) -> np.dtype:
+    if type(v) is np.ndarray:
+        return v.dtype
     if isinstance(v, bool):
         return np.dtype(bool)
     if isinstance(v, int):

@@ -16,13 +16,13 @@ import numpy as np
 from numpy.lib.array_utils import byte_bounds
 
 from ..errors import TraceError, TracerWarning
-from ..ir import Guard, InputSpec, Node, Var, at_iteration, moves
+from ..ir import FrozenDict, Guard, InputSpec, Node, Var, at_iteration, moves
 from ..ops import OPS
 from ..pytree import is_dask_array
 from .array import Buffer, TracedArray, ViewStep, dtype_of, iter_deep
 from .captures import find_capture
 from .movement import array_from
-from .source import is_user_frame, short_qualname, source_of, user_source
+from .source import USER_FILES, is_user_frame, short_qualname, source_of, user_source
 
 
 class Scope:
@@ -78,8 +78,15 @@ class TraceContext:
         """(source, scope) of the op being recorded now."""
         chain = []
         f = sys._getframe(2)
-        while f is not None and f.f_code is not self.stop_code:
-            if is_user_frame(f):
+        stop, known = self.stop_code, USER_FILES
+        while f is not None:
+            code = f.f_code
+            if code is stop:
+                break
+            user = known.get(code.co_filename)
+            if user is None:
+                user = is_user_frame(f)
+            if user:
                 chain.append(f)
             f = f.f_back
         chain.reverse()
@@ -161,7 +168,7 @@ class TraceContext:
 
     def emit(self, op, inputs, attrs=None, *, n_out=1, weak=False, view=False):
         """Compute ``op`` on the real values and record it; returns TracedArray(s)."""
-        attrs = dict(attrs or {})
+        attrs = FrozenDict(attrs or ())  # the node's own (a Node keeps a FrozenDict as it is)
         tins = [self.lift(x) for x in inputs]
         vals = [x._value if isinstance(x, TracedArray) else x for x in tins]
         # an index moving with a loop (a loop body's backward pass is built from its first

@@ -30,6 +30,11 @@ def _split_index(x, key):
     ctx = x._ctx
     idx, arrays = [], []
     for k in key:
+        if type(k) is slice:  # the common case first: a slice of Python ints
+            ends = (k.start, k.stop, k.step)
+            if all(v is None or type(v) is int for v in ends):
+                idx.append(k)
+                continue
         if isinstance(k, TracedArray) or isinstance(k, np.ndarray) or isinstance(k, list):
             arr = ctx.lift(np.asarray(k) if isinstance(k, list) else k)
             if isinstance(arr, TracedArray) and arr.ndim == 0 and arr.dtype.kind in "iu":

@@ -48,14 +48,14 @@ def _is_user_file(filename: str) -> bool:
     )
 
 
-_user_file_cache: dict = {}
+USER_FILES: dict = {}
 
 
 def is_user_frame(frame) -> bool:
     fn = frame.f_code.co_filename
-    hit = _user_file_cache.get(fn)
+    hit = USER_FILES.get(fn)
     if hit is None:
-        hit = _user_file_cache[fn] = _is_user_file(fn)
+        hit = USER_FILES[fn] = _is_user_file(fn)
     return hit
 
 
