@@ -56,6 +56,8 @@ class Compiled:
     (1, 1.0)
     """
 
+    tier = "compiled"  # what ``tk.jit`` reports for a call this answers
+
     def __init__(
         self, traced: Traced, target="cpu", math="fast", progress=None, cache=True, stream=None
     ):
