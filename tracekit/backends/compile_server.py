@@ -108,23 +108,24 @@ def _running() -> _Server:
         return _server
 
 
-def request_for(traced, target: str, math: str) -> dict:
+def request_for(traced, target: str, math: str, graph: str | None = None) -> dict:
     """The JSON request compiling ``traced``; ``Unavailable`` where it cannot be sent (a python
-    op the JSON cannot name, a static argument pickle cannot write)."""
+    op the JSON cannot name, a static argument pickle cannot write). ``graph``: its graph's
+    JSON, where the caller has it."""
     from .cache import cache_dir
 
     try:
-        graph = traced.graph.to_json()
+        graph = graph or traced.graph.to_json()
         trees = base64.b64encode(pickle.dumps((traced.in_tree, traced.out_tree))).decode()
     except Exception as e:
         raise Unavailable(f"the graph cannot be sent to the compile server ({e})") from e
     return {"graph": graph, "trees": trees, "target": target, "math": math, "dir": cache_dir()}
 
 
-def compile_in_server(traced, target: str = "cpu", math: str = "fast"):
+def compile_in_server(traced, target: str = "cpu", math: str = "fast", graph: str | None = None):
     """Compile ``traced`` in the server, into the disk cache; returns when it is there.
     ``Failed`` when numba cannot compile it; ``Unavailable`` when the server cannot."""
-    _running().compile(request_for(traced, target, math))
+    _running().compile(request_for(traced, target, math, graph))
 
 
 def stop():

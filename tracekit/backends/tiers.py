@@ -104,9 +104,14 @@ class Tiered:
     def _run(self):
         from .cpu import CompileError
 
-        marker = _marker_path(self.traced, self._math) if self._cache else None
+        time.sleep(0.001)  # the GIL back to the caller first: its answer returns at once
         try:
-            self.how = self._prepare(marker)
+            graph = self.traced.graph.to_json()
+        except Exception:  # (a python op JSON cannot name) no marker, no server
+            graph = None
+        marker = _marker_path(self.traced, self._math, graph) if self._cache else None
+        try:
+            self.how = self._prepare(marker, graph)
             compiled = self._compile_now()
         except CompileError as e:
             self.error = e
@@ -123,10 +128,10 @@ class Tiered:
         if self._notice is not None:
             self._notice(self)
 
-    def _prepare(self, marker) -> str:
+    def _prepare(self, marker, graph) -> str:
         """Compile in the server where that helps; say how the kernels are made."""
         if marker is None:
-            return "compiled in a thread (no disk cache)"
+            return "compiled in a thread"
         if os.path.exists(marker):
             return "loaded from the disk cache in a thread"
         if compiler_kind() == "thread":
@@ -134,7 +139,7 @@ class Tiered:
         from .cpu import CompileError
 
         try:
-            compile_server.compile_in_server(self.traced, "cpu", self._math)
+            compile_server.compile_in_server(self.traced, "cpu", self._math, graph)
         except compile_server.Unavailable as e:
             return f"compiled in a thread (compile server: {e})"
         except compile_server.Failed as e:
@@ -142,17 +147,13 @@ class Tiered:
         return "compiled by the compile server, loaded from the disk cache"
 
 
-def _marker_path(traced, math: str) -> str | None:
+def _marker_path(traced, math: str, text: str | None) -> str | None:
     """A file whose presence says the disk cache holds this graph's kernels (a hint: a wrong
     one costs a compile in a thread, never a wrong kernel)."""
     from ..version import __version__
     from .cache import cache_dir
 
-    if os.environ.get("TRACEKIT_DISABLE_DISK_CACHE") == "1":
-        return None
-    try:
-        text = traced.graph.to_json()
-    except Exception:
+    if text is None or os.environ.get("TRACEKIT_DISABLE_DISK_CACHE") == "1":
         return None
     key = hashlib.sha256(f"{__version__} {math} {traced.in_tree!r}\n{text}".encode()).hexdigest()
     return os.path.join(cache_dir(), "graphs", key[:32])
