@@ -205,3 +205,38 @@ def test_a_retrace_in_the_interpreter_tier_is_explained(monkeypatch):
     assert f.wait()
     np.testing.assert_array_equal(f(-np.ones(3)), np.full(3, -2.0))
     assert f.tier == "compiled"
+
+
+# ---------------------------------------------------------------------- the notebook's notice
+def test_the_notebook_says_once_when_compiled_kernels_took_over(monkeypatch):
+    import IPython.display
+
+    import tracekit.backends as backends
+    from tracekit.backends import tiers
+
+    shown = []
+
+    class Handle:
+        def update(self, html):
+            shown.append(html.data)
+
+    def display(html, display_id=False):
+        assert html.data == "" and display_id  # nothing to read until there is news
+        return Handle()
+
+    monkeypatch.setattr(backends, "_in_notebook", lambda: True)
+    monkeypatch.setattr(IPython.display, "display", display)
+    monkeypatch.setenv("TRACEKIT_JIT_COMPILER", "thread")
+    f = tk.jit(lambda x: np.cos(x) * 3, wait=False)
+    f(np.zeros(3))
+    (entry,) = f._cache.values()
+    assert isinstance(entry, tiers.Tiered) and f.wait()
+    said = f"compiled kernels took over after {entry.seconds:.1f} s"
+    assert shown == ([f"<small>&lt;lambda&gt;: {said}</small>"] if entry.seconds >= 1 else [])
+    shown.clear()
+    entry.seconds = 2.5  # as after a slow compile (a quick one says nothing)
+    entry._notice(entry)
+    assert len(shown) == 1 and "compiled kernels took over after 2.5 s" in shown[0], shown
+    g = tk.jit(lambda x: np.cos(x) * 4, wait=False, progress=False)  # progress=False: silent
+    g(np.zeros(3))
+    assert g.wait() and len(shown) == 1

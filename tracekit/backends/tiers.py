@@ -19,6 +19,7 @@ warning naming the node and the user's line.
 from __future__ import annotations
 
 import hashlib
+import html
 import os
 import threading
 import time
@@ -122,11 +123,11 @@ class Tiered:
                 _touch(marker)
             self.seconds = time.perf_counter() - self._started
             self.compiled = compiled
-        self._done.set()
         for listener in self._listeners:
             listener(self)
         if self._notice is not None:
             self._notice(self)
+        self._done.set()  # (after the listeners: a caller that waited finds them done)
 
     def _prepare(self, marker, graph) -> str:
         """Compile in the server where that helps; say how the kernels are made."""
@@ -186,6 +187,6 @@ def notebook_notice(name: str):
             text = f"{name}: compiling failed; the interpreter keeps answering (see the warning)"
         else:
             return
-        handle.update(HTML(f"<small>{text}</small>"))
+        handle.update(HTML(f"<small>{html.escape(text)}</small>"))
 
     return notice
