@@ -26,7 +26,7 @@ from .. import pytree
 from ..errors import GuardError, TracerWarning
 from ..traced import trace
 from .runtime import device_array_types, is_device_array
-from .tiers import Tiered, blocking_by_default, notebook_notice
+from .tiers import Tiered, blocking_by_default, notebook_notice, start_worker
 
 MAX_SIGNATURES = 64
 
@@ -140,6 +140,8 @@ class JitFunction:
         self.options.setdefault("progress", None)
         self.tier: str | None = None  # which tier answered the last call
         self._last_entry = None
+        if target == "cpu" and not self._blocking():
+            start_worker()  # now, not on the first call's path
         self._cache: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
         self._last_sig = None

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import html
 import os
+import queue
 import threading
 import time
 import warnings
@@ -90,7 +91,8 @@ class Tiered:
 
     def start(self):
         self.started = True
-        threading.Thread(target=self._run, name="tracekit-tier-compile", daemon=True).start()
+        start_worker()
+        _jobs.put(self)  # (no wait for a new thread to be scheduled: on a busy machine, ms)
         return self
 
     def wait(self, timeout=None) -> bool:
@@ -123,11 +125,13 @@ class Tiered:
                 _touch(marker)
             self.seconds = time.perf_counter() - self._started
             self.compiled = compiled
-        for listener in self._listeners:
-            listener(self)
-        if self._notice is not None:
-            self._notice(self)
-        self._done.set()  # (after the listeners: a caller that waited finds them done)
+        try:
+            for listener in self._listeners:
+                listener(self)
+            if self._notice is not None:
+                self._notice(self)
+        finally:
+            self._done.set()  # (after the listeners: a caller that waited finds them done)
 
     def _prepare(self, marker, graph) -> str:
         """Compile in the server where that helps; say how the kernels are made."""
@@ -146,6 +150,31 @@ class Tiered:
         except compile_server.Failed as e:
             raise CompileError(str(e)) from None
         return "compiled by the compile server, loaded from the disk cache"
+
+
+_jobs: queue.SimpleQueue = queue.SimpleQueue()
+_worker: list = []
+_worker_lock = threading.Lock()
+
+
+def start_worker():
+    """The thread that runs the entries' compiles one after another (started once, before the
+    first call needs it: ``tk.jit`` starts it when it wraps a function)."""
+    with _worker_lock:
+        if not _worker:
+            _worker.append(
+                threading.Thread(target=_work, name="tracekit-tier-compile", daemon=True)
+            )
+            _worker[0].start()
+
+
+def _work():
+    while True:
+        job = _jobs.get()
+        try:
+            job._run()
+        except Exception as e:  # (a notice that failed): the next job still runs
+            warnings.warn(f"tk.jit: {type(e).__name__}: {e}", TierWarning, stacklevel=1)
 
 
 def _marker_path(traced, math: str, text: str | None) -> str | None:
