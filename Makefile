@@ -36,7 +36,7 @@ pytest: setup sysdeps
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 tests
 
 acceptance: setup sysdeps
-	@if [ -n "$(ACCEPTANCE)" ]; then $(BIN)/python -m pytest $(ACCEPTANCE) -q -p no:cacheprovider; \
+	@if [ -n "$(ACCEPTANCE)" ]; then TRACEKIT_JIT_WAIT=1 $(BIN)/python -m pytest $(ACCEPTANCE) -q -p no:cacheprovider; \
 	else echo "no ../shared/acceptance here; skipped"; fi
 
 test: lint pytest acceptance

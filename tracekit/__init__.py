@@ -71,8 +71,11 @@ def compile(traced, target: str = "cpu", **options):  # noqa: A001  (the public 
 def jit(fn=None, *, target: str = "cpu", **options):
     """Decorator: trace and compile ``fn`` per signature (shapes, dtypes, static args).
 
+    A new signature's first call answers through the interpreter while its kernels compile off
+    the caller's path; ``wait=True`` (or ``TRACEKIT_JIT_WAIT=1``) compiles first instead.
+
     >>> import numpy as np, tracekit as tk
-    >>> @tk.jit
+    >>> @tk.jit(wait=True)
     ... def f(x):
     ...     return np.tanh(x) * 2
     >>> f(np.zeros(3)).tolist(), f.explain()

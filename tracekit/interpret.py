@@ -42,11 +42,20 @@ def run_node(node: Node, env: dict):
         env[var] = np.asarray(val).item() if var.weak else val
 
 
-def run(graph: Graph, inputs, *, env_out: dict | None = None, until: int | None = None):
+def run(
+    graph: Graph,
+    inputs,
+    *,
+    env_out: dict | None = None,
+    until: int | None = None,
+    drop_dead: bool = False,
+):
     """Run ``graph`` on input values (one per ``graph.inputs``, constants included or not).
 
     Returns the list of output values. ``env_out`` (a dict) receives every intermediate value;
-    ``until`` stops after that many nodes (the outputs computed so far are returned as None).
+    ``until`` stops after that many nodes (the outputs computed so far are returned as None);
+    ``drop_dead`` keeps in it only the outputs and the guarded values, dropping every other
+    value after its last use (as NumPy frees temporaries: the memory is reused while hot).
     """
     inputs = list(inputs)
     n_args = len(graph.inputs) - len(graph.constants)
@@ -57,9 +66,29 @@ def run(graph: Graph, inputs, *, env_out: dict | None = None, until: int | None 
     env = env_out if env_out is not None else {}
     env.update({v: as_input_value(v, x) for v, x in zip(graph.inputs, inputs)})
     nodes = graph.nodes if until is None else graph.nodes[:until]
-    for node in nodes:
+    dead = _dead_after(graph) if drop_dead else ()
+    for k, node in enumerate(nodes):
         run_node(node, env)
+        for v in dead[k] if dead else ():
+            env.pop(v, None)
     return [env.get(o) for o in graph.outputs]
+
+
+def _dead_after(graph: Graph) -> list:
+    """Per node, the values nothing after it reads (outputs and guarded values excepted)."""
+    kept = set(graph.outputs) | {g.var for g in graph.guards}
+    last = {}
+    for k, node in enumerate(graph.nodes):
+        for x in node.inputs:
+            if isinstance(x, Var):
+                last[x] = k
+        for o in node.outputs:
+            last.setdefault(o, k)  # an unused value dies where it is made
+    dead = [[] for _ in graph.nodes]
+    for v, k in last.items():
+        if v not in kept:
+            dead[k].append(v)
+    return dead
 
 
 def check_guards(graph: Graph, env: dict, where: str = ""):

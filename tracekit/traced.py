@@ -535,7 +535,7 @@ class Traced:
         if self.graph.guards:
             check_layout_guards(self.graph, values)
         env = {}
-        outs = run(self.graph, values, env_out=env)
+        outs = run(self.graph, values, env_out=env, drop_dead=True)
         check_guards(self.graph, env)
         return self.finish_call(values, outs)
 

@@ -504,3 +504,34 @@ def test_the_cache_key_follows_the_code_kernels_call_into(monkeypatch):
         monkeypatch.undo()
         cache._code_digest.cache_clear()
     assert cache.module_key(c.source) == before
+
+
+# ---------------------------------------------------------------------- threads on a busy machine
+def test_kernels_leave_the_cores_other_processes_keep_busy(monkeypatch):
+    import numba
+
+    from tracekit.backends import runtime
+
+    base = numba.config.NUMBA_NUM_THREADS
+    numba.set_num_threads(base)
+    monkeypatch.setattr(runtime, "_per_thread", threading.local())  # as in a new thread
+    c, _ = compiled(lambda x: np.tanh(x) + 1, np.ones(4))
+    try:
+        for others, want in ((base + 3, 1), (0, base), (1, max(1, base - 1))):
+            monkeypatch.setattr(runtime, "other_load", lambda o=others: o)
+            monkeypatch.setattr(runtime, "_gate", [0.0, None])  # look again at this call
+            np.testing.assert_allclose(c(np.zeros(4)), np.ones(4))
+            assert numba.get_num_threads() == want, (others, want)
+        numba.set_num_threads(1)  # the user's own setting is the most it uses
+        monkeypatch.setattr(runtime, "_gate", [0.0, None])
+        c(np.zeros(4))
+        assert numba.get_num_threads() == 1
+    finally:
+        numba.set_num_threads(base)
+
+
+def test_the_load_sample_counts_other_processes_only():
+    from tracekit.backends import runtime
+
+    assert runtime._own_running() >= 1  # this thread, running now
+    assert runtime.other_load() >= 0

@@ -23,7 +23,7 @@ from .lowering import lower
 from .offsets import fuse_at_offsets
 from .planner import blas_out
 from .planner import plan as make_plan
-from .runtime import check_out_types
+from .runtime import check_out_types, fit_threads
 
 TARGETS = ("cpu", "cuda", "dask")
 MATH = ("fast", "libm")
@@ -55,6 +55,8 @@ class Compiled:
     >>> len(c.kernels), float(c(np.zeros(1000, np.float32))[0])
     (1, 1.0)
     """
+
+    tier = "compiled"  # what ``tk.jit`` reports for a call this answers
 
     def __init__(
         self, traced: Traced, target="cpu", math="fast", progress=None, cache=True, stream=None
@@ -199,6 +201,8 @@ class Compiled:
         >>> c(np.zeros(1000, np.float32), out=out) is out, out[:3]
         (True, array([1., 1., 1.], dtype=float32))
         """
+        if self.target == "cpu":
+            fit_threads()
         if out is None and self._quick is not None:
             result = self._quick(args)
             if result is not None:

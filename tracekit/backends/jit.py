@@ -5,6 +5,10 @@ shape, dtype and weakness of every array leaf, plus the shapes and dtypes of the
 function captured. A new signature traces and compiles (the disk cache makes that fast in a new
 process); a guard that fails on new data (a branch taken the other way) retraces with a warning
 instead of returning a wrong answer.
+
+On the CPU, a new signature's first call answers through the interpreter while its kernels
+compile off the caller's path (``tiers.py``); ``wait=True`` (or ``TRACEKIT_JIT_WAIT=1``)
+compiles before answering instead.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
+import time
 import warnings
 from collections import OrderedDict
 
@@ -21,6 +26,7 @@ from .. import pytree
 from ..errors import GuardError, TracerWarning
 from ..traced import trace
 from .runtime import device_array_types, is_device_array
+from .tiers import Tiered, blocking_by_default, notebook_notice, start_worker
 
 MAX_SIGNATURES = 64
 
@@ -116,9 +122,10 @@ class Explanation(str):
 
 class JitFunction:
     """A function compiled per signature. Call it like the function; ``explain()`` says why the
-    last call retraced or recompiled."""
+    last call retraced or recompiled, and ``tier`` which tier answered it ("interpreter" or
+    "compiled")."""
 
-    def __init__(self, fn, target="cpu", **options):
+    def __init__(self, fn, target="cpu", wait=None, **options):
         from . import TARGETS
 
         if not callable(fn):  # said at decoration, not at the first call
@@ -129,7 +136,12 @@ class JitFunction:
         if unknown:
             raise TypeError(f"tk.jit got unexpected options {sorted(unknown)}")
         self.fn, self.target, self.options = fn, target, options
+        self.wait_for_kernels = wait  # None: TRACEKIT_JIT_WAIT decides at each new signature
         self.options.setdefault("progress", None)
+        self.tier: str | None = None  # which tier answered the last call
+        self._last_entry = None
+        if target == "cpu" and not self._blocking():
+            start_worker()  # now, not on the first call's path
         self._cache: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
         self._last_sig = None
@@ -140,12 +152,19 @@ class JitFunction:
         functools.update_wrapper(self, fn, updated=())
 
     def __getstate__(self):  # to dask workers: the function and options; each compiles its own
-        return {"fn": self.fn, "target": self.target, "options": self.options}
+        return {
+            "fn": self.fn,
+            "target": self.target,
+            "wait": self.wait_for_kernels,
+            "options": self.options,
+        }
 
     def __setstate__(self, state):
-        self.__init__(state["fn"], state["target"], **state["options"])
+        self.__init__(state["fn"], state["target"], state.get("wait"), **state["options"])
 
     def _compile(self, args, kw=None):
+        """The compiled entry for a new signature, or a :class:`Tiered` one (not started)
+        whose calls the interpreter answers while its kernels compile off the caller's path."""
         from . import compile as compile_graph
 
         # tracing runs the function on host values: device arrays are copied to the host here,
@@ -158,7 +177,34 @@ class JitFunction:
             )
         t = trace(functools.partial(self.fn, **kw) if kw else self.fn, *traced_args)
         target = "dask" if _has_dask_array(args) else self.target
-        return compile_graph(t, target=target, **self.options)
+        if target != "cpu" or self._blocking():
+            return compile_graph(t, target=target, **self.options)
+        quiet = dict(self.options, progress=False)
+        progress = self.options["progress"]
+        entry = Tiered(
+            t,
+            lambda: compile_graph(t, target="cpu", **quiet),
+            self.options.get("math", "fast"),
+            self.options.get("cache", True),
+            None if progress is False else notebook_notice(t.graph.name),
+        )
+        entry.on_ready(self._promote)
+        return entry
+
+    def _blocking(self) -> bool:
+        wait = self.wait_for_kernels
+        return blocking_by_default() if wait is None else bool(wait)
+
+    def _promote(self, entry: Tiered):
+        """Once ``entry``'s kernels are ready, calls of its signature go straight to them."""
+        c = entry.compiled
+        if c is None:
+            return
+        c.signature, c.capture_sig, c.tiered = entry.signature, entry.capture_sig, entry
+        with self._lock:
+            if self._cache.get(entry.signature) is entry:
+                self._cache[entry.signature] = c
+            self._plain = {k: c if e is entry else e for k, e in self._plain.items()}
 
     @staticmethod
     def _capture_sig(compiled):
@@ -194,7 +240,7 @@ class JitFunction:
                 except GuardError:
                     pass  # the general path below retraces and says so
                 else:
-                    self._last_sig = entry.signature
+                    self._last_sig, self._last_entry, self.tier = entry.signature, entry, entry.tier
                     self._last_reason = "cache hit: no retrace, no recompile"
                     return result
         kw = None
@@ -223,7 +269,9 @@ class JitFunction:
             entry = self._store(sig, args, kw)
             reason = f"retraced: a value baked into the trace changed ({e})"
             result = entry(*args)
-        self._last_reason = reason
+        self._last_reason, self._last_entry, self.tier = reason, entry, entry.tier
+        if isinstance(entry, Tiered) and not entry.started:
+            entry.start()  # after its first answer: that answer does not share the GIL
         return result
 
     def _store(self, sig, args, kw=None):
@@ -243,15 +291,41 @@ class JitFunction:
         return c
 
     def explain(self) -> Explanation:
-        """Why the last call traced/compiled again, or that it hit the cache."""
+        """Why the last call traced/compiled again, or that it hit the cache; and, where the
+        kernels compiled off the caller's path, which tier answered it."""
         if self._last_reason is None:
             return Explanation("not called yet")
-        return Explanation(self._last_reason)
+        tier = _tier_line(self._last_entry)
+        return Explanation(self._last_reason + (f"\n{tier}" if tier else ""))
+
+    def wait(self, timeout=None) -> bool:
+        """Block until the kernels of every signature seen so far are compiled (or failed);
+        whether all of them are ready.
+
+        >>> import numpy as np, tracekit as tk
+        >>> f = tk.jit(lambda x: np.tanh(x) * 2, wait=False)
+        >>> f(np.zeros(3)).tolist(), f.tier
+        ([0.0, 0.0, 0.0], 'interpreter')
+        >>> f.wait(), f(np.zeros(3)).tolist(), f.tier
+        (True, [0.0, 0.0, 0.0], 'compiled')
+        """
+        with self._lock:
+            pending = [e for e in self._cache.values() if isinstance(e, Tiered)]
+        deadline = None if timeout is None else time.perf_counter() + timeout
+        for entry in pending:
+            left = None if deadline is None else max(0.0, deadline - time.perf_counter())
+            entry.wait(left)
+        return all(e.compiled is not None for e in pending)
 
     @property
     def compiled(self):
-        """The Compiled of the most recent signature."""
-        return self._cache[self._last_sig] if self._last_sig in self._cache else None
+        """The Compiled of the most recent signature (waiting for its kernels where they
+        compile off the caller's path; None if that failed)."""
+        entry = self._cache.get(self._last_sig)
+        if isinstance(entry, Tiered):
+            entry.wait()
+            return entry.compiled
+        return entry
 
     def __set_name__(self, owner, name):
         self._attr = name
@@ -259,7 +333,9 @@ class JitFunction:
     def __get__(self, obj, objtype=None):  # @tk.jit on a method
         if obj is None:
             return self
-        bound = JitFunction(self.fn.__get__(obj, objtype), self.target, **self.options)
+        bound = JitFunction(
+            self.fn.__get__(obj, objtype), self.target, self.wait_for_kernels, **self.options
+        )
         try:  # the instance keeps its compiled method (found before this descriptor next time)
             vars(obj)[getattr(self, "_attr", self.fn.__name__)] = bound
             return bound
@@ -268,16 +344,36 @@ class JitFunction:
         return self.__dict__.setdefault("_bound", {}).setdefault(id(obj), bound)
 
 
-def jit(fn=None, *, target="cpu", **options):
+def _tier_line(entry) -> str:
+    """Which tier answered a call served by ``entry``; empty for kernels compiled before the
+    first answer (``wait=True``)."""
+    tiered = entry if isinstance(entry, Tiered) else getattr(entry, "tiered", None)
+    if tiered is None:
+        return ""
+    if entry.tier == "compiled":
+        ready = f"ready {tiered.seconds:.2f} s after the first call"
+        return f"served by compiled kernels ({tiered.how}; {ready})"
+    if tiered.error is not None:
+        first = str(tiered.error).strip().splitlines()[0]
+        return f"served by the interpreter: compiling the kernels failed ({first})"
+    return "served by the interpreter while the kernels compile off the caller's path"
+
+
+def jit(fn=None, *, target="cpu", wait=None, **options):
     """Trace and compile ``fn`` per signature; use as ``@tk.jit`` or ``tk.jit(fn, target=...)``.
 
+    On the CPU, a new signature's first call answers through the interpreter (NumPy's speed)
+    while the kernels compile off the caller's path; later calls use them once they are ready.
+    ``wait=True`` compiles before the first answer (benchmarks, scripts); ``TRACEKIT_JIT_WAIT=1``
+    makes that the default.
+
     >>> import numpy as np, tracekit as tk
-    >>> @tk.jit
+    >>> @tk.jit(wait=True)
     ... def f(x):
     ...     return np.tanh(x) * 2
-    >>> f(np.zeros(3)).tolist(), f.explain()
-    ([0.0, 0.0, 0.0], 'first call: traced and compiled')
+    >>> f(np.zeros(3)).tolist(), f.explain(), f.tier
+    ([0.0, 0.0, 0.0], 'first call: traced and compiled', 'compiled')
     """
     if fn is None:
-        return lambda f: JitFunction(f, target, **options)
-    return JitFunction(fn, target, **options)
+        return lambda f: JitFunction(f, target, wait, **options)
+    return JitFunction(fn, target, wait, **options)

@@ -37,7 +37,7 @@ def _loop_spans(file: str) -> list:
             # statement's condition in every iteration
             statement = isinstance(node, ast.For | ast.AsyncFor)
             first = node.body[0].lineno if statement else node.lineno
-            spans.append((first, node.end_lineno, node.lineno, _header(node, text)))
+            spans.append((first, node.end_lineno, node.lineno, _header(node, lines)))
         elif isinstance(node, _FUNCTIONS):
             functions.append((node.lineno, node.end_lineno))
     spans.sort(key=lambda s: s[1] - s[0])  # the innermost loop first
@@ -66,15 +66,30 @@ def enclosing_loops(file: str, line: int) -> tuple:
     )
 
 
-def _header(node, text: str) -> str | None:
+def _header(node, lines: list) -> str | None:
     """A loop statement's first line as written, without its comment (``for k in range(n):``);
     None for a comprehension."""
 
     def part(n):
-        return " ".join((ast.get_source_segment(text, n) or ast.unparse(n)).split())
+        return " ".join((_segment(lines, n) or ast.unparse(n)).split())
 
     if isinstance(node, ast.For | ast.AsyncFor):
         return f"for {part(node.target)} in {part(node.iter)}:"
     if isinstance(node, ast.While):
         return f"while {part(node.test)}:"
     return None
+
+
+def _segment(lines: list, node) -> str | None:
+    """The source text of ``node`` (``ast.get_source_segment``, which splits the whole file
+    again for every node it is asked about: seconds for a long file's loops)."""
+    if getattr(node, "end_lineno", None) is None or node.end_lineno > len(lines):
+        return None
+    first, last = node.lineno - 1, node.end_lineno - 1
+    head = lines[first].encode()  # the column offsets count UTF-8 bytes
+    if first == last:
+        return head[node.col_offset : node.end_col_offset].decode(errors="replace")
+    tail = lines[last].encode()[: node.end_col_offset].decode(errors="replace")
+    return (
+        head[node.col_offset :].decode(errors="replace") + "".join(lines[first + 1 : last]) + tail
+    )
