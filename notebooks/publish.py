@@ -85,10 +85,17 @@ def main(names):
     if names:
         paths = [p for p in paths if any(n in os.path.basename(p) for n in names)]
     os.makedirs(PUBLISHED, exist_ok=True)
+    failed = []
     for path in paths:
         print("running", os.path.basename(path), flush=True)
         nb = nbformat.read(path, as_version=4)
-        nbformat.write(published(nb, execute(nb)), published_path(path))
+        try:
+            nbformat.write(published(nb, execute(nb)), published_path(path))
+        except nbclient.exceptions.CellExecutionError as e:
+            print(e, file=sys.stderr)
+            failed.append(os.path.basename(path))
+    if failed:
+        sys.exit(f"failed: {', '.join(failed)}")
 
 
 if __name__ == "__main__":

@@ -84,7 +84,6 @@ def test_the_published_copy_has_the_notebooks_cells(path):
     assert [(c.cell_type, c.source) for c in pub.cells] == [
         (c.cell_type, c.source) for c in nb.cells
     ], f"{published} is stale: run `make course`"
-    assert all(c.outputs for c, p in zip(pub.cells, publish.pictures(pub)) if p)
     code = [c for c in pub.cells if c.cell_type == "code"]
     assert any(c.outputs for c in code), f"{published} has no outputs: run `make course`"
 
