@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 export NUMBA_ENABLE_CUDASIM ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 0 || echo 1)
 ACCEPTANCE := $(wildcard ../shared/acceptance)
 
-.PHONY: setup sysdeps demo test lint pytest acceptance bench lab fuzz clean
+.PHONY: setup sysdeps demo test lint pytest acceptance bench lab course fuzz clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -53,6 +53,11 @@ fuzz: setup
 # The course: JupyterLab rooted at notebooks/ (jupyter refuses to start as root without --allow-root).
 lab: setup
 	$(BIN)/jupyter lab notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root)
+
+# The course published (docs/course/): every notebook executed, its outputs kept, for reading
+# without running it; `make test` checks the copy against the notebooks (run this after editing one).
+course: setup sysdeps
+	$(BIN)/python notebooks/publish.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info demo.svg

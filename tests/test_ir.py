@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+import types
 import warnings
 
 import numpy as np
@@ -346,6 +348,20 @@ def test_listing_format():
         (Var("9", (64, 1), np.float32),),
     )
     assert str(i) == "%9: f32[64,1] = index(%7, idx=(::-1, ..., None, 3))"
+
+
+def test_a_notebook_cell_is_named_as_jupyter_numbers_it(monkeypatch):
+    """In IPython a cell's code lives in a file such as ipykernel_<pid>/<hash>.py; a listing
+    names it as the notebook does (``In [3], line 7``), from IPython's own file -> cell map."""
+    cell_file = "/tmp/ipykernel_42/1234.py"
+    shell = types.SimpleNamespace(compile=types.SimpleNamespace(_filename_map={cell_file: 3}))
+    fake_ipython = types.SimpleNamespace(get_ipython=lambda: shell)
+    monkeypatch.setitem(sys.modules, "IPython", fake_ipython)
+    assert str(Source(cell_file, 7, "f", "y = x + 1")) == "In [3], line 7"
+    assert str(Source("/tmp/ipykernel_42/5678.py", 2, "f")) == "cell:2"  # not a cell it ran
+    assert str(Source("/some/where/file.py", 12, "f")) == "file.py:12"
+    monkeypatch.setattr(fake_ipython, "get_ipython", lambda: None)  # imported, no shell running
+    assert str(Source(cell_file, 7, "f")) == "cell:7"
 
 
 def test_graph_listing_shows_inputs_captures_guards_and_writes():

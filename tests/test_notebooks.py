@@ -1,4 +1,6 @@
-"""Every notebook in notebooks/ runs top to bottom (nbclient) in a kernel of this interpreter.
+"""Every notebook in notebooks/ runs top to bottom (nbclient) in a kernel of this interpreter,
+its exercises with their solutions through their check cells, and the published copy in
+docs/course/ (``make course``) has the same cells and the same pictures as a fresh run.
 
 The kernel is a private kernelspec made with ``ipykernel install --prefix`` in a temporary
 directory and found through ``JUPYTER_PATH``: it runs ``sys.executable`` whatever kernels the
@@ -22,6 +24,9 @@ pytest.importorskip("ipykernel")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOK_DIR = os.path.join(ROOT, "notebooks")
 NOTEBOOKS = sorted(glob.glob(os.path.join(NOTEBOOK_DIR, "*.ipynb")))
+sys.path.insert(0, NOTEBOOK_DIR)
+import publish  # noqa: E402  (notebooks/publish.py: how the course is run and published)
+
 KERNEL = "tracekit-tests"
 CELL_TIMEOUT_S = 300
 
@@ -60,19 +65,40 @@ def test_notebook_is_committed_without_outputs(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
-def test_notebook_runs_top_to_bottom(path, kernel):
+def test_every_exercise_has_a_solution_and_a_check(path):
     nb = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(
-        nb,
-        timeout=CELL_TIMEOUT_S,
-        kernel_name=kernel,
-        resources={"metadata": {"path": NOTEBOOK_DIR}},
-    )
-    client.execute()  # raises CellExecutionError naming the cell that failed
+    publish.with_solutions(nb)  # raises for an exercise without a <details> solution
+    for i, cell in enumerate(nb.cells):
+        if "exercise" in publish.tags(cell):
+            checks = [c for c in nb.cells[i + 1 :] if c.cell_type == "code"][:1]
+            assert checks and "check" in publish.tags(checks[0]), cell.source[:60]
+            assert "assert" in checks[0].source, checks[0].source[:60]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
+def test_the_published_copy_has_the_notebooks_cells(path):
+    """docs/course/ is rebuilt by `make course`; it must follow every edit of a notebook."""
+    published = publish.published_path(path)
+    assert os.path.exists(published), f"{published} is missing: run `make course`"
+    nb, pub = nbformat.read(path, as_version=4), nbformat.read(published, as_version=4)
+    assert [(c.cell_type, c.source) for c in pub.cells] == [
+        (c.cell_type, c.source) for c in nb.cells
+    ], f"{published} is stale: run `make course`"
+    code = [c for c in pub.cells if c.cell_type == "code"]
+    assert any(c.outputs for c in code), f"{published} has no outputs: run `make course`"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
+def test_notebook_runs_top_to_bottom(path, kernel):
+    original = nbformat.read(path, as_version=4)
+    nb = publish.execute(original, kernel_name=kernel, timeout=CELL_TIMEOUT_S)
     errors = [
         o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"
     ]
     assert not errors
+    fresh = publish.published(original, nb)
+    pub = nbformat.read(publish.published_path(path), as_version=4)
+    assert publish.pictures(fresh) == publish.pictures(pub), "pictures differ: run `make course`"
     if os.path.basename(path) == "01_tour.ipynb":
         svgs = [
             o.data["image/svg+xml"]

@@ -161,6 +161,7 @@ def _source_context(src) -> dict | None:
     out = {
         "file": src.file,
         "short": os.path.basename(src.file),
+        "where": str(src),  # "In [3], line 7" for a notebook cell, "model.py:7" for a file
         "line": src.line,
         "function": src.function,
         "text": src.text,
@@ -1479,7 +1480,7 @@ def _details_text(det: dict) -> str:
         lines.append(f"{len(meta['members'])} op(s)")
     src = meta.get("source")
     if src:
-        lines.append(f"source: {src['file']}:{src['line']} in {src['function']}")
+        lines.append(f"source: {src['where']} in {src['function']}")
         for no, text in src.get("context", []):
             mark = ">" if no == src["line"] else " "
             lines.append(f"  {mark}{no:5d} | {text}")

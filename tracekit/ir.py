@@ -21,6 +21,7 @@ import hashlib
 import itertools
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -165,6 +166,15 @@ class Var:
         return f"%{self.name}: {self.type}"
 
 
+def _notebook_cell(file: str) -> int | None:
+    """The execution count of the notebook cell IPython compiled as ``file`` (what its
+    tracebacks call ``In[3]``), or None outside IPython."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    cells = getattr(getattr(shell, "compile", None), "_filename_map", None)
+    return cells.get(file) if isinstance(cells, dict) else None
+
+
 @dataclass(frozen=True)
 class Source:
     """Where a node came from in the user's code."""
@@ -175,6 +185,9 @@ class Source:
     text: str = ""
 
     def __str__(self):
+        cell = _notebook_cell(self.file)
+        if cell is not None:
+            return f"In [{cell}], line {self.line}"
         return f"{self.short_file}:{self.line}"
 
     @property

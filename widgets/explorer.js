@@ -817,7 +817,7 @@ class Explorer {
     if (m.plan) s += `<div class="tk-d-sec">Plan</div><ul class="tk-d-list">${m.plan.map((p) => `<li>${esc(p)}</li>`).join("")}</ul>`;
     if (m.source) {
       const src = m.source;
-      s += `<div class="tk-d-sec">Source <span class="tk-d-where" title="${esc(src.file)}">${esc(src.short)}:${src.line}${src.function ? " in " + esc(src.function) : ""}</span></div>`;
+      s += `<div class="tk-d-sec">Source <span class="tk-d-where" title="${esc(src.file)}">${esc(src.where || src.short + ":" + src.line)}${src.function ? " in " + esc(src.function) : ""}</span></div>`;
       s += `<pre class="tk-src">`;
       for (const [no, text] of src.context || []) {
         s += `<span class="tk-src-line${no === src.line ? " tk-src-here" : ""}"><span class="tk-src-no">${no}</span>${highlightPython(text) || " "}</span>`;
