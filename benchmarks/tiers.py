@@ -9,8 +9,9 @@ Run from the repository root::
 
 ``first``: per workload of ``benchmarks/cpu.py`` (its quick sizes; ``--full`` for its full
 ones), with an empty disk cache: the trace time, NumPy's eager time, the first answer of
-``tk.jit`` (the interpreter tier; median of three new functions) and of ``tk.jit(wait=True)`` (compile, then run); the issue's
-target is first answer <= trace + 1.5 x NumPy.
+``tk.jit`` (the interpreter tier; median of three new functions) and of
+``tk.jit(wait=True)`` (compile, then run); the issue's target is first answer <= trace + 1.5 x
+NumPy.
 
 ``disturb``: while a new graph's kernels compile off the caller's path, the caller keeps calling
 an interpreted 20-op chain; its calls per second during the compile, relative to the rate just
