@@ -531,7 +531,10 @@ def test_registry():
             assert documented_cr_bound(op, dt) is not None  # every function states its bound
     assert fm.name_for("exp", np.int32) is None
     assert fm.name_for("arctan", np.float64) is None
-    assert len(ns) == 2 * len(fm.OPS)
+    assert len(ns) == 2 * len(fm.OPS) + len(fm.POWER_CONST)
+    for dt, sfx in ((F32, "f32"), (F64, "f64")):
+        assert ns[fm.power_const_name(dt)] is fm.POWER_CONST[dt]
+        assert fm.power_const_name(dt) == f"fm_power_const_{sfx}"
 
 
 def test_namespace_in_generated_source():
@@ -586,6 +589,55 @@ def test_pow_special_cases_match_c99():
         got = evaluate("power", dt, xd, yd)
         assert not class_mismatch(got, ref).any()
         np.testing.assert_array_equal(got, ref)
+
+
+# exponents the code generator hands to power_const (2 and -1 it computes as NumPy does, with
+# x * x and 1 / x: they are here for the accuracy only; 0.5 is NumPy's sqrt, never sent here)
+CONST_EXPONENTS = (3, 4, 5, 6, 7, 8, 11, 16, 31, -2, -3, -5, -8, -16, -31, 0, 1, 2, -1,
+                   1.5, 2.5, -0.5, -1.5, -2.5, 7.5, -7.5, 15.5, -15.5)  # fmt: skip
+
+
+@numba.njit(fastmath=False)
+def _power_const_loop(fn, x, y, out):
+    for i in range(x.shape[0]):
+        out[i] = fn(x[i], y)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_power_by_a_constant(dtype):
+    """``power_const``: within its documented ulps of the correctly rounded power for every
+    exponent it is for (random bit patterns, ordinary magnitudes, special values), NumPy's
+    classes (nan, inf, signed zeros) everywhere, and a vectorised loop without pow or exp."""
+    fn = fm.POWER_CONST[dtype]
+    bound = float(_CR_BOUND_RE.search(fn.__doc__ or fn.py_func.__doc__).group(1))
+    rng = np.random.default_rng(1)
+    itype = np.uint32 if dtype == F32 else np.uint64
+    bits = rng.integers(0, np.iinfo(itype).max, N_RANDOM // 4, dtype=itype, endpoint=True)
+    ordinary = rng.uniform(-4, 4, 1 << 16).astype(dtype)
+    x = np.concatenate([bits.view(dtype), _specials(dtype), ordinary])
+    wide = F64 if dtype == F32 else (np.dtype(np.longdouble) if LONGDOUBLE_OK else None)
+    for y in CONST_EXPONENTS:
+        got = np.empty_like(x)
+        _power_const_loop(fn, x, dtype.type(y), got)
+        with np.errstate(all="ignore"):
+            bad = class_mismatch(got, np.power(x, dtype.type(y)))
+            assert not bad.any(), (y, x[bad][:5], got[bad][:5])
+            if wide is not None:
+                want = np.power(x.astype(wide), wide.type(y)).astype(dtype)
+                d = ulp_distance(got, want)
+                assert d.max() <= bound, (y, x[np.argmax(d)], got[np.argmax(d)])
+
+    @numba.njit(fastmath=False)
+    def kernel(x, out):
+        for i in range(x.shape[0]):
+            out[i] = fn(x[i], dtype.type(2.5)) + fn(x[i], dtype.type(-3.0))
+
+    out = np.empty_like(x[:1000])
+    kernel(x[:1000], out)
+    llvm_ir = kernel.inspect_llvm(kernel.signatures[0])
+    widths = _vector_width_in_llvm(llvm_ir, "double") | _vector_width_in_llvm(llvm_ir, "float")
+    assert widths and max(widths) >= 2, "loop calling power_const was not vectorised"
+    assert not re.search(r"call [^@]*@(llvm\.)?(pow|exp|log)", llvm_ir)
 
 
 def test_huge_trig_arguments_are_exact_enough():

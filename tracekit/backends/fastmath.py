@@ -18,7 +18,9 @@ dtype (``power`` takes two) and is meant to be called from other njit code::
         for i in range(x.shape[0]):
             out[i] = 0.5 * x[i] * (1 + fm.tanh_f32(np.float32(0.7978846) * x[i]))
 
-Code generators use :data:`FAST_MATH`, :func:`namespace` and :func:`name_for`.
+Code generators use :data:`FAST_MATH`, :func:`namespace` and :func:`name_for`, and
+:func:`power_const_name` for ``x ** c`` with a constant ``c`` that is an integer or half an
+odd integer (a multiplication chain, a square root and a reciprocal instead of ``exp(c*log x)``).
 
 Accuracy
 --------
@@ -86,8 +88,10 @@ from numba.extending import intrinsic
 
 __all__ = [
     "FAST_MATH",
+    "POWER_CONST",
     "namespace",
     "name_for",
+    "power_const_name",
     "OPS",
 ]
 
@@ -1082,6 +1086,101 @@ def _pow32_via64(x, y):
 
 
 # ---------------------------------------------------------------------------
+# powers by a constant: integers and halves of odd integers
+# ---------------------------------------------------------------------------
+
+
+@_jit_inline
+def _dd_mul(ah, al, bh, bl):
+    """(ah + al) * (bh + bl) as a double-double (relative error ~2**-104)."""
+    p = ah * bh
+    e = _fma(ah, bh, -p)
+    e = _fma(ah, bl, e)
+    e = _fma(al, bh, e)
+    return _fast_two_sum(p, e)
+
+
+@_jit_inline
+def _dd_pow_bit(rh, rl, bh, bl, take):
+    """One step of binary exponentiation: r * b where ``take``, and b * b."""
+    th, tl = _dd_mul(rh, rl, bh, bl)
+    rh = th if take else rh
+    rl = tl if take else rl
+    bh, bl = _dd_mul(bh, bl, bh, bl)
+    return rh, rl, bh, bl
+
+
+@_jit_inline
+def _dd_powi(m, n):
+    """m**n as a double-double for 0 <= n < 32 (m in [1, 4): no overflow). With ``n`` a
+    constant after inlining, the selects fold away: n's multiplication chain is left."""
+    rh, rl, bh, bl = _dd_pow_bit(1.0, 0.0, m, 0.0, n & 1)
+    rh, rl, bh, bl = _dd_pow_bit(rh, rl, bh, bl, n & 2)
+    rh, rl, bh, bl = _dd_pow_bit(rh, rl, bh, bl, n & 4)
+    rh, rl, bh, bl = _dd_pow_bit(rh, rl, bh, bl, n & 8)
+    th, tl = _dd_mul(rh, rl, bh, bl)
+    return (th, tl) if n & 16 else (rh, rl)
+
+
+@_jit_inline
+def _pow_const64(x, y):
+    """|x|**y for y an integer (|y| < 32) or half an odd integer (|y| < 16), then pow's
+    special cases: |x| = m * 2**e with m in [1, 4) (e even where y is not an integer), m**y
+    as a double-double (a multiplication chain, a square root, a reciprocal), times 2**(e*y)
+    rounded once."""
+    ax = abs(x)
+    sub = ax < _MINNORM64
+    bits = _as_int(ax * _TWO54 if sub else ax)
+    e = ((bits >> 52) & 0x7FF) - (1023 + 54 if sub else 1023)
+    m = _as_f64((bits & _MANT64) | 0x3FF0000000000000)
+    twice = int(y + y)  # y is a constant of the code generator: never nan or huge
+    k = abs(twice)
+    half = (k & 1) == 1
+    odd_e = half and (e & 1) == 1
+    m = m + m if odd_e else m
+    e = e - 1 if odd_e else e
+    ph, pl = _dd_powi(m, k >> 1)
+    s = np.sqrt(m)
+    sl = _div(_fma(-s, s, m), s + s)
+    hh, hl = _dd_mul(ph, pl, s, sl)
+    ph = hh if half else ph
+    pl = hl if half else pl
+    q = _div(1.0, ph)
+    r = _fma(-ph, q, 1.0)
+    r = _fma(-pl, q, r)
+    ph, pl = (q, r * q) if twice < 0 else (ph, pl)
+    scale = (e * twice) >> 1
+    scale = 2046 if scale > 2046 else scale
+    scale = -2044 if scale < -2044 else scale
+    return _pow_special64(x, y, _ldexp64(ph + pl, scale))
+
+
+@_jit_inline
+def _pow_const32via64(x, y):
+    """The float32 power by a constant exponent, in float64: a plain multiplication chain,
+    square root and division (relative error < 2**-48, then one rounding to float32); every
+    overflow and underflow of the chain is one of the float32 result too."""
+    ax = abs(x)
+    twice = int(y + y)
+    k = abs(twice)
+    n = k >> 1
+    p = 1.0
+    b = ax
+    p = p * b if n & 1 else p
+    b = b * b
+    p = p * b if n & 2 else p
+    b = b * b
+    p = p * b if n & 4 else p
+    b = b * b
+    p = p * b if n & 8 else p
+    b = b * b
+    p = p * b if n & 16 else p
+    p = p * np.sqrt(ax) if k & 1 else p
+    p = _div(1.0, p) if twice < 0 else p
+    return _pow_special64(x, y, p)
+
+
+# ---------------------------------------------------------------------------
 # public float32 functions
 # ---------------------------------------------------------------------------
 
@@ -1520,6 +1619,29 @@ def cosh_f64(x):
     return _cosh64_impl(np.float64(x))
 
 
+@_jit
+def power_const_f32(x, y):
+    """x**y for float32 and a constant y: an integer with |y| < 32 or half an odd integer
+    with |y| < 16 (other y are not computed: the code generator passes only these).
+
+    A multiplication chain (and a square root, a reciprocal) in float64, rounded once;
+    np.power's special cases.  Domain: all float32.  max error vs correctly rounded: 1 ulp.
+    """
+    return _f32(_pow_const32via64(np.float64(_f32(x)), np.float64(_f32(y))))
+
+
+@_jit
+def power_const_f64(x, y):
+    """x**y for float64 and a constant y: an integer with |y| < 32 or half an odd integer
+    with |y| < 16 (other y are not computed: the code generator passes only these).
+
+    The mantissa's power as a double-double (multiplication chain, square root, reciprocal),
+    the exponent's exactly, one rounding; np.power's special cases.  Domain: all float64.
+    max error vs correctly rounded: 1 ulp.
+    """
+    return _pow_const64(np.float64(x), np.float64(y))
+
+
 # ---------------------------------------------------------------------------
 # public registry
 # ---------------------------------------------------------------------------
@@ -1565,6 +1687,18 @@ def name_for(op: str, dtype) -> str | None:
     return f"fm_{op}_{_SUFFIX[dt]}"
 
 
+# x ** c for a constant c the code generator reduces to multiplications (``power_const_*``)
+POWER_CONST = {_F32_DT: power_const_f32, _F64_DT: power_const_f64}
+
+
+def power_const_name(dtype) -> str | None:
+    """Global name (``fm_power_const_<f32|f64>``) of ``power_const`` at ``dtype``, or None."""
+    dt = np.dtype(dtype)
+    return f"fm_power_const_{_SUFFIX[dt]}" if dt in POWER_CONST else None
+
+
 def namespace() -> dict[str, object]:
     """``{"fm_exp_f32": dispatcher, ...}`` for injection into generated source's globals."""
-    return {f"fm_{op}_{_SUFFIX[dt]}": fn for (op, dt), fn in FAST_MATH.items()}
+    ns = {f"fm_{op}_{_SUFFIX[dt]}": fn for (op, dt), fn in FAST_MATH.items()}
+    ns.update({power_const_name(dt): fn for dt, fn in POWER_CONST.items()})
+    return ns
