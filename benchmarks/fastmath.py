@@ -57,7 +57,12 @@ RANGES = {
     "sinh": (-10.0, 10.0),
     "cosh": (-10.0, 10.0),
     "tan": (-1.5, 1.5),
+    "arctan": (-10.0, 10.0),
+    "arcsin": (-1.0, 1.0),
+    "arccos": (-1.0, 1.0),
+    "arctan2": (-10.0, 10.0),  # y and x
 }
+BINARY = ("power", "arctan2")
 
 
 def _libm_scalar(op):
@@ -98,7 +103,7 @@ def _numpy_call(op):
     if op == "sigmoid":
         return lambda x, out: np.divide(1, 1 + np.exp(-x), out=out)
     uf = getattr(np, op)
-    if op == "power":
+    if op in BINARY:
         return lambda x, y, out: uf(x, y, out=out)
     return lambda x, out: uf(x, out=out)
 
@@ -117,8 +122,8 @@ def _times(call, repeat):
 def bench_op(op, dtype, n, repeat, rng):
     lo, hi = RANGES[op]
     args = [rng.uniform(lo, hi, n).astype(dtype)]
-    if op == "power":
-        args.append(rng.uniform(-4.0, 4.0, n).astype(dtype))
+    if op in BINARY:
+        args.append(rng.uniform(*((-4.0, 4.0) if op == "power" else RANGES[op]), n).astype(dtype))
     out = np.empty_like(args[0])
     fast = fm.FAST_MATH[(op, np.dtype(dtype))]
     libm = _libm_scalar(op)

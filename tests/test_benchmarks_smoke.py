@@ -5,12 +5,14 @@ harness runs to the end, prints its table, checks answers and writes JSON, with 
 (jax, torch, numexpr) happen to be importable, and that a missing peer is skipped, not fatal.
 """
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,3 +124,43 @@ def test_stencils_quick_runs_and_checks_its_results():
     (row,) = [line for line in p.stdout.splitlines() if line.startswith("hdiff ")]
     assert row.split()[1:4] == ["4", "->", "3"]  # the Laplacian computed in the flux kernels
     assert row.split()[-1] == "yes"  # fused and unfused compute NumPy's result
+
+
+def test_random_programs_quick_runs_checks_and_reports(tmp_path):
+    """Three tiny random programs: every peer's answer checked against NumPy, the distribution
+    and the worst programs' listings printed, the JSON written; no time is judged."""
+    out = tmp_path / "random.json"
+    peers = "numpy,jax" if importlib.util.find_spec("jax") else "numpy"
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "random_programs.py"), "--quick", "--count",
+         "3", "--max-size", "4096", "--peers", peers, "--budget", "0.02", "--json", str(out)],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert [r["index"] for r in data["programs"]] == [0, 1, 2]
+    for r in data["programs"]:
+        assert r["source"].startswith(f"def program_{r['index']}(")
+        assert r["size"] <= 4096 and r["lines"] >= 1
+        assert r["peers"]["tracekit"]["status"] == "ok", r["peers"]["tracekit"]
+        assert r["peers"]["numpy"]["status"] == "ok" and r["peers"]["numpy"]["median_s"] > 0
+        if peers != "numpy":
+            assert r["speedup"] > 0
+    assert "speed-up distribution:" in p.stdout and "worst" in p.stdout
+
+
+def test_random_programs_are_repeatable_and_depend_on_the_seed():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import random_programs as rp
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    a = [rp.generate(5, i, 1 << 14).source for i in range(6)]
+    assert a == [rp.generate(5, i, 1 << 14).source for i in range(6)]
+    assert a != [rp.generate(6, i, 1 << 14).source for i in range(6)]
+    assert {rp.generate(5, i, 1 << 14).kind for i in range(40)} == set(rp.KINDS)
+    prog = rp.generate(5, 3, 1 << 14)
+    args = rp.make_inputs(prog)
+    assert all(a.dtype == np.dtype(prog.dtype) for a in args)
+    with np.errstate(all="ignore"):
+        assert all(np.isfinite(np.asarray(r)).all() for r in rp.as_tuple(prog.function(np)(*args)))

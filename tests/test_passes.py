@@ -166,6 +166,23 @@ def test_power_half_becomes_sqrt(dt):
     assert ops_of(g) == ["sqrt"]
 
 
+@pytest.mark.parametrize("dt", FLOATS, ids=str)
+def test_division_by_a_power_of_two_becomes_a_multiplication(dt):
+    """``x / 2**k`` is ``x * 2**-k`` bit for bit (subnormal results included); other
+    divisors, integer arrays and strong integer scalars (which promote otherwise) stay."""
+
+    def f(x):
+        return x / 4.0, x / 2, x / np.float32(0.125), x / -1024.0, x / 3.0, x / np.int64(4)
+
+    x = np.concatenate([_x(dt), np.array([1e-40, -3e-39, 5e-324, np.inf, -0.0]).astype(dt)])
+    g = _run_both(tk.trace(f, x), x)
+    assert ops_of(g) == ["multiply"] * 4 + ["divide", "divide"]
+    assert [n.inputs[1] for n in g.nodes[:4]] == [0.25, 0.5, np.float32(8.0), -1 / 1024]
+    assert isinstance(g.nodes[2].inputs[1], np.float32)
+    t = tk.trace(lambda x: (x / 4.0, x / 2**-1074), _x(np.int32))
+    assert ops_of(_run_both(t, _x(np.int32))) == ["divide", "divide"]
+
+
 def test_power_one_is_identity_and_complex_powers_stay():
     t = tk.trace(lambda x: np.power(x, 1) + 0, _x(np.int64))
     g = _run_both(t, _x(np.int64))

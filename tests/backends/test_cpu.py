@@ -453,6 +453,32 @@ def test_integer_powers_feed_other_ops_as_their_own_type(dt):
         np.testing.assert_array_equal(g, w)
 
 
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_constant_powers_are_multiplications(dt):
+    """``x ** c`` for a constant integer or half-integer ``c`` compiles to a multiplication
+    chain (``fastmath.power_const``, within its ulp bound of NumPy), never to exp and log;
+    2, 0.5 and -1 to NumPy's own ``x * x``, ``sqrt(x)`` and ``1 / x``, bit for bit."""
+    exps = (3, 5, -2, -7, 1.5, 2.5, -0.5, -1.5, 11.5, 0, 1, 2, 0.5, -1)
+
+    def fn(x):
+        return tuple(x**c for c in exps) + (np.abs(x) ** 1.5 + x**2.5,)
+
+    rng = np.random.default_rng(seed_of("constpow", dt))
+    x = values(rng, (300,), dt)
+    with quiet():
+        c, t = compiled(fn, x)
+    body = [ln for ln in c.source.splitlines() if "fm_" in ln and "=" in ln]
+    assert body and not any(re.search(r"fm_(power|exp|log)_f", ln) for ln in body)
+    got, want, _, _ = both(c, t, x)
+    bound = fastmath_bound("power", dt)
+    for e, g, w in zip(exps, got, want):
+        if e in (2, 0.5, -1, 0, 1):
+            np.testing.assert_array_equal(g, w, err_msg=str(e))
+        else:
+            assert_matches(g, w, "power", where=f"x ** {e}")
+            assert ulp_distance(g, w).max() <= bound
+
+
 # ---------------------------------------------------------------------- promotion
 @pytest.mark.parametrize("half", [0, 1])
 def test_mixed_dtype_promotion(half):

@@ -123,7 +123,8 @@ def _mp_functions():
         "exp": mp.exp, "expm1": mp.expm1, "exp2": lambda x: mp.power(2, x), "log": mp.log,
         "log1p": mp.log1p, "log2": lambda x: mp.log(x, 2), "log10": mp.log10, "tanh": mp.tanh,
         "sigmoid": lambda x: 1 / (1 + mp.exp(-x)), "erf": mp.erf, "sin": mp.sin, "cos": mp.cos,
-        "tan": mp.tan, "sinh": mp.sinh, "cosh": mp.cosh, "power": mp.power,
+        "tan": mp.tan, "sinh": mp.sinh, "cosh": mp.cosh, "power": mp.power, "arctan": mp.atan,
+        "arcsin": mp.asin, "arccos": mp.acos, "arctan2": mp.atan2,
     }  # fmt: skip
 
 
@@ -250,6 +251,9 @@ def _thresholds(op, dtype):
         "sin": [np.pi / 2, np.pi, 2 * np.pi, 1048576.0, 3.0e6, 1.6e6],
         "cos": [np.pi / 2, np.pi, 2 * np.pi, 1048576.0, 3.0e6, 1.6e6],
         "tan": [np.pi / 2, np.pi, 2 * np.pi, 1048576.0, 3.0e6, 1.6e6],
+        "arctan": [0.5, 1.0, 2.0],
+        "arcsin": [0.5, 1.0],
+        "arccos": [0.5, 1.0],
     }.get(op, [])
     t = [v for v in t if abs(v) < fi.max]
     return _around(t + [-v for v in t], dtype, 16) if t else np.zeros(0, dtype)
@@ -298,6 +302,10 @@ def _ranges(op, dtype, rng):
             tiny,
         ]
         return out
+    if op in ("arcsin", "arccos"):
+        return [u(-1, 1, 4 * n), u(-0.55, 0.55), d(1) - np.abs(lg(-8 if f32 else -16, -1)), tiny]
+    if op == "arctan":
+        return [u(-4, 4, 4 * n), lg(-3, 38 if f32 else 300), u(0.4, 2.5), tiny]
     raise KeyError(op)
 
 
@@ -309,6 +317,34 @@ def inputs(op, dtype, seed=0):
     parts = [bits.view(dtype), _specials(dtype), _thresholds(op, dtype)]
     parts += _ranges(op, dtype, rng)
     return np.concatenate([np.asarray(p, dtype=dtype) for p in parts])
+
+
+BINARY = ("power", "arctan2")
+
+
+def two_inputs(op, dtype):
+    return power_inputs(dtype) if op == "power" else arctan2_inputs(dtype)
+
+
+def arctan2_inputs(dtype, seed=0):
+    """Random bit pairs, ordinary angles and magnitudes, ratios near 1/2 and 1, specials."""
+    rng = np.random.default_rng(seed)
+    dtype = np.dtype(dtype)
+    itype = np.uint32 if dtype == F32 else np.uint64
+    n, m = N_RANDOM // 2, 1 << 17
+    bits = [rng.integers(0, np.iinfo(itype).max, n, dtype=itype, endpoint=True).view(dtype)
+            for _ in range(2)]  # fmt: skip
+    r = 10.0 ** rng.uniform(-5, 5, m)
+    ang = rng.uniform(-np.pi, np.pi, m)
+    near = rng.uniform(-1, 1, m) * 10.0 ** rng.uniform(-300 if dtype == F64 else -37, 0, m)
+    edge = np.float64(np.finfo(dtype).max) * rng.uniform(0.4, 1.0, m)
+    sp = _specials(dtype)
+    sx, sy = np.meshgrid(sp, sp)
+    ys = [bits[0], r * np.sin(ang), near * rng.uniform(0.4, 1.1, m), edge, sy.ravel()]
+    xs = [bits[1], r * np.cos(ang), near, edge[::-1], sx.ravel()]
+    with np.errstate(over="ignore"):
+        return (np.concatenate([np.asarray(a).astype(dtype) for a in ys]),
+                np.concatenate([np.asarray(a).astype(dtype) for a in xs]))  # fmt: skip
 
 
 def power_inputs(dtype, seed=0):
@@ -396,7 +432,7 @@ class Measurement:
 
     def __init__(self, op, dtype):
         dtype = np.dtype(dtype)
-        self.args = power_inputs(dtype) if op == "power" else (inputs(op, dtype),)
+        self.args = two_inputs(op, dtype) if op in BINARY else (inputs(op, dtype),)
         self.got = evaluate(op, dtype, *self.args)
         self.ref = reference(op, dtype, *self.args)
         self.bad = class_mismatch(self.got, self.ref)
@@ -433,7 +469,7 @@ def numpy_error(op, dtype) -> float:
     inputs above (its loops differ per CPU: AVX-512, AVX2, libm)."""
     key = (op, np.dtype(dtype))
     if key not in _NUMPY_ERROR:
-        args = power_inputs(key[1]) if op == "power" else (inputs(op, key[1]),)
+        args = two_inputs(op, key[1]) if op in BINARY else (inputs(op, key[1]),)
         ref = reference(op, key[1], *args)
         idx, wide = correctly_rounded(op, key[1], args)
         _NUMPY_ERROR[key] = _max_distance(ref[idx], wide)
@@ -495,7 +531,7 @@ def test_function(op, dtype):
     )
 
     fn = fm.FAST_MATH[(op, np.dtype(dtype))]
-    ev = _evaluator(fn, 2 if op == "power" else 1)
+    ev = _evaluator(fn, 2 if op in BINARY else 1)
     llvm_ir = ev.inspect_llvm(ev.signatures[0])
     widths = [int(w) for w, _ in _VECTOR_FMA.findall(llvm_ir)]
     assert widths and max(widths) >= 2, f"{op}/{dtype}: loop not vectorised"
@@ -520,6 +556,10 @@ def test_registry():
         "sinh",
         "cosh",
         "tan",
+        "arctan",
+        "arcsin",
+        "arccos",
+        "arctan2",
     }
     ns = fm.namespace()
     for op in fm.OPS:
@@ -530,8 +570,11 @@ def test_registry():
             assert fm.name_for(op, dt.type) == name
             assert documented_cr_bound(op, dt) is not None  # every function states its bound
     assert fm.name_for("exp", np.int32) is None
-    assert fm.name_for("arctan", np.float64) is None
-    assert len(ns) == 2 * len(fm.OPS)
+    assert fm.name_for("arcsinh", np.float64) is None
+    assert len(ns) == 2 * len(fm.OPS) + len(fm.POWER_CONST)
+    for dt, sfx in ((F32, "f32"), (F64, "f64")):
+        assert ns[fm.power_const_name(dt)] is fm.POWER_CONST[dt]
+        assert fm.power_const_name(dt) == f"fm_power_const_{sfx}"
 
 
 def test_namespace_in_generated_source():
@@ -586,6 +629,55 @@ def test_pow_special_cases_match_c99():
         got = evaluate("power", dt, xd, yd)
         assert not class_mismatch(got, ref).any()
         np.testing.assert_array_equal(got, ref)
+
+
+# exponents the code generator hands to power_const (2 and -1 it computes as NumPy does, with
+# x * x and 1 / x: they are here for the accuracy only; 0.5 is NumPy's sqrt, never sent here)
+CONST_EXPONENTS = (3, 4, 5, 6, 7, 8, 11, 16, 31, -2, -3, -5, -8, -16, -31, 0, 1, 2, -1,
+                   1.5, 2.5, -0.5, -1.5, -2.5, 7.5, -7.5, 15.5, -15.5)  # fmt: skip
+
+
+@numba.njit(fastmath=False)
+def _power_const_loop(fn, x, y, out):
+    for i in range(x.shape[0]):
+        out[i] = fn(x[i], y)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_power_by_a_constant(dtype):
+    """``power_const``: within its documented ulps of the correctly rounded power for every
+    exponent it is for (random bit patterns, ordinary magnitudes, special values), NumPy's
+    classes (nan, inf, signed zeros) everywhere, and a vectorised loop without pow or exp."""
+    fn = fm.POWER_CONST[dtype]
+    bound = float(_CR_BOUND_RE.search(fn.__doc__ or fn.py_func.__doc__).group(1))
+    rng = np.random.default_rng(1)
+    itype = np.uint32 if dtype == F32 else np.uint64
+    bits = rng.integers(0, np.iinfo(itype).max, N_RANDOM // 4, dtype=itype, endpoint=True)
+    ordinary = rng.uniform(-4, 4, 1 << 16).astype(dtype)
+    x = np.concatenate([bits.view(dtype), _specials(dtype), ordinary])
+    wide = F64 if dtype == F32 else (np.dtype(np.longdouble) if LONGDOUBLE_OK else None)
+    for y in CONST_EXPONENTS:
+        got = np.empty_like(x)
+        _power_const_loop(fn, x, dtype.type(y), got)
+        with np.errstate(all="ignore"):
+            bad = class_mismatch(got, np.power(x, dtype.type(y)))
+            assert not bad.any(), (y, x[bad][:5], got[bad][:5])
+            if wide is not None:
+                want = np.power(x.astype(wide), wide.type(y)).astype(dtype)
+                d = ulp_distance(got, want)
+                assert d.max() <= bound, (y, x[np.argmax(d)], got[np.argmax(d)])
+
+    @numba.njit(fastmath=False)
+    def kernel(x, out):
+        for i in range(x.shape[0]):
+            out[i] = fn(x[i], dtype.type(2.5)) + fn(x[i], dtype.type(-3.0))
+
+    out = np.empty_like(x[:1000])
+    kernel(x[:1000], out)
+    llvm_ir = kernel.inspect_llvm(kernel.signatures[0])
+    widths = _vector_width_in_llvm(llvm_ir, "double") | _vector_width_in_llvm(llvm_ir, "float")
+    assert widths and max(widths) >= 2, "loop calling power_const was not vectorised"
+    assert not re.search(r"call [^@]*@(llvm\.)?(pow|exp|log)", llvm_ir)
 
 
 def test_huge_trig_arguments_are_exact_enough():

@@ -18,7 +18,9 @@ dtype (``power`` takes two) and is meant to be called from other njit code::
         for i in range(x.shape[0]):
             out[i] = 0.5 * x[i] * (1 + fm.tanh_f32(np.float32(0.7978846) * x[i]))
 
-Code generators use :data:`FAST_MATH`, :func:`namespace` and :func:`name_for`.
+Code generators use :data:`FAST_MATH`, :func:`namespace` and :func:`name_for`, and
+:func:`power_const_name` for ``x ** c`` with a constant ``c`` that is an integer or half an
+odd integer (a multiplication chain, a square root and a reciprocal instead of ``exp(c*log x)``).
 
 Accuracy
 --------
@@ -71,8 +73,9 @@ Implementation notes
   53-bit chunks of 2/pi from a table indexed by the exponent (vector gathers).
   The vectoriser if-converts, so the large-argument path is always evaluated:
   its cost is part of the benchmark numbers.
-* float32 ``exp2, log2, log10, sinh, cosh, tan, power`` are evaluated with the
-  float64 kernels and rounded once (accurate, about half the float32 speed).
+* float32 ``exp2, log2, log10, sinh, cosh, tan, power, arctan, arcsin, arccos,
+  arctan2`` and ``power_const`` are evaluated with the float64 kernels and rounded
+  once (accurate, about half the float32 speed).
 
 Only numpy and numba (with its llvmlite dependency) are imported.
 """
@@ -86,8 +89,10 @@ from numba.extending import intrinsic
 
 __all__ = [
     "FAST_MATH",
+    "POWER_CONST",
     "namespace",
     "name_for",
+    "power_const_name",
     "OPS",
 ]
 
@@ -316,6 +321,8 @@ _MANT64 = 0x000FFFFFFFFFFFFF
 _TWO_O_PI64 = _h("0x1.45f306dc9c883p-1")
 _PIO2_1, _PIO2_2, _PIO2_3, _PIO2_4 = _PIO2_64
 _PIO2_H, _PIO2_L = _PIO2_DD
+_PIO4_H, _PIO4_L = _PIO2_H / 2, _PIO2_L / 2
+_PI_H, _PI_L = _PIO2_H * 2, _PIO2_L * 2
 _LIM64 = 3.0e6  # Cody-Waite range of sin/cos float64 (n < 2**21)
 _INF = np.inf
 _NAN = np.nan
@@ -486,6 +493,22 @@ _COEFFS = {
         "0x1.dc643967789cdp-16",
     ),
 }
+# arctan(u) = u + u^3 P(u^2), arcsin(u) = u + u^3 Q(u^2), both for u^2 <= 1/4: interpolated
+# at the Chebyshev nodes of u^2 in 60-digit arithmetic (mpmath); weighted error < 2**-57.
+_COEFFS["ATAN64"] = (
+    "-0x1.5555555555555p-2", "0x1.99999999998e1p-3", "-0x1.2492492488296p-3",
+    "0x1.c71c71c01b24cp-4", "-0x1.745d16026efd7p-4", "0x1.3b138e6372dcap-4",
+    "-0x1.110ea50256abfp-4", "0x1.e1a7b2562efc5p-5", "-0x1.ad44da04adea3p-5",
+    "0x1.7b20b751c966ap-5", "-0x1.37d750492dd9bp-5", "0x1.99b4e0c058248p-6",
+    "-0x1.2dfbaab9786efp-7",
+)  # fmt: skip
+_COEFFS["ASIN64"] = (
+    "0x1.5555555555556p-3", "0x1.3333333332ecap-4", "0x1.6db6db6e31f13p-5",
+    "0x1.f1c71c1db0623p-6", "0x1.6e8bb1c8209a2p-6", "0x1.1c4d35cf95421p-6",
+    "0x1.c9cf07674736ap-7", "0x1.782651caa6547p-7", "0x1.52420b04b37bep-7",
+    "0x1.65a9c4dfcf8b2p-8", "0x1.1d189408314eep-6", "-0x1.e6aaa8a0a04ccp-7",
+    "0x1.d72b2bc8155f8p-6",
+)  # fmt: skip
 # log(m) tail for the double-double log: s^7 * sum_k 2 z^k / (2k+7) (Taylor, z <= 0.0295)
 _COEFFS["LOGDD_TAIL"] = tuple(float(2.0 / (2 * k + 7)).hex() for k in range(10))
 
@@ -526,6 +549,8 @@ _S0_64 = _h(_COEFFS["SIN64"][0])
 _p_cos64 = _poly("COS64", float)
 _p_erf64s = _poly("ERF64S", float)
 _p_erf64l = _poly("ERF64L", float)
+_p_atan64 = _poly("ATAN64", float)
+_p_asin64 = _poly("ASIN64", float)
 
 # ---------------------------------------------------------------------------
 # generic helpers (compiled per dtype)
@@ -1082,6 +1107,190 @@ def _pow32_via64(x, y):
 
 
 # ---------------------------------------------------------------------------
+# inverse trigonometric functions (float64; float32 rounds their results once)
+# ---------------------------------------------------------------------------
+
+
+@_jit_inline
+def _atan_ratio64(n, d):
+    """atan(n / d) for 0 <= n <= d (or inf / inf, nan): u = n/d reduced to |u| <= 1/2 by
+    atan(t) = pi/4 + atan((n - d) / (n + d)) for n/d in [1/2, 1]; u + u^3 P(u^2)."""
+    k = 0.25 if d > 1e300 else 1.0  # n + d must not overflow (exact scaling)
+    n, d = n * k, d * k
+    mid = n + n >= d
+    num = n - d if mid else n  # exact for n/d in [1/2, 1] (Sterbenz)
+    den = n + d if mid else d
+    u = _div(num, den)
+    v = u * u
+    p = u * v * _p_atan64(v)
+    return (_PIO4_H + (u + (p + _PIO4_L))) if mid else u + p
+
+
+@_jit_inline
+def _atan64_impl(x):
+    a = abs(x)
+    big = a > 1.0
+    n = 1.0 if big else a
+    d = a if big else 1.0
+    r = _atan_ratio64(n, d)
+    r = (_PIO2_H + (_PIO2_L - r)) if big else r
+    r = _PIO2_H if a == _INF else r
+    return _copysign64(r, x)
+
+
+@_jit_inline
+def _atan2_64_impl(y, x):
+    """C99 atan2: the angle of (x, y), signs of zeros and infinities as NumPy's."""
+    ax, ay = abs(x), abs(y)
+    steep = ay > ax
+    n = ax if steep else ay
+    d = ay if steep else ax
+    both_inf = ax == _INF and ay == _INF
+    r = _atan_ratio64(n, d)
+    r = _PIO4_H if both_inf else r
+    r = 0.0 if d == 0.0 or (n < _INF and d == _INF) else r
+    r = (_PIO2_H + (_PIO2_L - r)) if steep else r
+    left = x < 0.0 or (x == 0.0 and _as_int(x) < 0)  # x <= -0.0
+    r = (_PI_H + (_PI_L - r)) if left else r
+    r = _NAN if (x != x or y != y) else r
+    return _copysign64(r, y)
+
+
+@_jit_inline
+def _asin_core64(u):
+    """asin(u) for 0 <= u <= 1/2 minus u: u^3 Q(u^2)."""
+    v = u * u
+    return u * v * _p_asin64(v)
+
+
+@_jit_inline
+def _asin_far64(a):
+    """2 asin(sqrt((1 - a) / 2)) for 1/2 <= a <= 1 as a double-double (s, tail): the square
+    root's own error carried in the tail."""
+    z = 0.5 - 0.5 * a  # exact for a in [1/2, 1]
+    s = np.sqrt(z)
+    sl = _div(_fma(-s, s, z), s + s) if s > 0.0 else 0.0
+    return s + s, 2.0 * (sl + _asin_core64(s))
+
+
+@_jit_inline
+def _asin64_impl(x):
+    a = abs(x)
+    near = a <= 0.5
+    fh, fl = _asin_far64(0.5 if near else a)
+    r = a + _asin_core64(a) if near else _PIO2_H + ((_PIO2_L - fl) - fh)
+    r = _NAN if a > 1.0 else r
+    return _copysign64(r, x)
+
+
+@_jit_inline
+def _acos64_impl(x):
+    a = abs(x)
+    near = a <= 0.5
+    fh, fl = _asin_far64(0.5 if near else a)
+    small = _PIO2_H + (_PIO2_L - (x + _asin_core64(a) * (1.0 if x >= 0.0 else -1.0)))
+    right = fh + fl  # acos(a) = 2 asin(sqrt((1 - a) / 2))
+    left = _PI_H + ((_PI_L - fl) - fh)
+    r = small if near else (right if x > 0.0 else left)
+    return _NAN if a > 1.0 or x != x else r
+
+
+# ---------------------------------------------------------------------------
+# powers by a constant: integers and halves of odd integers
+# ---------------------------------------------------------------------------
+
+
+@_jit_inline
+def _dd_mul(ah, al, bh, bl):
+    """(ah + al) * (bh + bl) as a double-double (relative error ~2**-104)."""
+    p = ah * bh
+    e = _fma(ah, bh, -p)
+    e = _fma(ah, bl, e)
+    e = _fma(al, bh, e)
+    return _fast_two_sum(p, e)
+
+
+@_jit_inline
+def _dd_pow_bit(rh, rl, bh, bl, take):
+    """One step of binary exponentiation: r * b where ``take``, and b * b."""
+    th, tl = _dd_mul(rh, rl, bh, bl)
+    rh = th if take else rh
+    rl = tl if take else rl
+    bh, bl = _dd_mul(bh, bl, bh, bl)
+    return rh, rl, bh, bl
+
+
+@_jit_inline
+def _dd_powi(m, n):
+    """m**n as a double-double for 0 <= n < 32 (m in [1, 4): no overflow). With ``n`` a
+    constant after inlining, the selects fold away: n's multiplication chain is left."""
+    rh, rl, bh, bl = _dd_pow_bit(1.0, 0.0, m, 0.0, n & 1)
+    rh, rl, bh, bl = _dd_pow_bit(rh, rl, bh, bl, n & 2)
+    rh, rl, bh, bl = _dd_pow_bit(rh, rl, bh, bl, n & 4)
+    rh, rl, bh, bl = _dd_pow_bit(rh, rl, bh, bl, n & 8)
+    th, tl = _dd_mul(rh, rl, bh, bl)
+    return (th, tl) if n & 16 else (rh, rl)
+
+
+@_jit_inline
+def _pow_const64(x, y):
+    """|x|**y for y an integer (|y| < 32) or half an odd integer (|y| < 16), then pow's
+    special cases: |x| = m * 2**e with m in [1, 4) (e even where y is not an integer), m**y
+    as a double-double (a multiplication chain, a square root, a reciprocal), times 2**(e*y)
+    rounded once."""
+    ax = abs(x)
+    sub = ax < _MINNORM64
+    bits = _as_int(ax * _TWO54 if sub else ax)
+    e = ((bits >> 52) & 0x7FF) - (1023 + 54 if sub else 1023)
+    m = _as_f64((bits & _MANT64) | 0x3FF0000000000000)
+    twice = int(y + y)  # y is a constant of the code generator: never nan or huge
+    k = abs(twice)
+    half = (k & 1) == 1
+    odd_e = half and (e & 1) == 1
+    m = m + m if odd_e else m
+    e = e - 1 if odd_e else e
+    ph, pl = _dd_powi(m, k >> 1)
+    s = np.sqrt(m)
+    sl = _div(_fma(-s, s, m), s + s)
+    hh, hl = _dd_mul(ph, pl, s, sl)
+    ph = hh if half else ph
+    pl = hl if half else pl
+    q = _div(1.0, ph)
+    r = _fma(-ph, q, 1.0)
+    r = _fma(-pl, q, r)
+    ph, pl = (q, r * q) if twice < 0 else (ph, pl)
+    scale = (e * twice) >> 1
+    scale = 2046 if scale > 2046 else scale
+    scale = -2044 if scale < -2044 else scale
+    return _pow_special64(x, y, _ldexp64(ph + pl, scale))
+
+
+@_jit_inline
+def _pow_const32via64(x, y):
+    """The float32 power by a constant exponent, in float64: a plain multiplication chain,
+    square root and division (relative error < 2**-48, then one rounding to float32); every
+    overflow and underflow of the chain is one of the float32 result too."""
+    ax = abs(x)
+    twice = int(y + y)
+    k = abs(twice)
+    n = k >> 1
+    p = 1.0
+    b = ax
+    p = p * b if n & 1 else p
+    b = b * b
+    p = p * b if n & 2 else p
+    b = b * b
+    p = p * b if n & 4 else p
+    b = b * b
+    p = p * b if n & 8 else p
+    b = b * b
+    p = p * b if n & 16 else p
+    p = p * np.sqrt(ax) if k & 1 else p
+    p = _div(1.0, p) if twice < 0 else p
+    return _pow_special64(x, y, p)
+
+
+# ---------------------------------------------------------------------------
 # public float32 functions
 # ---------------------------------------------------------------------------
 
@@ -1520,6 +1729,104 @@ def cosh_f64(x):
     return _cosh64_impl(np.float64(x))
 
 
+@_jit
+def arctan_f32(x):
+    """Inverse tangent for float32 (the float64 kernel, rounded once).
+
+    Domain: all float32.  max error vs correctly rounded: 1 ulp.
+    """
+    return _f32(_atan64_impl(np.float64(x)))
+
+
+@_jit
+def arcsin_f32(x):
+    """Inverse sine for float32 (the float64 kernel, rounded once).
+
+    Domain: all float32 (nan outside [-1, 1]).  max error vs correctly rounded: 1 ulp.
+    """
+    return _f32(_asin64_impl(np.float64(x)))
+
+
+@_jit
+def arccos_f32(x):
+    """Inverse cosine for float32 (the float64 kernel, rounded once).
+
+    Domain: all float32 (nan outside [-1, 1]).  max error vs correctly rounded: 1 ulp.
+    """
+    return _f32(_acos64_impl(np.float64(x)))
+
+
+@_jit
+def arctan2_f32(y, x):
+    """atan2(y, x) for float32 (the float64 kernel, rounded once); C99's signed zeros and
+    infinities.  Domain: all float32 pairs.  max error vs correctly rounded: 1 ulp.
+    """
+    return _f32(_atan2_64_impl(np.float64(y), np.float64(x)))
+
+
+@_jit
+def arctan_f64(x):
+    """Inverse tangent for float64.
+
+    |x| reduced to |u| <= 1/2 (u = x, (x-1)/(x+1) or -1/x with pi/4, pi/2 in double-double),
+    then u + u^3 P(u^2) (degree 12 in u^2).  Domain: all float64.
+    max error vs correctly rounded: 2 ulp.
+    """
+    return _atan64_impl(np.float64(x))
+
+
+@_jit
+def arcsin_f64(x):
+    """Inverse sine for float64.
+
+    |x| <= 1/2: x + x^3 Q(x^2) (degree 12); beyond: pi/2 - 2 asin(sqrt((1-|x|)/2)) with the
+    square root's error carried.  Domain: all float64 (nan outside [-1, 1]).
+    max error vs correctly rounded: 2 ulp.
+    """
+    return _asin64_impl(np.float64(x))
+
+
+@_jit
+def arccos_f64(x):
+    """Inverse cosine for float64 (arcsin's kernels: pi/2 - asin(x), 2 asin(sqrt((1-x)/2)),
+    pi - 2 asin(sqrt((1+x)/2))).  Domain: all float64 (nan outside [-1, 1]).
+    max error vs correctly rounded: 2 ulp.
+    """
+    return _acos64_impl(np.float64(x))
+
+
+@_jit
+def arctan2_f64(y, x):
+    """atan2(y, x) for float64: atan of min/max of |x|, |y| (arctan's reduction), then the
+    quadrant; C99's signed zeros and infinities.  Domain: all float64 pairs.
+    max error vs correctly rounded: 2 ulp.
+    """
+    return _atan2_64_impl(np.float64(y), np.float64(x))
+
+
+@_jit
+def power_const_f32(x, y):
+    """x**y for float32 and a constant y: an integer with |y| < 32 or half an odd integer
+    with |y| < 16 (other y are not computed: the code generator passes only these).
+
+    A multiplication chain (and a square root, a reciprocal) in float64, rounded once;
+    np.power's special cases.  Domain: all float32.  max error vs correctly rounded: 1 ulp.
+    """
+    return _f32(_pow_const32via64(np.float64(_f32(x)), np.float64(_f32(y))))
+
+
+@_jit
+def power_const_f64(x, y):
+    """x**y for float64 and a constant y: an integer with |y| < 32 or half an odd integer
+    with |y| < 16 (other y are not computed: the code generator passes only these).
+
+    The mantissa's power as a double-double (multiplication chain, square root, reciprocal),
+    the exponent's exactly, one rounding; np.power's special cases.  Domain: all float64.
+    max error vs correctly rounded: 1 ulp.
+    """
+    return _pow_const64(np.float64(x), np.float64(y))
+
+
 # ---------------------------------------------------------------------------
 # public registry
 # ---------------------------------------------------------------------------
@@ -1541,6 +1848,10 @@ OPS = (
     "sinh",
     "cosh",
     "tan",
+    "arctan",
+    "arcsin",
+    "arccos",
+    "arctan2",
 )
 
 _F32_DT = np.dtype(np.float32)
@@ -1565,6 +1876,18 @@ def name_for(op: str, dtype) -> str | None:
     return f"fm_{op}_{_SUFFIX[dt]}"
 
 
+# x ** c for a constant c the code generator reduces to multiplications (``power_const_*``)
+POWER_CONST = {_F32_DT: power_const_f32, _F64_DT: power_const_f64}
+
+
+def power_const_name(dtype) -> str | None:
+    """Global name (``fm_power_const_<f32|f64>``) of ``power_const`` at ``dtype``, or None."""
+    dt = np.dtype(dtype)
+    return f"fm_power_const_{_SUFFIX[dt]}" if dt in POWER_CONST else None
+
+
 def namespace() -> dict[str, object]:
     """``{"fm_exp_f32": dispatcher, ...}`` for injection into generated source's globals."""
-    return {f"fm_{op}_{_SUFFIX[dt]}": fn for (op, dt), fn in FAST_MATH.items()}
+    ns = {f"fm_{op}_{_SUFFIX[dt]}": fn for (op, dt), fn in FAST_MATH.items()}
+    ns.update({power_const_name(dt): fn for dt, fn in POWER_CONST.items()})
+    return ns

@@ -500,13 +500,41 @@ def expr(
         return cast(known, np.bool_, out)
     cargs = [cast(a, d, l) for a, d, l in zip(args, dtypes, loop_in)]
     fast = _fast_name(op, loop_out, math)
-    if fast:
+    exponent = _constant_exponent(node) if fast and op == "power" else None
+    if exponent is not None:
+        body = _constant_power(cargs[0], exponent, cargs[1], loop_out)
+    elif fast:
         body = f"{fast}({', '.join(cargs)})"
     elif op in templates:
         body = templates[op](cargs, np.dtype(loop_in[0]))
     else:
         body = f"np.{op}({', '.join(cargs)})"
     return cast(body, loop_out, out)
+
+
+def _constant_exponent(node: Node) -> float | None:
+    """``c`` of ``x ** c`` where ``c`` is a real literal that is an integer or half an odd
+    integer below 16 in magnitude (``fastmath.power_const``'s domain), else None."""
+    c = node.inputs[1]
+    if isinstance(c, Var) or np.ndim(c) != 0 or np.iscomplexobj(c) or isinstance(c, str):
+        return None
+    c = float(np.asarray(c).real)
+    if not abs(c) < 16 or 2 * c != int(2 * c):
+        return None
+    return c
+
+
+def _constant_power(x: str, c: float, c_src: str, dtype) -> str:
+    """``x ** c`` without exp and log: NumPy's own exact forms for 2, 0.5 and -1 (its power
+    loop computes ``x * x``, ``sqrt(x)`` and ``1 / x`` there), else ``fastmath.power_const``
+    (a multiplication chain, a square root, a reciprocal; 1 ulp)."""
+    if c == 2:
+        return f"({x} * {x})"
+    if c == 0.5:
+        return f"np.sqrt({x})"
+    if c == -1:
+        return f"({literal(1, dtype)} / {x})"
+    return f"{_fastmath().power_const_name(dtype)}({x}, {c_src})"
 
 
 def _clip_bounds(node: Node, dtype):

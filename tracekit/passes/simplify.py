@@ -2,7 +2,8 @@
 
 Each rule takes (node, producers) and returns a replacement: a Var, a list of new nodes whose
 last output replaces the node's, or None. Rules only fire when the result is exactly equal
-(bit for bit) to NumPy's, except integer powers, which become multiplies (within 1 ulp).
+(bit for bit) to NumPy's, except ``x ** 3``, which becomes two multiplies (within 1 ulp).
+(Other constant powers are the code generators' to reduce: ``scalar._constant_power``.)
 """
 
 from __future__ import annotations
@@ -61,6 +62,33 @@ def _power(node, prod):
     if _is(p, 0.5) and x.dtype.kind == "f":
         return [_new(node, "sqrt", (x,))]
     return None
+
+
+def _reciprocal_of_power_of_two(c, dtype):
+    """``1 / c`` in ``c``'s own type where ``c`` is a real literal ``±2**k`` whose reciprocal
+    is a normal number of ``dtype`` (then ``x / c`` and ``x * (1 / c)`` both scale ``x``
+    exactly, or round the same exact value once), else None."""
+    if isinstance(c, bool) or not isinstance(c, float | int | np.floating):
+        return None  # a strong NumPy integer would promote differently from the float
+    v = float(c)
+    if not np.isfinite(v) or v == 0 or np.frexp(v)[0] not in (0.5, -0.5):
+        return None
+    info = np.finfo(dtype)
+    if not info.tiny <= abs(v) <= info.max or not info.tiny <= 1 / abs(v) <= info.max:
+        return None
+    return type(c)(1 / v) if isinstance(c, np.floating) else 1 / v
+
+
+def _divide(node, prod):
+    """``x / 2**k`` is ``x * 2**-k`` bit for bit; a multiplication costs a fraction of a
+    division."""
+    x, c = node.inputs
+    if not isinstance(x, Var) or isinstance(c, Var) or np.ndim(c) != 0:
+        return None
+    if x.dtype.kind != "f" or node.out.dtype != x.dtype:
+        return None
+    r = _reciprocal_of_power_of_two(c, x.dtype)
+    return None if r is None else [_new(node, "multiply", (x, r))]
 
 
 def _multiply(node, prod):
@@ -154,6 +182,7 @@ def _index_update(node, prod):
 
 RULES = {
     "index_update": _index_update,
+    "divide": _divide,
     "power": _power,
     "multiply": _multiply,
     "add": _add,
