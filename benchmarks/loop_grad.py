@@ -5,8 +5,13 @@ jax's ``grad`` of the same program written with ``lax.fori_loop``; each measured
 process of its own, side by side in one run. Also the largest difference between the
 gradients.
 
+``--program moving``: a loop whose indices move with the iteration count (a row of ``a`` read
+and an element of ``out`` written in iteration ``t``), whose checkpoint segments count from
+their offsets.
+
     .venv/bin/python benchmarks/loop_grad.py                 # 1,000 steps on a 256x256 state
     .venv/bin/python benchmarks/loop_grad.py --steps 100 --size 64
+    .venv/bin/python benchmarks/loop_grad.py --program moving
 """
 
 from __future__ import annotations
@@ -30,48 +35,79 @@ def program(x, w, steps):
     return (x * x).sum()
 
 
-def _data(size):
+def moving(x, w, a, out, steps):
+    for t in range(steps):
+        x = np.tanh(x * w + a[t]) * 0.9 + 0.1 * x  # row t of a: an index moving with the loop
+        out[t] = x[0, 0]  # and an element written there
+    return (x * x).sum() + (out * out).sum()
+
+
+def _data(size, steps=0, program="plain"):
     rng = np.random.default_rng(0)
-    return rng.standard_normal((size, size)), 0.9 * rng.standard_normal((size, size))
+    x, w = rng.standard_normal((size, size)), 0.9 * rng.standard_normal((size, size))
+    if program == "plain":
+        return x, w
+    return x, w, 0.1 * rng.standard_normal((steps, size)), np.zeros(steps)
 
 
 def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kilobytes on Linux
 
 
-def run_one(how: str, steps: int, size: int, repeats: int) -> dict:
-    """In this process: build the gradient function, call it ``repeats`` times; the numbers."""
-    x, w = _data(size)
-    if how == "jax":
-        import jax
-        import jax.numpy as jnp
+def _with_fori(steps, kind):
+    """The program written for jax with ``lax.fori_loop``."""
+    import jax
+    import jax.numpy as jnp
 
-        jax.config.update("jax_enable_x64", True)
+    if kind == "plain":
 
         def with_fori(x, w):
             x = jax.lax.fori_loop(0, steps, lambda i, x: jnp.tanh(x * w) * 0.9 + 0.1 * x, x)
             return (x * x).sum()
 
-        xs, ws = jnp.asarray(x), jnp.asarray(w)
+        return with_fori
+
+    def with_fori(x, w, a, out):
+        def step(t, s):
+            x, out = s
+            x = jnp.tanh(x * w + a[t]) * 0.9 + 0.1 * x
+            return x, out.at[t].set(x[0, 0])
+
+        x, out = jax.lax.fori_loop(0, steps, step, (x, out))
+        return (x * x).sum() + (out * out).sum()
+
+    return with_fori
+
+
+def run_one(how: str, steps: int, size: int, repeats: int, kind: str = "plain") -> dict:
+    """In this process: build the gradient function, call it ``repeats`` times; the numbers."""
+    args = _data(size, steps, kind)
+    if how == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        jax.config.update("jax_enable_x64", True)
+        on_device = [jnp.asarray(a) for a in args]
         base, start = _rss_mb(), time.perf_counter()
-        fn = jax.jit(jax.grad(with_fori)).lower(xs, ws).compile()
+        fn = jax.jit(jax.grad(_with_fori(steps, kind))).lower(*on_device).compile()
         build = time.perf_counter() - start
 
         def call():
-            return np.asarray(fn(xs, ws).block_until_ready())
+            return np.asarray(fn(*on_device).block_until_ready())
     else:
         sys.path.insert(0, str(ROOT))
         import tracekit as tk
 
         checkpoint = None if how == "residuals" else int(how.split("=")[1])
+        fn = program if kind == "plain" else moving
         base, start = _rss_mb(), time.perf_counter()
-        t = tk.trace(lambda x, w: program(x, w, steps), x, w)
+        t = tk.trace(lambda *a: fn(*a, steps), *args)
         b = tk.compile(tk.vjp(t, checkpoint=checkpoint), target="cpu", progress=False)
         build = time.perf_counter() - start
         one = np.ones(())
 
         def call():
-            return b(x, w, one)[0]
+            return b(*[np.copy(a) for a in args], one)[0]
 
     start = time.perf_counter()
     grad = call()
@@ -81,7 +117,7 @@ def run_one(how: str, steps: int, size: int, repeats: int) -> dict:
         start = time.perf_counter()
         call()
         times.append(time.perf_counter() - start)
-    np.save(f"/tmp/loop_grad_{how.replace('=', '')}.npy", grad)
+    np.save(f"/tmp/loop_grad_{kind}_{how.replace('=', '')}.npy", grad)
     return {
         "how": how,
         "build_s": build,
@@ -97,29 +133,32 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--size", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--program", choices=("plain", "moving"), default="plain")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
-        print(json.dumps(run_one(args.one, args.steps, args.size, args.repeats)))
+        print(json.dumps(run_one(args.one, args.steps, args.size, args.repeats, args.program)))
         return
     segment = max(1, int(round(args.steps**0.5)))
     hows = ["residuals", "checkpoint=1", f"checkpoint={segment}", "jax"]
     state_mb = args.size * args.size * 8 / 2**20
+    what = "loop" if args.program == "plain" else "loop whose indices move"
     print(
-        f"gradient of a {args.steps}-step loop on a {args.size}x{args.size} float64 state "
+        f"gradient of a {args.steps}-step {what} on a {args.size}x{args.size} float64 state "
         f"({state_mb:.2f} MB a state; {args.steps} states: {args.steps * state_mb:.0f} MB)"
     )
     rows = []
     for how in hows:
         cmd = [sys.executable, __file__, "--one", how, "--steps", str(args.steps)]
         cmd += ["--size", str(args.size), "--repeats", str(args.repeats)]
+        cmd += ["--program", args.program]
         out = subprocess.run(cmd, capture_output=True, text=True, check=True)
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    ref = np.load("/tmp/loop_grad_jax.npy")
+    ref = np.load(f"/tmp/loop_grad_{args.program}_jax.npy")
     head = ["build s", "first call s", "warm ms", "peak RSS MB", "growth MB", "max |g - jax|"]
     print(f"{'':16s} " + " ".join(f"{h:>13s}" for h in head))
     for r in rows:
-        g = np.load(f"/tmp/loop_grad_{r['how'].replace('=', '')}.npy")
+        g = np.load(f"/tmp/loop_grad_{args.program}_{r['how'].replace('=', '')}.npy")
         diff = float(np.max(np.abs(g - ref)))
         growth = r["peak_rss_mb"] - r["rss_before_mb"]
         cells = [f"{r['build_s']:13.2f}", f"{r['first_s']:13.2f}", f"{r['warm_ms']:13.1f}"]

@@ -4,6 +4,7 @@ roll nothing and say why."""
 
 from __future__ import annotations
 
+import html
 import json
 
 import numpy as np
@@ -746,6 +747,171 @@ def test_json_round_trip_of_a_while_loop():
     assert_same(interpret.run(back, list(make(2))), interpret.run(t.graph, list(make(2))))
 
 
+# ---------------------------------------------------------------------- for loops left by break
+def newton_break(x, a, steps=60):
+    for _ in range(steps):
+        y = 0.5 * (x + a / x)
+        err = np.abs(y - x).max()
+        x = y
+        if err < 1e-10:  # the last statement: where the loop stops is decided when it runs
+            break
+    return x
+
+
+def walk_break(a, tol=2.0):
+    s = np.zeros(a.shape[1])
+    for i in range(1, a.shape[0] - 1):  # a[i] moves with the loop, bounded by its range
+        s = s + np.abs(a[i]) * 0.5
+        if s.sum() > tol:
+            break
+    return s
+
+
+def _newton_data(seed):  # its count depends on how far x starts from sqrt(a)
+    return np.full(4, (1.0, 40.0, 1e4, 0.3)[seed % 4]), np.arange(1.0, 5.0) * (seed + 1)
+
+
+def _walk_data(seed):  # 0 or 1 rows, several, or none (range end) reach the sum
+    return (np.full((12, 3), (0.5, 0.1, 0.05, 0.01, 5.0)[seed % 5]),)
+
+
+BREAKS = {"newton_break": (newton_break, _newton_data), "walk_break": (walk_break, _walk_data)}
+
+
+def _break_count(name, args) -> int:  # the iterations the Python loop runs
+    if name == "walk_break":
+        (a,) = args
+        return next((i for i in range(1, 11) if 0.5 * np.abs(a[1 : i + 1]).sum() > 2.0), 10)
+    x, a = args
+    for i in range(60):
+        y = 0.5 * (x + a / x)
+        if np.abs(y - x).max() < 1e-10:
+            return i + 1
+        x = y
+    return 60
+
+
+@pytest.mark.parametrize("name", sorted(BREAKS))
+@pytest.mark.parametrize("target", ["interpreter", "code", "cpu", "cuda"])
+def test_a_for_loop_left_by_a_break_decides_when_it_runs_where_to_stop(name, target):
+    """``if <test>: break`` as the last statement of ``for i in range(...)``: a while_loop
+    that goes on while the test is false and the range has iterations left, so data that
+    breaks sooner, later or never gets NumPy's answer (no guard on the traced count)."""
+    fn, make = BREAKS[name]
+    with pytest.warns(tk.TracerWarning, match="became a loop whose break is tested when it runs"):
+        t = tk.trace(fn, *make(0))
+    (loop,) = _loops(t.graph)
+    assert loop.op == "while_loop" and not t.graph.guards and not t.notes, str(t.graph)
+    assert loop.attrs["max_iterations"] == (60 if name == "newton_break" else 10)
+    if target == "code":
+        ns: dict = {}
+        exec(compile(t.code, "<code>", "exec"), ns)
+        run = ns[t.graph.name]
+    else:
+        with quiet():
+            run = t if target == "interpreter" else tk.compile(t, target=target, progress=False)
+    seeds = range(4) if name == "newton_break" else range(5)
+    counts = {_break_count(name, make(s)) for s in seeds}
+    assert len(counts) >= 3 and loop.attrs["trips"] in counts, counts
+    if name == "walk_break":
+        assert {1, 10} <= counts  # the first iteration breaks; the range ends without a break
+    for seed in seeds:
+        args = make(seed)
+        with quiet():
+            got = run(*_copies(args))
+        np.testing.assert_allclose(got, fn(*_copies(args)), rtol=1e-12, atol=1e-14)
+
+
+def test_a_loop_left_by_a_break_runs_as_one_numba_function():
+    fn, make = BREAKS["newton_break"]
+    with quiet():
+        c = tk.compile(tk.trace(fn, *make(0)), target="cpu", progress=False)
+    assert [run.how for run in c.program.loops.values()] == ["one numba function"]
+    np.testing.assert_allclose(c(*make(2)), fn(*make(2)), rtol=1e-12)
+
+
+def test_the_drawing_and_listing_of_a_loop_left_by_a_break():
+    with quiet():
+        t = tk.trace(walk_break, *_walk_data(1))
+    assert "while_loop(" in str(t.graph) and "for i in range(1, a.shape[0] - 1):" in str(t.graph)
+    (loop,) = _loops(t.graph)
+    assert loop.attrs["trips"] == 10  # traced where it never breaks: the range's end
+    svg = html.unescape(tk.render(t).pipe(format="svg").decode())
+    assert "for i in range(1, a.shape[0] - 1)" in svg and "\u00d710 when traced, \u226410" in svg
+
+
+def after_the_test(x, steps=10):
+    for _ in range(steps):
+        x = x * 1.5
+        if x.max() > 20:
+            break
+        x = x + 1.0  # the iteration that breaks stops here: not every iteration's nodes
+    return x
+
+
+def over_a_list(x, factors=(1.5,) * 10):
+    for f in factors:  # not range(): how many iterations the loop has is not known here
+        x = x * f
+        if x.max() > 20:
+            break
+    return x
+
+
+@pytest.mark.parametrize(
+    "fn,why",
+    [(after_the_test, "statements follow the test of its break"),
+     (over_a_list, "its range is not range()")],
+)  # fmt: skip
+def test_a_break_that_cannot_be_decided_when_the_loop_runs_is_guarded_and_says_why(fn, why):
+    with quiet():
+        t = tk.trace(fn, np.ones(3))
+    (loop,) = _loops(t.graph)
+    assert loop.op == "loop" and t.graph.guards
+    assert any(why in note and "iterations rolled, but where it breaks" in note for note in t.notes)
+    np.testing.assert_allclose(t(np.ones(3)), fn(np.ones(3)))
+    with pytest.raises(tk.GuardError):
+        t(np.full(3, 0.01))  # another count: the guards say so
+
+
+def _weighted_walk(seed):  # rows that differ: the last iteration's row is a[its count]
+    return (_walk_data(seed)[0] * np.linspace(0.5, 1.5, 36).reshape(12, 3),)
+
+
+@pytest.mark.parametrize(
+    "name,make,other",
+    [("newton_break", _newton_data, 2), ("walk_break", _weighted_walk, 1)],
+)  # fmt: skip
+@pytest.mark.parametrize("target", ["interpreter", "cpu"])
+def test_the_gradient_of_a_loop_left_by_a_break_is_right_for_its_traced_count(
+    name, make, other, target
+):
+    """As a while loop's: a reverse loop of the traced count less one and its last iteration
+    (where the indices moving with it are the last iteration's); data that breaks elsewhere
+    fails a guard, and tk.grad traces again."""
+    fn = BREAKS[name][0]
+
+    def scalar(*a):
+        return (fn(*a) ** 2).sum()
+
+    args, argnums = make(0), tuple(range(len(make(0))))
+    with quiet():
+        t = tk.trace(scalar, *args)
+        assert any(n.op == "while_loop" for n in t.graph.nodes)
+        b = tk.vjp(t)
+        run = b if target == "interpreter" else tk.compile(b, target="cpu", progress=False)
+        flat = tk.vjp(tk.trace(scalar, *args, loops="unroll"))(*args, np.ones(()))
+        assert not any(n.op == "while_loop" for n in b.graph.nodes)
+        for g, w in zip(run(*args, np.ones(())), flat, strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-300)
+        elsewhere = make(other)  # breaks at another iteration
+        with pytest.raises(tk.GuardError):
+            run(*elsewhere, np.ones(()))
+        got = tk.grad(scalar, argnums=argnums)(*elsewhere)
+        want = tk.vjp(tk.trace(scalar, *elsewhere, loops="unroll"))(*elsewhere, np.ones(()))
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-300)
+
+
 # ---------------------------------------------------------------------- guards in iterations
 @pytest.mark.parametrize("target", ["interpreter", "cpu", "cpu-rolled", "cuda"])
 def test_a_guard_inside_the_iterations_is_checked_in_every_iteration(target, monkeypatch):
@@ -970,7 +1136,7 @@ def test_a_loop_whose_indices_move_differentiates_as_a_reverse_loop_like_jax():
         b = tk.vjp(tk.trace(_driven, a, x, out.copy()))
     assert [n.op for n in b.graph.nodes if OPS[n.op].kind == "control"] == ["loop", "loop"]
     want = jax.jit(jax.grad(with_fori, argnums=(0, 1, 2)))(a, x, out)
-    for checkpoint in (None, 7):  # a loop indexing with its count is not split in segments
+    for checkpoint in (None, 1, 7):  # segments of 7: 8 of them and 4 iterations left
         got = tk.grad(_driven, argnums=(0, 1, 2), checkpoint=checkpoint)(a, x, out.copy())
         for g, e in zip(got, want):
             np.testing.assert_allclose(g, np.asarray(e), rtol=1e-10, atol=1e-12)
@@ -978,6 +1144,112 @@ def test_a_loop_whose_indices_move_differentiates_as_a_reverse_loop_like_jax():
         c = tk.compile(b, target="cpu", progress=False)
     for g, e in zip(c(a, x, out.copy(), np.ones(())), want):
         np.testing.assert_allclose(g, np.asarray(e), rtol=1e-10, atol=1e-12)
+
+
+def window_sums(x, a, steps=23):
+    for t in range(steps):
+        x = np.sin(x + a[t : t + 3].sum(axis=0)) * 0.8  # a window moving with the loop
+    return (x**2).sum()
+
+
+MOVING = {  # loops whose indices move with the iteration count
+    "rows_written": (rows_written, lambda s: (_r(s, 6), _r(s + 1, 16, 6))),
+    "diagonal": (diagonal, lambda s: (_r(s, 32, 32),)),
+    "window_sums": (window_sums, lambda s: (_r(s, 5), _r(s + 1, 25, 5))),
+    "driven": (_driven, lambda s: (0.3 * _r(s, 61, 9), _r(s + 1, 9), np.zeros((61, 9)))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MOVING))
+@pytest.mark.parametrize("target", ["interpreter", "cpu", "cpu-rolled"])
+def test_checkpoint_segments_of_a_loop_whose_indices_move_count_from_their_offset(
+    name, target, monkeypatch
+):
+    """``checkpoint=S`` splits a loop indexing with its count too: segment ``j`` and its
+    reverse loop count from ``S * j`` (attribute ``start``), the iterations left over from
+    ``S * (trips // S)``; the gradient is the unrolled one's, for S = 1, 3, 7 (trips not a
+    multiple of S), on the interpreter and the CPU target (its loop drivers too)."""
+    if target == "cpu-rolled":  # the loops stay loops on the CPU (no small-loop unrolling)
+        monkeypatch.setattr("tracekit.backends.control.UNROLL_AT_MOST", 0)
+    fn, make = MOVING[name]
+
+    def scalar(*a):
+        return sum(np.sum(y**2) for y in _parts(fn(*[np.copy(x) for x in a])))
+
+    args, one = make(4), np.ones(())
+    with quiet():
+        flat = tk.vjp(tk.trace(scalar, *args, loops="unroll"))(*args, one)
+        t = tk.trace(scalar, *args)
+    (loop,) = _loops(t.graph)
+    trips = loop.attrs["trips"]
+    left_over = set()
+    # (compiled: one S per target, small segments unrolled on "cpu", drivers on "cpu-rolled")
+    sizes = {"interpreter": (None, 1, 3, 7), "cpu": (3,), "cpu-rolled": (1, 7)}[target]
+    for checkpoint in sizes:
+        b = tk.vjp(t, checkpoint=checkpoint)
+        control = [n for n in b.graph.nodes if OPS[n.op].kind == "control"]
+        if checkpoint in (3, 7):  # the segments' loop, the rest, and their reverse loops
+            outer = control[0]
+            assert outer.attrs["trips"] == trips // checkpoint
+            left_over.add(trips % checkpoint)
+            if trips % checkpoint:
+                rest = control[1]
+                assert rest.attrs["trips"] == trips % checkpoint
+                assert rest.attrs["start"] == trips // checkpoint * checkpoint
+            (segment,) = outer.attrs["body"].nodes
+            assert segment.attrs["start"] == tk.ir.Affine(0, checkpoint), str(b.graph)
+        run = b
+        if target != "interpreter":
+            with quiet():
+                run = tk.compile(b, target="cpu", progress=False)
+        for g, w in zip(run(*_copies(args), one), flat, strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-13)
+    if target != "cpu":
+        assert left_over - {0}  # iterations left over after the segments, for one S at least
+
+
+def test_json_round_trip_of_a_checkpointed_gradient_with_moving_indices():
+    args = MOVING["driven"][1](0)
+    with quiet():
+        b = tk.vjp(tk.trace(_driven, *_copies(args)), checkpoint=7)
+    back = Graph.from_json(b.graph.to_json())
+    assert back.key() == b.graph.key()
+    feed = list(_copies(args)) + [np.ones(())]
+    assert_same(interpret.run(back, list(feed)), interpret.run(b.graph, list(feed)))
+
+
+def test_the_explorer_steps_through_a_segment_at_its_offset():
+    """The body of a segment inside the reverse loop over segments: iteration 2 of the
+    segment the reverse loop's iteration 0 replays (the last: 7 to 13) reads row 9."""
+    args = MOVING["driven"][1](0)
+    a = args[0]
+    with quiet():
+        b = tk.vjp(tk.trace(_driven, *_copies(args)), checkpoint=7)
+    w = tk.explore(b)
+    ids = [r["id"] for r in w.nodes if r["type"] == "op"]
+    loops = [n for n in b.graph.nodes if OPS[n.op].kind == "control"]
+    reverse = [n for n in loops if "segments of 7" in n.attrs["body"].name][-1]
+    outer = next(i for i in ids if i.startswith(f"node-{reverse.outputs[0].name}/"))
+    replay = next(n for n in reverse.attrs["body"].nodes if n.op == "loop")
+    (read,) = [n for n in replay.attrs["body"].nodes if n.attrs.get("idx") == (tk.ir.Affine(0, 1),)]
+    inner = f"{outer.rsplit('/', 1)[0]}/node-{replay.outputs[0].name}/node-{read.out.name}"
+    for segment, row in ((0, 7 * 7 + 2), (1, 6 * 7 + 2)):
+        w.select(outer)
+        w.iteration = segment  # the reverse loop goes over the segments last to first
+        w.select(inner)
+        w.iteration = 2
+        np.testing.assert_allclose(w.details["value"]["mean"], a[row].mean(), rtol=1e-12)
+
+
+def test_code_of_a_checkpointed_gradient_with_moving_indices():
+    args = MOVING["window_sums"][1](0)
+    with quiet():
+        b = tk.vjp(tk.trace(window_sums, *args), checkpoint=4)
+    ns: dict = {}
+    exec(compile(b.code, "<code>", "exec"), ns)
+    got = ns[b.graph.name](*args, np.ones(()))
+    for g, w in zip(got, b(*args, np.ones(())), strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-13, atol=1e-15)
 
 
 # ---------------------------------------------------------------------- numbers moving with a loop

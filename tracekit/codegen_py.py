@@ -199,7 +199,8 @@ def _loop(node, ins, ids, taken, indent) -> list[str]:
     lines.append(f"{indent}for {counter} in range({count}):")
     at = (counter, body.name)
     lines += _guard_checks_of(body.guards, body.inputs, ids, indent + "    ", at)
-    lines += _statements(_with_counter(body, counter), ids, taken, indent + "    ", body.guards, at)
+    nodes = _with_counter(body, counter, node.attrs.get("start", 0))
+    lines += _statements(nodes, ids, taken, indent + "    ", body.guards, at)
     for o, b in zip(node.outputs[plain:], body.outputs[plain:]):
         lines.append(f"{indent}    {ids[o]}[{counter}] = {ids[b]}")
     nexts = [ids[o] for o in body.outputs[:carried]]
@@ -229,13 +230,16 @@ class _Expr:
     __str__ = __repr__
 
 
-def _with_counter(body: Graph, counter: str) -> list:
-    """The body's nodes, each index that moves with the loop written with ``counter``."""
+def _with_counter(body: Graph, counter: str, start=0) -> list:
+    """The body's nodes, each index that moves with the loop written with ``counter`` (and the
+    count the loop starts from, ``start``: an int, or an expression of the loop around it)."""
+    shifted = counter if not isinstance(start, _Expr) and start == 0 else f"({counter} + {start})"
 
     def expr(x):
         if isinstance(x, Affine):
+            count = counter if x.local else shifted
             step = "" if x.step == 1 else f"{x.step} * "
-            return _Expr(f"{x.base} + {step}{counter}" if x.base else f"{step}{counter}")
+            return _Expr(f"{x.base} + {step}{count}" if x.base else f"{step}{count}")
         if isinstance(x, tuple):
             return tuple(expr(e) for e in x)
         if isinstance(x, slice):

@@ -45,7 +45,7 @@ import traitlets
 
 from . import pytree
 from .interpret import as_input_value, run, run_node
-from .ir import Graph, Node, Var, fmt_value, format_node, type_str
+from .ir import Affine, Graph, Node, Var, at_iteration, fmt_value, format_node, type_str
 from .loops.op import body_at, is_while
 from .ops import OPS
 from .render import render
@@ -242,8 +242,9 @@ class _LoopRun:
     """The iterations of one loop node on the values of its inputs (``inputs()``), run as they
     are asked for; the carried state entering each iteration is kept."""
 
-    def __init__(self, node: Node, inputs):
+    def __init__(self, node: Node, inputs, start=lambda: 0):
         self.node, self._inputs = node, inputs
+        self.start = start  # the count its iterations start from (see tracekit.loops.op)
         self.states: list | None = None  # states[t]: the carried values entering iteration t
         self.finished = False
 
@@ -279,7 +280,7 @@ class _LoopRun:
         body = self.node.attrs["body"]
         values = self.states[t] + self.invariants
         env = {v: as_input_value(v, x) for v, x in zip(body.inputs, values)}
-        for node in body_at(body, t):
+        for node in body_at(body, t, self.start()):
             run_node(node, env)
         return env
 
@@ -317,9 +318,16 @@ def _with_bodies(d: _Drawn) -> list:
                 raise ValueError(parent.error or "no values")
             return [env[x] if isinstance(x, Var) else x for x in node.inputs]
 
+        def start(node=n, parent=d):  # an Affine start moves with the loop whose body d is
+            at = node.attrs.get("start", 0)
+            if not isinstance(at, Affine):
+                return at
+            return at_iteration(at, parent.iteration, parent.loop_run.start())
+
         body = n.attrs["body"]
         title = f"{d.title} \u203a {body.name}"
-        out += _with_bodies(_BodyDrawn(body, d.node_id(n) + "/", _LoopRun(n, inputs), title))
+        run = _LoopRun(n, inputs, start)
+        out += _with_bodies(_BodyDrawn(body, d.node_id(n) + "/", run, title))
     return out
 
 

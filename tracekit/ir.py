@@ -204,36 +204,60 @@ class Affine:
     """An integer of an index that moves by ``step`` every iteration: ``base + step * k`` in
     iteration ``k`` of its loop (``a[i, i]`` in ``for i in range(n)``: jax's dynamic_slice).
 
+    A loop counts its iterations from its ``start`` attribute (0 unless it runs a segment of
+    another loop's iterations: a checkpointed gradient's); a ``local`` one counts them from 0
+    whatever the start (the row of a stack the loop itself made, ``j``).
+
     >>> Affine(3, 1), at_iteration((Affine(3, 1), slice(Affine(0, 2), None)), 4)
     (3+k, (7, slice(8, None, None)))
+    >>> at_iteration((Affine(3, 1), Affine(9, -1, local=True)), 4, start=10)
+    (17, 5)
+    >>> at_iteration(Affine(3, 1), 4, start=Affine(0, 8))  # a start moving with an outer loop
+    7+8*k
     """
 
     base: int
     step: int
+    local: bool = False
 
     def at(self, k: int) -> int:
         return self.base + self.step * k
 
     def __repr__(self):
-        scaled = "k" if self.step == 1 else "-k" if self.step == -1 else f"{self.step}*k"
+        i = "j" if self.local else "k"
+        scaled = i if self.step == 1 else f"-{i}" if self.step == -1 else f"{self.step}*{i}"
         if not self.base:
             return scaled
         return f"{self.base}{'' if scaled.startswith('-') else '+'}{scaled}"
 
     def __tracekit_json__(self):
-        return {"type": "affine", "base": self.base, "step": self.step}
+        local = {"local": True} if self.local else {}
+        return {"type": "affine", "base": self.base, "step": self.step, **local}
 
 
-def at_iteration(x, k: int):
-    """``x`` (an attribute value) with every :class:`Affine` in it taken at iteration ``k``."""
-    if isinstance(x, Affine):
+def shifted(x: Affine, k: int, start) -> int | Affine:
+    """Affine ``x`` in iteration ``k`` of a loop whose count starts at ``start`` (an int, or
+    an :class:`Affine` of the loop around it: then an Affine of that loop's count)."""
+    if x.local:
         return x.at(k)
+    if isinstance(start, Affine):
+        step = x.step * start.step
+        base = x.at(start.base + k)
+        return Affine(base, step) if step else base
+    return x.at(start + k)
+
+
+def at_iteration(x, k: int, start=0):
+    """``x`` (an attribute value) with every :class:`Affine` in it taken at iteration ``k`` of
+    a loop whose count starts at ``start``."""
+    if isinstance(x, Affine):
+        return shifted(x, k, start)
     if isinstance(x, tuple):
-        return tuple(at_iteration(e, k) for e in x)
+        return tuple(at_iteration(e, k, start) for e in x)
     if isinstance(x, slice):
-        return slice(*(at_iteration(e, k) for e in (x.start, x.stop, x.step)))
+        return slice(*(at_iteration(e, k, start) for e in (x.start, x.stop, x.step)))
     if isinstance(x, dict):
-        return {key: at_iteration(v, k) for key, v in x.items()}
+        return {key: at_iteration(v, k, start) for key, v in x.items()}
     return x
 
 

@@ -45,7 +45,9 @@ def trace(
     ``Traced.notes`` says which loops did not roll, and why. A ``while`` loop on a traced
     condition becomes a ``while_loop`` that tests its condition when it runs, so new data may
     need more or fewer iterations than the example did: at most ``max_iterations`` (default
-    ten times the traced count, at least 1,000; more raises ``GuardError``).
+    ten times the traced count, at least 1,000; more raises ``GuardError``). So does a ``for i
+    in range(...)`` loop whose last statement is ``if <traced test>: break``, for at most the
+    iterations its range has.
 
     >>> import numpy as np, tracekit as tk
     >>> t = tk.trace(lambda x: np.tanh(x) * 2.0, np.zeros(3, np.float32))
@@ -210,7 +212,7 @@ def _finish(ctx, result, n_args, name, loops="unroll", max_iterations=None):
     graph = dce(graph)
     notes = []
     if loops == "roll":
-        graph, notes = roll(graph, ctx.stacks, max_iterations=max_iterations)
+        graph, notes = roll(graph, ctx.stacks, max_iterations=max_iterations, breaks=ctx.breaks)
         _warn_while_loops(graph.nodes)
     graph, ctx.capture_getters = _drop_unused_inputs(graph, ctx.capture_getters)
     return graph.check(), out_tree, notes
@@ -225,11 +227,15 @@ def _warn_while_loops(nodes):
     for n in nodes:
         if is_while(n):
             src = n.source
+            what = (
+                "a loop whose break is tested when it runs"
+                if src.text.startswith("for")
+                else "a while loop whose condition is tested when it runs"
+            )
             warnings.warn_explicit(
-                f"{src}: `{src.text}` became a while loop whose condition is tested when it "
-                f"runs ({n.attrs['trips']} iterations when traced, at most "
-                f"{n.attrs['max_iterations']}): the traced function follows new data that needs "
-                "more or fewer iterations.",
+                f"{src}: `{src.text}` became {what} ({n.attrs['trips']} iterations when "
+                f"traced, at most {n.attrs['max_iterations']}): the traced function follows "
+                "new data that needs more or fewer iterations.",
                 TracerWarning,
                 src.file,
                 src.line,

@@ -305,7 +305,9 @@ def run_loop(regs, st):
     the carried value (register ``base``); the body's last register is carried on. Tracing
     records every iteration and rolls them back into a loop node. With ``while``, a while
     statement on a traced counter (a 0-d array that tracing sees compared in every
-    iteration): it rolls into a while_loop that tests the counter when it runs."""
+    iteration): it rolls into a while_loop that tests the counter when it runs. With
+    ``stop``, ``if np.sum(carry) > stop: break`` ends each iteration: it rolls into a
+    while_loop that tests it when it runs, bounded by the range."""
     carry = regs[st["carry"]]
     if st.get("while"):
         count, t = np.zeros((), np.float64) + 0 * np.sum(np.abs(carry) > -1), 0
@@ -313,9 +315,37 @@ def run_loop(regs, st):
             carry = _iteration(regs, st, carry, t)
             count, t = count + 1, t + 1
     else:
-        for t in range(st["trips"]):
+        trips, stops = st["trips"], "stop" in st
+        for t in range(trips):
             carry = _iteration(regs, st, carry, t)
+            if stops and _past_stop(carry, st["stop"]):
+                break
     regs.append(carry)
+
+
+def _past_stop(carry, stop):
+    """``np.sum(carry) > stop`` (traced: the ``if`` that reads it is the guard); with NumPy,
+    recorded among the decisions."""
+    with np.errstate(all="ignore"):
+        past = np.sum(carry) > stop
+    if isinstance(past, np.generic | np.ndarray):  # not traced
+        _BRANCHES.append(bool(past))
+    return past
+
+
+def break_stop(sums, margin=lambda s: 0.1 * abs(s) + 0.5):
+    """A ``stop`` for ``if np.sum(carry) > stop: break`` given the carried sums of each
+    iteration: the loop breaks at the latest iteration it can after the first, well clear of
+    the sums before it (backends sum in other orders), else never (above them all); None
+    where the sums are not finite."""
+    if not sums or not all(np.isfinite(sums)):
+        return None
+    for e in range(len(sums) - 1, 0, -1):
+        before = max(sums[:e])
+        if sums[e] - margin(sums[e]) > before + margin(before):
+            return 0.5 * (before + margin(before) + sums[e] - margin(sums[e]))
+    top = max(sums)
+    return top + margin(top)
 
 
 def _iteration(regs, st, carry, t):
@@ -1165,7 +1195,21 @@ class _Gen:
         st = {"k": "loop", "carry": c, "base": base, "trips": trips, "body": body}
         if trips == 3:  # a third of the loops (no draw: the programs of a seed stay as they were)
             st["while"] = True
+        elif trips == 4 and not self.depth and _kind(regs[c]) in "fiu" and "branch" not in kinds:
+            stop = break_stop(self._carried_sums(st, enclosing))
+            if stop is not None:  # a loop of the program (not in a body) left by a break
+                st["stop"] = stop
         return st, approx
+
+    def _carried_sums(self, st, enclosing) -> list:
+        """The sum of the carried value after each iteration of loop ``st``."""
+        regs, sums = enclosing(), []
+        carry = regs[st["carry"]]
+        with quiet(), np.errstate(all="ignore"):
+            for t in range(st["trips"]):
+                carry = _iteration(regs, st, carry, t)
+                sums.append(float(np.sum(carry)))
+        return sums
 
     def _body_regs(self, c, body, enclosing):
         """The registers of a loop body after ``body``'s steps: those of ``enclosing()`` (the

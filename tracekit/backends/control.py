@@ -49,19 +49,21 @@ def prepared(body: Graph) -> Graph:
 
 
 def loop_runner(node, run_body):
-    """``run(*inputs)`` computing loop ``node``; ``run_body(values, k)`` runs its body's
-    iteration ``k`` and returns its outputs (a list); it may write into the buffers of the
-    carried values it is given (they are the loop's own)."""
+    """``run(*inputs, start=0)`` computing loop ``node`` (counting its iterations from
+    ``start``); ``run_body(values, k, start)`` runs its body's iteration ``k`` and returns its
+    outputs (a list); it may write into the buffers of the carried values it is given (they
+    are the loop's own)."""
     carried = node.attrs["carried"]
 
-    def run(*inputs, handed=()):
+    def run(*inputs, handed=(), start=0):
         # the body may write into the state's buffers: copies of the inputs, but for those the
         # caller hands over (positions in ``handed``: buffers of its own it never reads again)
         owned = [
             x.copy() if isinstance(x, np.ndarray) and k not in handed else x
             for k, x in enumerate(inputs[:carried])
         ]
-        outs = iterate(owned + list(inputs[carried:]), node.attrs, run_body)
+        body = run_body if not start else lambda values, k: run_body(values, k, start)
+        outs = iterate(owned + list(inputs[carried:]), node.attrs, body)
         kept = [x for k, x in enumerate(inputs) if k not in handed]
         outs = [_unshared(o, kept) for o in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)

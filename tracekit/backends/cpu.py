@@ -285,8 +285,9 @@ class Runner:
             "_ndarray": np.ndarray,
             "_contiguous": np.ascontiguousarray,
         }
-        # the iteration a loop body runs (set by its loop before each call), for moving indices
-        self.iteration = [0]
+        # the iteration a loop body runs and the count its loop starts from (set by the loop
+        # before each call), for moving indices
+        self.iteration = [0, 0]
         self.ns.update(_iteration=self.iteration, _at_iteration=at_iteration)
         self.handed = handed_over(plan)
         self.escaping = escaping(plan, self.handed)
@@ -441,7 +442,7 @@ class Runner:
             self.ns["_build_index"] = build_index
             arrs = "".join(a + ", " for a in arrays)
             if moves(node.attrs):  # a loop body's index moving with the iteration
-                idx = f"_at_iteration({idx}, _iteration[0])"
+                idx = f"_at_iteration({idx}, _iteration[0], _iteration[1])"
             return f"_store({base}, _build_index({idx}, ({arrs})), {value})"
         if blas_out(node) and node.out.dtype.kind in "fc" and node.out.ndim >= 1:
             # BLAS writes straight into a pooled (or the caller's) buffer: no fresh allocation
@@ -452,13 +453,16 @@ class Runner:
             impl = f"loop{len(self.ns)}"
             run = self.ns[impl] = self.program.loops[node]
             handed = self.handed.get(self._step) or ()
+            start = self._start(node)
             if getattr(run, "driver", None) is not None:
-                return self._driver_call(node, run, ins, handed)
-            return f"{impl}({', '.join(ins)}{f', handed={handed!r}' if handed else ''})"
+                return self._driver_call(node, run, ins, handed, start)
+            keywords = [f"handed={handed!r}"] if handed else []
+            keywords += [f"start={start}"] if start else []
+            return f"{impl}({', '.join(ins + keywords)})"
         attrs = f"attrs{len(self.ns)}"
         self.ns[attrs] = dict(node.attrs)
         if moves(node.attrs):  # a loop body's index moving with the iteration
-            attrs = f"_at_iteration({attrs}, _iteration[0])"
+            attrs = f"_at_iteration({attrs}, _iteration[0], _iteration[1])"
         call = f"{impl}({', '.join([*ins, f'**{attrs}'])})"  # no inputs: eye, arange...
         if OPS[node.op].kind == "opaque":  # the kernels after it are compiled for the traced types
             k = f"node{len(self.ns)}"
@@ -466,7 +470,18 @@ class Runner:
             return f"_check_pyop({k}, {call})"
         return call
 
-    def _driver_call(self, node, run, ins, handed) -> str:
+    def _start(self, node) -> str | None:
+        """The count loop ``node`` starts from, as the runner computes it (None: 0)."""
+        start = node.attrs.get("start", 0)
+        if start == 0:
+            return None
+        if isinstance(start, int):
+            return str(start)
+        name = f"start{len(self.ns)}"  # an Affine of the loop this body is an iteration of
+        self.ns[name] = start
+        return f"_at_iteration({name}, _iteration[0], _iteration[1])"
+
+    def _driver_call(self, node, run, ins, handed, start=None) -> str:
         """A call of a loop's numba driver with its arguments prepared inline (what
         ``input_preparer`` does, less the checks this run's own buffers need not): a carried
         buffer a kernel of this run made is copied, or passed as it is when it is handed over;
@@ -490,7 +505,7 @@ class Runner:
                     prepared_argument, dtype=b.dtype, shape=b.shape, carried=k < carried
                 )
                 args.append(f"{prep}({name})")
-        call = f"{drv}({', '.join(args)})"
+        call = f"{drv}({', '.join(args + ([start] if start else []))})"
         return f"{call}[0]" if len(node.outputs) == 1 else call
 
 
@@ -575,14 +590,15 @@ def compile_loop(node, math: str, disk: bool):
     program.load(disk=disk)
     driver = program.module.loop_driver
     try:
-        driver.compile(driver_signature(g))
+        driver.compile(driver_signature(g, shifted=node.attrs.get("start", 0) != 0))
     except Exception as e:
         raise CompileError(_describe_failure("loop_driver", [], e, program.source)) from e
     single, until = len(node.outputs) == 1, node.attrs.get("cond") is not None
     prepare = input_preparer(g, node.attrs["carried"])
+    shifted = node.attrs.get("start", 0) != 0
 
-    def run(*inputs, handed=()):
-        out = driver(*prepare(inputs, handed))
+    def run(*inputs, handed=(), start=0):
+        out = driver(*prepare(inputs, handed), *((start,) if shifted else ()))
         if until:  # a while loop's driver says last whether its condition became false
             if not out[-1]:
                 raise GuardError(not_converged(node.attrs))
@@ -614,11 +630,11 @@ def compile_body(g, plan, program, disk: bool):
     guarded = [gd.var for gd in g.guards]
     weak = [i for i, o in enumerate(g.outputs) if o.weak]  # Python numbers, as the body takes them
 
-    def run(values, k):
-        iteration[0] = k
+    def run(values, k, start=0):
+        iteration[0], iteration[1] = k, start
         outs, guard_values = fn(values + consts if consts else values, None, pool)
         if guarded:
-            check_guards(g, dict(zip(guarded, guard_values)), in_iteration(g, k))
+            check_guards(g, dict(zip(guarded, guard_values)), in_iteration(g, start + k))
         for i in weak:
             outs[i] = np.asarray(outs[i]).item()
         return outs

@@ -58,6 +58,8 @@ class _Driver:
         g = plan.graph
         self.body, self.carried = g, node.attrs["carried"]
         self.trips = node.attrs["trips"]
+        # a loop counting from another start takes it last (``k0``): its indices move from there
+        self.k0 = "k0" if node.attrs.get("start", 0) != 0 else None
         self.remake = remake
         self.names: dict = {}
         self.contiguous: set = set()  # Vars known to be C-contiguous arrays in the driver
@@ -74,7 +76,7 @@ class _Driver:
             for v in values
         ):
             raise NoDriver("a dtype numba has no arrays of (float16)")
-        params = [self._name(v) for v in g.inputs]
+        params = [self._name(v) for v in g.inputs] + ([self.k0] if self.k0 else [])
         for v in g.inputs:
             if v.weak:
                 self.scalars.add(v)
@@ -203,6 +205,9 @@ class _Driver:
                 args.append(name)
             else:
                 args.append(f"np.ascontiguousarray({name})")
+        start = n.attrs.get("start", 0)
+        if start != 0:  # where its count starts: an int, or moving with this loop
+            args.append(_int(start, self.k0))
         outs = []
         for o in n.outputs:
             outs.append(self._name(o))
@@ -273,7 +278,7 @@ class _Driver:
         if base in self.scalars:
             raise NoDriver("an index of a scalar")
         out = self._name(n.out)
-        self.lines.append(f"{out} = {self.names[base]}[{_index(idx)}]")
+        self.lines.append(f"{out} = {self.names[base]}[{_index(idx, self.k0)}]")
         self.view_lines.add(len(self.lines) - 1)
         if all(type(e) is int or isinstance(e, Affine) for e in idx) and len(idx) == base.ndim:
             self.scalars.add(n.out)  # one element: numba gives a scalar
@@ -282,7 +287,8 @@ class _Driver:
         """``v``'s elements are the region ``store`` writes in place: the kernel making ``v``
         writes there directly (:func:`_direct_stores`), and the store does nothing."""
         name = f"w_{store.out.ident}"
-        self.lines.append(f"{name} = {self.names[store.inputs[0]]}[{_index(store.attrs['idx'])}]")
+        index = _index(store.attrs["idx"], self.k0)
+        self.lines.append(f"{name} = {self.names[store.inputs[0]]}[{index}]")
         self.names[v] = name
 
     def _store(self, n, in_place: bool):
@@ -319,13 +325,14 @@ class _Driver:
         dest = f"w_{n.out.ident}"
         # a complex value written into a real array: NumPy keeps its real part, numba will not
         real = ".real" if np.dtype(_dtype_of(value)).kind == "c" and base.dtype.kind != "c" else ""
+        index = _index(idx, self.k0)
         if region == ():  # one element
-            self.lines.append(f"{target}[{_index(idx)}] = ({src}){real}")
+            self.lines.append(f"{target}[{index}] = ({src}){real}")
         elif value_shape == ():
-            self.lines.append(f"{dest} = {target}[{_index(idx)}]")
+            self.lines.append(f"{dest} = {target}[{index}]")
             self._fill(dest, f"({src}){real}", region)
         elif value_shape == region:
-            self.lines.append(f"{dest} = {target}[{_index(idx)}]")
+            self.lines.append(f"{dest} = {target}[{index}]")
             self._copy(dest, src, region, region, real)
         else:
             raise NoDriver("a write that broadcasts")
@@ -547,23 +554,26 @@ def _region(shape, idx):
     return tuple(out)
 
 
-def _index(idx) -> str:
+def _index(idx, k0=None) -> str:
+    """``idx`` as numba source in iteration ``k`` of a driver counting from ``k0`` (None: 0)."""
     parts = []
     for e in idx:
         if isinstance(e, slice):
-            parts.append(":".join("" if x is None else _int(x) for x in (e.start, e.stop, e.step)))
+            bounds = (e.start, e.stop, e.step)
+            parts.append(":".join("" if x is None else _int(x, k0) for x in bounds))
         elif e is None:
             parts.append("None")
         elif e is Ellipsis:
             parts.append("...")
         else:
-            parts.append(_int(e))
+            parts.append(_int(e, k0))
     return ", ".join(parts) if parts else "()"
 
 
-def _int(x) -> str:
+def _int(x, k0=None) -> str:
     if isinstance(x, Affine):
-        return f"({x.base} + {x.step} * k)"
+        count = "k" if x.local or k0 is None else f"(k + {k0})"
+        return f"({x.base} + {x.step} * {count})"
     return str(int(x))
 
 
@@ -595,8 +605,9 @@ def input_preparer(body, carried: int):
     return prepare
 
 
-def driver_signature(body):
-    """numba types of a driver's arguments (what :func:`input_preparer` gives)."""
+def driver_signature(body, shifted: bool = False):
+    """numba types of a driver's arguments (what :func:`input_preparer` gives; ``shifted``:
+    and the count the loop starts from)."""
     import numba
 
     return tuple(
@@ -604,4 +615,4 @@ def driver_signature(body):
         if v.weak
         else numba.types.Array(numba.from_dtype(v.dtype), v.ndim, "C")
         for v in body.inputs
-    )
+    ) + ((numba.int64,) if shifted else ())

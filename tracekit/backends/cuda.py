@@ -347,8 +347,11 @@ class CudaProgram:
             return
         if OPS[node.op].update and "idx" in node.attrs and self._update(step, parts):
             return
-        if OPS[node.op].kind == "control" and self._loop(step, parts):
-            return
+        if OPS[node.op].kind == "control":
+            if node.attrs.get("start", 0) == 0 and self._loop(step, parts):
+                return
+            # (a loop counting from another start: a segment of a checkpointed gradient's)
+            why = why or "a segment of a loop's iterations (its count starts elsewhere)"
         reason = why or step.reason or f"{node.op} runs as a NumPy call"
         self.notes.append(f"{node.op} -> %{node.out.name}: host (NumPy): {reason}")
         parts.append(f"# {node.op} -> %{node.out.name}: on the host through NumPy ({reason})")

@@ -19,8 +19,11 @@ before running it backwards. Memory holds ``trips / S`` states and ``S`` iterati
 residuals instead of ``trips`` iterations' residuals, for one more forward pass.
 
 An index that moves with the forward loop (``a[t]``, ``out[t] = ...``) moves the other way in
-the reverse loop; such loops are not split into segments (each segment would need its offset),
-so ``checkpoint`` leaves them whole. A while loop is differentiated as the loop its traced
+the reverse loop. Split into segments, such a loop's segment counts its iterations from where
+it starts (its ``start``: ``S * j`` in segment ``j``, an index moving with the loop over
+segments), and so does the reverse loop of a segment, backwards (``-S * j``); the rows of the
+residuals a reverse loop reads are counted from 0 in each segment (a ``local``
+:class:`~tracekit.ir.Affine`). A while loop is differentiated as the loop its traced
 iterations were (:func:`~tracekit.loops.unroll.fixed_trips`: its condition guarded true in
 each iteration but the last), so data that needs another count fails a guard, and ``tk.grad``
 traces again.
@@ -47,7 +50,7 @@ import numpy as np
 from .. import pytree
 from ..ir import Affine, Graph, Node, Var, moves
 from ..ops import OPS
-from .op import is_while, value_names
+from .op import is_while, later, negated, value_names
 
 
 def reversible(node: Node) -> bool:
@@ -66,7 +69,7 @@ def _reversed(attrs: dict, trips: int) -> dict:
 
     def flip(x):
         if isinstance(x, Affine):
-            return Affine(x.base + x.step * (trips - 1), -x.step)
+            return Affine(x.base + x.step * (trips - 1), -x.step, x.local)
         if isinstance(x, tuple):
             return tuple(flip(e) for e in x)
         if isinstance(x, slice):
@@ -194,16 +197,18 @@ def segmented(graph: Graph, size: int) -> tuple[Graph, set]:
     """``graph`` with each reversible loop of more than ``size`` iterations (and no stacked
     outputs) split into a loop over segments of ``size`` iterations, and a loop of the
     iterations left over; and the loops over segments (their reverse replays a segment from
-    the state saved at its start)."""
+    the state saved at its start). A segment of a loop whose indices move starts at its
+    offset (attribute ``start``)."""
     taken = {v.name for v in graph.inputs} | {o.name for n in graph.nodes for o in n.outputs}
     nodes, outer = [], set()
     for n in graph.nodes:
-        # (a body indexing with the iteration count would need the segment's offset too)
+        # (a loop starting where a loop around it is: its segments' offsets would move with
+        # two loops)
         if (
             reversible(n)
             and n.attrs["trips"] > size
             and not n.attrs.get("stacked")
-            and not _moves(n)
+            and not isinstance(n.attrs.get("start", 0), Affine)
         ):
             made = _segments(n, size, taken)
             outer.add(made[0])
@@ -218,7 +223,12 @@ def _segments(node: Node, size: int, taken: set) -> list:
     count, rest = divmod(trips, size)
     ins = [_like(v, f"{v.name}.seg", taken) for v in body.inputs]
     outs = [_like(o, f"{o.name}.seg", taken) for o in body.outputs]
-    segment = Node("loop", ins, {**node.attrs, "trips": size}, outs, node.source, node.scope)
+    start = node.attrs.get("start", 0)
+    moving = _moves(node)
+    attrs = {**node.attrs, "trips": size}
+    if moving:  # segment j starts at iteration start + size * j
+        attrs["start"] = Affine(start, size)
+    segment = Node("loop", ins, attrs, outs, node.source, node.scope)
     name = f"{body.name}  (segments of {size})"
     outer_body = Graph(ins, [segment], outs, name=name)
     after = [_like(o, f"{o.name}.mid", taken) for o in node.outputs] if rest else node.outputs
@@ -227,7 +237,10 @@ def _segments(node: Node, size: int, taken: set) -> list:
     if not rest:
         return [outer]
     tail_ins = tuple(after[:c]) + tuple(node.inputs[c:])
-    return [outer, node.replace(inputs=tail_ins, attrs={**node.attrs, "trips": rest})]
+    tail = {**node.attrs, "trips": rest}
+    if moving:
+        tail["start"] = later(start, count * size)
+    return [outer, node.replace(inputs=tail_ins, attrs=tail)]
 
 
 def _like(v: Var, name: str, taken: set) -> Var:
@@ -266,7 +279,8 @@ def loop_vjp(ctx, node: Node, gs: list, ins: list, saved: Saved) -> list:
         if gs[s] is not None
     }
     const_vars = [made.input(v, v.name) for v in consts]
-    back = {"idx": (Affine(trips - 1, -1),)}  # reverse iteration k: forward iteration trips-1-k
+    # reverse iteration j reads the rows of forward iteration trips-1-j (of this run of it)
+    back = {"idx": (Affine(trips - 1, -1, local=True),)}
     env = dict(zip(gb.inputs[c:n_in], invariants))
     env.update((v, made.node("index", [r], back, like=v)) for r, v in zip(rows, saved.kept))
     for j, v in enumerate(gb.inputs[n_in : n_in + n_out]):
@@ -290,6 +304,8 @@ def loop_vjp(ctx, node: Node, gs: list, ins: list, saved: Saved) -> list:
     loop_ins = start + list(saved.rows) + list(ins[c:]) + [gs[s] for s in d_rows]
     loop_ins += saved.consts
     attrs = {"body": reverse, "trips": trips, "carried": carried, "stacked": 0}
+    if node.attrs.get("start", 0) != 0:  # its indices flipped (_reversed) count back from it
+        attrs["start"] = negated(node.attrs["start"])
     outs = ctx.emit("loop", loop_ins, attrs, n_out=carried)
     outs = [outs] if carried == 1 else list(outs)
     cts = [None] * len(ins)

@@ -2,7 +2,10 @@
 
 A loop node's inputs are the initial values of its carried state, then its invariants; its
 attributes are ``body`` (a :class:`~tracekit.ir.Graph`), ``trips``, ``carried`` (how many of
-the inputs are carried state) and ``stacked``. The body takes the carried values and the
+the inputs are carried state) and ``stacked``, and optionally ``start``: the count of its first
+iteration, at which the indices moving with it (:class:`~tracekit.ir.Affine`) are taken (an
+int, or an Affine of the loop around it: a segment of another loop's iterations, as a
+checkpointed gradient runs them). The body takes the carried values and the
 invariants, and returns the next carried values, then the values used after the loop (the
 last iteration's), then the ``stacked`` values of every iteration used after it; the node's
 outputs are the body's outputs after the last iteration, the stacked ones gathered into arrays
@@ -29,7 +32,9 @@ from ..interpret import as_input_value, check_guards, run_node
 from ..ir import Affine, Graph, Node, Var, at_iteration, fmt_value, moves, register_json_loader
 from ..ops import Op, register
 
-register_json_loader("affine", lambda d: Affine(int(d["base"]), int(d["step"])))
+register_json_loader(
+    "affine", lambda d: Affine(int(d["base"]), int(d["step"]), bool(d.get("local", False)))
+)
 
 
 def value_names(nodes) -> set:
@@ -43,11 +48,31 @@ def value_names(nodes) -> set:
     return out
 
 
-def body_at(body: Graph, k: int) -> list:
-    """The body's nodes in iteration ``k`` (the indices that move, taken there)."""
+def body_at(body: Graph, k: int, start=0) -> list:
+    """The body's nodes in iteration ``k`` of a loop counting from ``start`` (the indices that
+    move, taken there)."""
     return [
-        n.replace(attrs=at_iteration(dict(n.attrs), k)) if moves(n.attrs) else n for n in body.nodes
+        n.replace(attrs=at_iteration(dict(n.attrs), k, start)) if moves(n.attrs) else n
+        for n in body.nodes
     ]
+
+
+def later(start, n: int):
+    """A loop's ``start`` ``n`` iterations on (an int, or an Affine of the loop around it)."""
+    return Affine(start.base + n, start.step) if isinstance(start, Affine) else start + n
+
+
+def negated(start):
+    """``-start`` (an int, or an Affine of the loop around it)."""
+    return Affine(-start.base, -start.step) if isinstance(start, Affine) else -start
+
+
+def start_of(attrs: dict) -> int:
+    """The count a loop's first iteration has (its ``start``: an int where it runs)."""
+    start = attrs.get("start", 0)
+    if not isinstance(start, int):
+        raise ValueError(f"a loop whose start moves ({start!r}) runs only inside its loop")
+    return start
 
 
 def stacked_buffers(body: Graph, trips: int, stacked: int) -> list:
@@ -106,12 +131,13 @@ def run_loop(*inputs, body: Graph, **attrs):
     """The interpreter's loop: ``body`` run ``trips`` times, or while its condition holds (see
     :func:`iterate`); the guards of the body are checked in every iteration."""
     moving = any(moves(n.attrs) for n in body.nodes)
+    start = start_of(attrs)
 
     def run_body(values, k):
         env = {v: as_input_value(v, x) for v, x in zip(body.inputs, values)}
-        for node in body_at(body, k) if moving else body.nodes:
+        for node in body_at(body, k, start) if moving else body.nodes:
             run_node(node, env)
-        check_guards(body, env, in_iteration(body, k))
+        check_guards(body, env, in_iteration(body, start + k))
         return [env[o] for o in body.outputs]
 
     outs = iterate(inputs, {**attrs, "body": body}, run_body)
@@ -146,6 +172,9 @@ def check_loop(node: Node):
         if not _fits(x, v):
             raise ValueError(f"a loop passes {fmt_value(x)} where its body takes {v!r}: {node}")
     stacked, trips = node.attrs.get("stacked", 0), node.attrs["trips"]
+    start = node.attrs.get("start", 0)
+    if not (type(start) is int or isinstance(start, Affine) and not start.local):
+        raise ValueError(f"a loop's start is an int or an Affine of the loop around it: {node}")
     if not isinstance(stacked, int) or not 0 <= stacked <= len(body.outputs) - carried:
         raise ValueError(f"a loop's stacked count does not fit its body: {node}")
     for k, (o, b) in enumerate(zip(node.outputs, body.outputs)):

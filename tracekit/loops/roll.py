@@ -32,7 +32,7 @@ from ..ir import Graph, Node, Source, Var, _canonical
 from ..ops import OPS
 from ..passes.dce import dce
 from .op import Affine, moves, value_names
-from .source import enclosing_loops
+from .source import break_exit, enclosing_loops
 
 MAX_CANDIDATES = 16  # periods tried from one position: the next occurrences of its node
 
@@ -44,10 +44,12 @@ class RollNote:
     source: Source | None
     trips: int
     reason: str
+    rolled: bool = False  # rolled as they were traced, but not as general as they could be
 
     def __str__(self):
         where = f"{self.source}: `{self.source.text}`" if self.source else "a loop"
-        return f"{where}: {self.trips} iterations not rolled: {self.reason}"
+        done = "rolled, but" if self.rolled else "not rolled:"
+        return f"{where}: {self.trips} iterations {done} {self.reason}"
 
 
 def roll(
@@ -56,6 +58,7 @@ def roll(
     top=True,
     max_iterations: int | None = None,
     within: tuple | None = None,
+    breaks: dict | None = None,
 ) -> tuple[Graph, list[RollNote]]:
     """``graph`` with its runs of identical loop iterations rolled, and notes on the runs that
     could not be. ``stacks`` maps a node to the sources of its whole call chain (outermost
@@ -64,12 +67,16 @@ def roll(
     becomes a ``while_loop`` that evaluates it when it runs, for at most ``max_iterations``
     (default: ten times the traced count, at least 1,000). ``within``: the loop statement
     whose body ``graph`` is; the runs rolled in it are of loops inside that one (``u * v * v``
-    in its body is not two iterations of it)."""
+    in its body is not two iterations of it). ``breaks`` maps the id of a guard on the test
+    of ``if <test>: break``, the last statement of a ``for i in range(...)`` loop, to (the
+    iteration's index in the range, the range's length): a run of that loop's iterations
+    that ends where the loop ended (the break, or the range's end) becomes a ``while_loop``
+    that goes on while the test is false and the range has iterations left."""
     notes: list[RollNote] = []
     guards: dict = {}
     for g in graph.guards:
         guards.setdefault(g.var, []).append(g)
-    ctx = _Context(graph, stacks, notes, guards, max_iterations, within)
+    ctx = _Context(graph, stacks, notes, guards, max_iterations, within, breaks or {})
     nodes = _roll_all(graph.nodes, set(graph.outputs), ctx)
     if top:
         notes += _unmatched(nodes, stacks, notes)
@@ -89,6 +96,7 @@ class _Context:
     guards: dict  # Var -> the guards on it
     max_iterations: int | None
     within: tuple | None  # the loop statement whose body this is
+    breaks: dict  # id of a guard on a break's test -> (index in the range, range's length)
     handled: set = field(default_factory=set)  # ids of the guards the loops check now
     signatures: dict = field(default_factory=dict)  # node -> its keys (_signatures)
     signature_ids: dict = field(default_factory=dict)  # a signature -> its small int
@@ -173,7 +181,7 @@ def _roll_once(nodes, live_out, ctx) -> list:
         else:
             loop_node, *rows = made
             body, body_notes = roll(
-                loop_node.attrs["body"], stacks, False, ctx.max_iterations, within=loop
+                loop_node.attrs["body"], stacks, False, ctx.max_iterations, loop, ctx.breaks
             )
             notes.extend(body_notes)
             out.append(loop_node.replace(attrs={**loop_node.attrs, "body": body}))
@@ -417,10 +425,11 @@ def _build(run, period, trips, loop, end, uses, ctx):
         t, j = divmod(idx, period)
         for o, v in enumerate(node.outputs):
             where[v] = (t, j, o)
-    guarding = _guards_of(where, trips, period, loop, ctx.guards)
+    guarding = _guards_of(where, trips, period, loop, ctx)
     if isinstance(guarding, str | int):
         return guarding
-    body_guards, cond_slot = guarding
+    # left: the iterations a for loop left by a break has in its range; note: why it has none
+    body_guards, cond_slot, left, note = guarding
     roles, carried, invariants = {}, {}, {}
     for j in range(period):
         for s, first in enumerate(run[j].inputs):
@@ -456,7 +465,8 @@ def _build(run, period, trips, loop, end, uses, ctx):
     if cond_slot is not None:
         if stacked_slots:
             return "values of every iteration of a while loop are used after it"
-        extras.add(cond_slot)
+        if left is None:
+            extras.add(cond_slot)
     slots = carried_slots + sorted(extras - set(carried_slots) - set(stacked_slots))
     state = {
         slot: _like(run[slot[0]].outputs[slot[1]], run[slot[0]].outputs[slot[1]].name + "'")
@@ -466,10 +476,10 @@ def _build(run, period, trips, loop, end, uses, ctx):
     numbers = _moving_numbers(run, period, trips)
     if isinstance(numbers, str):
         return numbers
-    if numbers and cond_slot is not None:
+    if numbers and cond_slot is not None and left is None:
         return "a while loop reads a number that changes with each iteration"
     counter, counter_next, body_nodes, number_vars = None, None, [], {}
-    if numbers:  # an iteration counter, carried: each moving number is a + b * counter
+    if numbers or left is not None:  # an iteration counter, carried: a moving number is a + b * it
         counter = Var(_fresh_name("k", taken), (), np.int64, True)
         for (j, s), (a, b) in numbers.items():
             number_vars[(j, s)] = _number_nodes(counter, a, b, body_nodes, run[j], taken)
@@ -498,8 +508,12 @@ def _build(run, period, trips, loop, end, uses, ctx):
         body_nodes.append(run[j].replace(inputs=tuple(ins), attrs=attrs))
         if stacks is not None and run[j] in stacks:
             stacks[body_nodes[-1]] = stacks[run[j]]
-    if cond_slot is not None and any(moves(n.attrs) for n in body_nodes):
+    if cond_slot is not None and left is None and any(moves(n.attrs) for n in body_nodes):
         return "a while loop indexes with its iteration count (it may run past the traced count)"
+    going = None
+    if left is not None:  # a for loop left by a break: on while the test is false, in range
+        test = run[cond_slot[0]].outputs[cond_slot[1]]
+        going = _going_on(test, counter_next, left, body_nodes, run[cond_slot[0]], taken)
     # a value of the first iteration used after the loop is a row of a stacked output there:
     # inside the body it gets a name of its own (no Var is defined in two graphs)
     first_rows = {v for v, t, j, o in escaping if t == 0 and (j, o) in stacked_slots}
@@ -521,6 +535,8 @@ def _build(run, period, trips, loop, end, uses, ctx):
     counted = [counter] if counter is not None else []  # carried after the loop's own state
     outputs = [inside.get(run[j].outputs[o], run[j].outputs[o]) for j, o in slots + stacked_slots]
     outputs[len(carried_slots) : len(carried_slots)] = [counter_next] if counted else []
+    if going is not None:  # the condition to go on: the last plain output
+        outputs.insert(len(outputs) - len(stacked_slots), going)
     body = Graph(
         inputs=[state[s] for s in carried_slots] + counted + list(inner.values()),
         nodes=body_nodes,
@@ -538,12 +554,16 @@ def _build(run, period, trips, loop, end, uses, ctx):
     src = Source(loop[0], loop[1], run[0].source.function if run[0].source else "", loop[2])
     n_carried = len(carried_slots) + len(counted)
     attrs = {"body": body, "trips": trips, "carried": n_carried, "stacked": len(stacked)}
-    if cond_slot is not None:
+    if going is not None:  # the range bounds it: the condition is false after ``left``
+        attrs.update(cond=len(body.outputs) - len(stacked_slots) - 1, max_iterations=left)
+    elif cond_slot is not None:
         most = ctx.max_iterations or max(1000, 10 * trips)
         attrs.update(cond=slots.index(cond_slot), max_iterations=most)
     outs = [run[last + j].outputs[o] for j, o in slots]
     if counted:  # the counter's last value: no one reads it
         outs.insert(len(carried_slots), _like(counter, _fresh_name(counter.name + "@end", taken)))
+    if going is not None:
+        outs.append(_like(going, _fresh_name(going.name + "@end", taken)))
     node = Node(
         "while_loop" if cond_slot is not None else "loop",
         tuple(carried[s] for s in carried_slots) + (0,) * len(counted) + tuple(invariants),
@@ -553,6 +573,8 @@ def _build(run, period, trips, loop, end, uses, ctx):
         _common_prefix([n.scope for n in run]),
     )
     ctx.handled.update(id(gd) for v in where for gd in ctx.guards.get(v, ()))
+    if note is not None:
+        ctx.notes.append(note)
     # each value of the iterations used afterwards: its row of the stacked output
     produced = set(node.outputs)
     rows = [
@@ -563,22 +585,30 @@ def _build(run, period, trips, loop, end, uses, ctx):
     return [node, *rows]
 
 
-def _guards_of(where: dict, trips: int, period: int, loop, guards: dict):
-    """(the guards of the body, the slot of a while loop's condition or None) for the values
-    of the iterations (``where``: Var -> (iteration, position, output)), or why they do not
-    roll. A guard the same in every iteration is checked in every iteration; a ``bool`` on
-    the value of the ``while`` statement's line, true in every iteration but the last, is
-    the loop's condition."""
+def _guards_of(where: dict, trips: int, period: int, loop, ctx):
+    """(the guards of the body, the slot of a while loop's condition or None, the iterations
+    a for loop left by a break has in its range or None) for the values of the iterations
+    (``where``: Var -> (iteration, position, output)), or why they do not roll. A guard the
+    same in every iteration is checked in every iteration; a ``bool`` on the value of the
+    ``while`` statement's line, true in every iteration but the last, is the loop's
+    condition; so is the test of a break ending the iterations (:func:`_break_exit`)."""
+    guards = ctx.guards
     per_slot: dict = {}
     for v, (t, j, o) in where.items():
         for gd in guards.get(v, ()):
             per_slot.setdefault((j, o), {}).setdefault(t, []).append(gd)
     body_guards, cond_slot = [], None
+    left = note = None
     for slot, per in sorted(per_slot.items()):
         if len(per) != trips:
             return "control flow on a value of some iterations only (a guard)"
         seen = [[(gd.how, _literal_key(gd.value)) for gd in per[t]] for t in range(trips)]
-        if all(s == seen[0] for s in seen):
+        exit_left = _break_exit(slot, per, trips, period, loop, ctx) if cond_slot is None else None
+        if isinstance(exit_left, RollNote):
+            note, exit_left = exit_left, None
+        if exit_left is not None:
+            cond_slot, left = slot, exit_left
+        elif all(s == seen[0] for s in seen):
             body_guards += per[0]
         elif cond_slot is None and _is_while_exit(slot, per, trips, period, loop):
             cond_slot = slot
@@ -587,7 +617,45 @@ def _guards_of(where: dict, trips: int, period: int, loop, guards: dict):
             if same >= 2:  # the first iterations agree: they roll, the others follow
                 return same
             return "control flow goes another way in some iterations (a guarded value differs)"
-    return body_guards, cond_slot
+    return body_guards, cond_slot, left, note
+
+
+def _break_exit(slot, per: dict, trips: int, period: int, loop, ctx):
+    """The iterations the range of a for loop has from the first of the run (its last
+    iterations' guards ``per`` iteration are the test of ``if <test>: break``, its last
+    statement), or None: where the test is false in every iteration but the last, which
+    broke, or false in all of them, the last of the range. The loop then decides when it
+    runs where to stop: a do-while on ``not test``, as the for loop with the break is when
+    nothing follows the test. A :class:`RollNote` says why a break's test cannot be that."""
+    if not loop[2].startswith("for"):
+        return None
+    tests = [per[t][0] if len(per[t]) == 1 else None for t in range(trips)]
+    if any(gd is None or gd.how != "bool" or gd.source is None for gd in tests):
+        return None
+    if any(gd.value is not False for gd in tests[:-1]) or type(tests[-1].value) is not bool:
+        return None
+    found = break_exit(loop[0], tests[-1].source.line)
+    if found is None or found[0] != loop[1]:
+        return None
+    at = ctx.breaks.get(id(tests[-1]))
+    places = [ctx.breaks.get(id(gd)) for gd in tests]
+    if at is not None and places != [(at[0] - (trips - 1) + t, at[1]) for t in range(trips)]:
+        at = None  # not one step of the range per iteration, or its length read otherwise
+    why = (
+        "statements follow the test of its break (the iteration that breaks is a part of one)"
+        if slot[0] != period - 1
+        else "its range is not range() of ints and names the loop keeps (its length is unknown)"
+        if at is None
+        else None
+    )
+    if why is not None:
+        src = Source(loop[0], loop[1], "", loop[2])
+        reason = f"where it breaks is checked against the trace (guards), not when it runs: {why}"
+        return RollNote(src, trips, reason, rolled=True)
+    index, length = at
+    if tests[-1].value is False and index != length - 1:
+        return None  # the run stops before the range does: its iterations do not end the loop
+    return length - (index - (trips - 1))
 
 
 def _is_while_exit(slot, per: dict, trips: int, period: int, loop) -> bool:
@@ -620,6 +688,22 @@ def _while_shift(nodes, i, period, trips, sigs, loop, guards) -> int:
             if _bool_guard(nodes[end + j], loop, guards) is False:
                 return j + 1
     return 0
+
+
+def _going_on(test: Var, counted: Var, left: int, nodes: list, at: Node, taken: set) -> Var:
+    """Append to ``nodes`` those of ``not test and counted < left`` (``counted``: the
+    iterations run so far, this one's included); its Var."""
+    made = []
+    for op, ins in (
+        ("logical_not", (test,)),
+        ("less", (counted, left)),
+        ("logical_and", (None, None)),
+    ):
+        ins = tuple(made[-2:]) if op == "logical_and" else ins
+        out = Var(_fresh_name(f"{test.name}.{op.split('_')[-1]}", taken), (), np.dtype(bool))
+        nodes.append(Node(op, ins, {}, (out,), at.source, at.scope))
+        made.append(out)
+    return made[-1]
 
 
 def _bool_guard(node, loop, guards):

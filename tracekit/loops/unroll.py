@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Graph, Guard, Var
+from ..ir import Graph, Guard, Var, moves
 from ..ops import OPS
-from .op import LOOP, body_at, value_names
+from .op import LOOP, body_at, later, value_names
 
 
 def unroll(graph: Graph, which=None, taken: set | None = None) -> Graph:
@@ -116,9 +116,10 @@ def _fixed(node, nodes: list, guards: list, taken: set) -> list:
     attrs.update(body=body.replace(guards=[*body.guards, going_on]), trips=node.attrs["trips"] - 1)
     before = tuple(_renamed(o, ".before", taken) for o in node.outputs)
     nodes.append(node.replace(op=LOOP.name, attrs=attrs, outputs=before))
-    last = node.replace(
-        inputs=before[:carried] + tuple(node.inputs[carried:]), attrs={**node.attrs, "trips": 1}
-    )
+    last_attrs = {**node.attrs, "trips": 1}
+    if any(moves(n.attrs) for n in body.nodes):  # its indices: the last iteration's
+        last_attrs["start"] = later(node.attrs.get("start", 0), node.attrs["trips"] - 1)
+    last = node.replace(inputs=before[:carried] + tuple(node.inputs[carried:]), attrs=last_attrs)
     return _iterations(last, nodes, guards, taken)
 
 
@@ -133,7 +134,7 @@ def _iterations(node, nodes: list, guards: list, taken: set) -> list:
     outs, rows = state, [[] for _ in body.outputs[plain:]]
     for t in range(trips):
         env = dict(zip(body.inputs, state + invariants))
-        for m in body_at(body, t):
+        for m in body_at(body, t, node.attrs.get("start", 0)):
             ins = tuple(env.get(x, x) if isinstance(x, Var) else x for x in m.inputs)
             if _number(m, ins):  # a number moving with the loop: the literal tracing saw
                 env[m.out] = _number(m, ins)[0]

@@ -17,12 +17,13 @@ from numpy.lib.array_utils import byte_bounds
 
 from ..errors import TraceError, TracerWarning
 from ..ir import FrozenDict, Guard, InputSpec, Node, Var, at_iteration, moves
+from ..loops.source import break_exit, range_position
 from ..ops import OPS
 from ..pytree import is_dask_array
 from .array import Buffer, TracedArray, ViewStep, dtype_of, iter_deep
 from .captures import find_capture
 from .movement import array_from
-from .source import USER_FILES, is_user_frame, short_qualname, source_of, user_source
+from .source import USER_FILES, is_user_frame, short_qualname, source_of, user_frame, user_source
 
 
 class Scope:
@@ -48,6 +49,10 @@ class TraceContext:
         self.layout_bound: set = set()  # buffers whose writes a lazy trace refuses
         self.nodes: list[Node] = []
         self.stacks: dict = {}  # node -> the sources of its call chain, outermost first
+        # id of a guard on the test of ``if ...: break`` in ``for i in range(...)`` -> (the
+        # iteration's index in the range, the range's length): a loop it leaves may be rolled
+        # into one that decides when it runs where to stop (tracekit.loops.roll)
+        self.breaks: dict = {}
         self.last_stack: tuple = ()
         self.inputs: list[Var] = []
         self.specs: list = []
@@ -317,7 +322,8 @@ class TraceContext:
 
     # -- baked values
     def guard(self, t: TracedArray, value, how):
-        src = user_source(3)
+        frame = user_frame(2)
+        src = source_of(frame) if frame is not None else None
         where = f"{src} `{src.text}`" if src else "an unknown line"
         msg = (
             f"{where}: {how}() read a traced value ({value!r}) and baked it into the trace: "
@@ -327,6 +333,11 @@ class TraceContext:
         if self.strict:
             raise TraceError(msg + " (strict=True)")
         self.guards.append(Guard(t.ir_var, value, how, src))
+        if how == "bool" and src is not None:  # the test of ``if ...: break`` in a for loop?
+            found = break_exit(src.file, src.line)
+            at = range_position(frame, found) if found and found[2] else None
+            if at is not None:
+                self.breaks[id(self.guards[-1])] = at
         warnings.warn_explicit(
             msg, TracerWarning, src.file if src else "<unknown>", src.line if src else 0
         )

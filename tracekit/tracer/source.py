@@ -80,11 +80,18 @@ def source_of(frame) -> Source:
     return src
 
 
-def user_source(depth: int = 1) -> Source | None:
-    """The innermost frame outside tracekit and NumPy."""
-    f = sys._getframe(depth)
+def user_frame(depth: int = 1):
+    """The innermost frame outside tracekit and NumPy, from ``depth`` frames above the
+    caller's (None if there is none)."""
+    f = sys._getframe(depth + 1)
     while f is not None and not is_user_frame(f):
         f = f.f_back
+    return f
+
+
+def user_source(depth: int = 1) -> Source | None:
+    """The source line of the innermost frame outside tracekit and NumPy."""
+    f = user_frame(depth)
     return source_of(f) if f is not None else None
 
 
