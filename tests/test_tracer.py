@@ -682,6 +682,93 @@ def test_data_dependent_shapes_raise(fn):
     assert HERE in str(e.value)
 
 
+@pytest.mark.parametrize(
+    "fn,name",
+    [
+        (lambda x: np.nonzero(x > 0), "np.nonzero"),
+        (lambda x: (x > 0).nonzero(), "np.nonzero"),
+        (lambda x: np.where(x > 0), "np.where(condition) with one argument"),
+        (lambda x: np.argwhere(x), "np.argwhere"),
+        (lambda x: np.flatnonzero(x), "np.flatnonzero"),
+        (lambda x: np.unique(x), "np.unique"),
+        (lambda x: np.extract(x > 0, x), "np.extract"),
+        (lambda x: np.compress(x > 0, x), "np.compress"),
+        (lambda x: np.repeat(x, (x > 0).astype(int)), "np.repeat"),
+        (lambda x: x[x > 0], "boolean-mask indexing"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_data_dependent_shape_errors_name_the_function_and_line(fn, name):
+    with pytest.raises(tk.TraceError) as e:
+        tk.trace(fn, randn(5))
+    msg = str(e.value)
+    assert name in msg and "data" in msg
+    line = int(re.search(rf"{HERE}:(\d+)", msg).group(1))
+    assert "lambda x:" in open(__file__).read().splitlines()[line - 1]
+
+
+def test_masked_mean_error_shows_the_weighted_rewrite():
+    def centroid(X, labels, k):
+        return X[labels == k].mean(0)
+
+    X, labels = randn(6, 2), np.array([0, 1, 0, 1, 1, 0])
+    with pytest.raises(tk.TraceError) as e:
+        tk.trace(centroid, X, labels, 1)
+    msg = str(e.value)
+    assert "X[labels == k].mean(0)" in msg
+    rewrite = "np.where(mask[:, None], a, 0).sum(0) / mask.sum()"
+    assert rewrite in msg and "np.average(a, axis=0, weights=mask)" in msg
+    # the advice computes the same value
+    mask, a = labels == 1, X
+    assert np.allclose(eval(rewrite), centroid(X, labels, 1))
+    assert np.allclose(np.average(a, axis=0, weights=mask), centroid(X, labels, 1))
+
+
+COLUMNS = np.array([True, False, True, True, False])
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a: a[:, [True, False, True, True, False]] * 2,
+        lambda a: a[np.array([[True, False, True, True, False]] * 3)] + 1,
+        lambda a: a[:, np.arange(5) % 2 == 0].sum(1),
+        lambda a: np.exp(a[[False, True, True]])[:, 1:],
+        lambda a: a[:, np.nonzero(np.arange(5) > 2)[0]] - np.compress(np.arange(5) < 2, a, 1),
+        lambda a: a[:, np.where(np.arange(5) > 2)[0]] * np.extract([1, 0, 1], a[0, :3]),
+    ],
+    ids=["literal", "constant-2d", "from-constants", "rows", "nonzero", "extract"],
+)
+def test_masks_known_while_tracing_trace_with_their_static_shape(fn):
+    a = randn(3, 5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tk.TracerWarning)
+        t = tk.trace(fn, a)
+    assert not t.graph.guards
+    b = randn(3, 5)
+    assert_same(t(b), fn(b))
+    assert_same(tk.compile(t, progress=False)(b), fn(b))
+
+
+def test_a_captured_mask_is_guarded():
+    def f(a):
+        return a[:, COLUMNS].sum(1)
+
+    a = randn(3, 5)
+    with pytest.warns(tk.TracerWarning, match="captured array"):
+        t = tk.trace(f, a)
+    c = tk.compile(t, progress=False)
+    assert_same(t(a), f(a))
+    assert_same(c(a), f(a))
+    COLUMNS[1] = True
+    try:
+        for run in (t, c):
+            with pytest.raises(tk.GuardError, match=r"\[True, True, True, True, False\]"):
+                run(a)
+    finally:
+        COLUMNS[1] = False
+
+
 def test_masked_assignment_from_masked_select_raises():
     def f(x, v):
         y = x.copy()
