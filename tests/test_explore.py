@@ -275,9 +275,14 @@ def test_step_trait_set_from_the_browser(traced):
 
 
 # ---------------------------------------------------------------------- views
+def test_a_compiled_opens_on_the_compiled_view(traced, compiled):
+    assert tk.explore(compiled).view == "compiled"
+    assert tk.explore(compiled, view="forward").view == "forward"
+    assert tk.explore(traced).view == "forward"
+
+
 def test_compiled_view_lists_the_kernels(traced, compiled):
     w = tk.explore(compiled)
-    w.view = "compiled"
     assert w.view == "compiled" and not w.message
     names = [k.name for k in compiled.kernels]
     assert [k["name"] for k in w.kernels] == names and names

@@ -11,7 +11,7 @@
 from . import render as _render_module  # noqa: E402, F401
 from .errors import GuardError, TraceError, TracerWarning, UnsupportedOperation
 from .ir import Graph, Node, Var
-from .passes import optimize
+from .saving import load, save
 from .traced import Traced, trace
 from .tracer import scope
 from .version import __version__ as __version__
@@ -52,7 +52,8 @@ _explore_entry = explore
 
 
 def compile(traced, target: str = "cpu", **options):  # noqa: A001  (the public name)
-    """Compile a Traced into fused kernels for ``target`` ("cpu" or "cuda").
+    """Compile a Traced (or a Graph, or a Traced from :func:`load`) into fused kernels for
+    ``target`` ("cpu", "cuda" or "dask").
 
     Options: ``math`` ("fast", vectorised, or "libm"), ``progress``, ``cache`` (the disk
     cache), ``stream`` (cuda). Returns a :class:`~tracekit.backends.Compiled`.
@@ -66,6 +67,25 @@ def compile(traced, target: str = "cpu", **options):  # noqa: A001  (the public 
     from .backends import compile as _compile
 
     return _compile(traced, target=target, **options)
+
+
+def optimize(traced, passes=None):
+    """Run the optimisation passes on a Traced (or a Graph); returns a new Traced whose
+    ``history`` records each pass (see ``tracekit.passes.optimize``).
+
+    >>> import numpy as np, tracekit as tk
+    >>> g = tk.Graph.from_json(tk.trace(lambda x: x * 1.0 + 0.0, np.ones(3)).graph.to_json())
+    >>> [n.op for n in tk.optimize(g, passes=["simplify", "dce"]).graph.nodes]
+    ['add']
+    >>> tk.optimize(g, passes=["nope"])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: tk.optimize: unknown pass 'nope'; the passes are cse, fold_constants, ...
+    """
+    from .passes import optimize as _optimize
+    from .saving import as_traced
+
+    return _optimize(as_traced(traced, "tk.optimize"), passes)
 
 
 def jit(fn=None, *, target: str = "cpu", **options):
@@ -169,6 +189,8 @@ __all__ = [
     "render",
     "explore",
     "optimize",
+    "save",
+    "load",
     "TracerWarning",
     "TraceError",
     "UnsupportedOperation",

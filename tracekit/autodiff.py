@@ -38,6 +38,7 @@ from .loops import unroll
 from .loops.unroll import fixed_trips
 from .ops import NON_DIFFERENTIABLE, OPS, sum_to
 from .passes import dce
+from .saving import as_traced
 from .traced import Traced, check_value, trace
 
 
@@ -369,9 +370,7 @@ def vjp(t: Traced, checkpoint: int | None = None) -> BackwardTraced:
     >>> b(np.ones(2), np.full(2, 3.0), np.ones(2))
     (array([3., 3.]), array([1., 1.]))
     """
-    if not isinstance(t, Traced):
-        raise TypeError(f"tk.vjp takes a Traced (from tk.trace), got {type(t).__name__}")
-    return backward(t, checkpoint=_checkpoint(checkpoint))
+    return backward(as_traced(t, "tk.vjp"), checkpoint=_checkpoint(checkpoint))
 
 
 def _checkpoint(size):

@@ -422,7 +422,7 @@ class PyOp:
         (['python_op', 'multiply'], array([0., 0.]))
         """
         from . import tracer as T
-        from .tracer.active import _state
+        from .tracer.active import _state, current
 
         ctx = next((a._ctx for a in args if isinstance(a, T.TracedArray)), None) or T.current()
         if ctx is None:
@@ -440,7 +440,7 @@ class PyOp:
             )
         tins = [ctx.lift(a) for a in args]
         vals = [_readonly(t._value) if isinstance(t, T.TracedArray) else t for t in tins]
-        prev, _state.ctx = _state.ctx, None  # f runs on plain values: np.zeros & co. too
+        prev, _state.ctx = current(), None  # f runs on plain values: np.zeros & co. too
         try:
             outs, was_tuple = _outputs(self.fn(*vals), self.name)
         except TraceError:
@@ -609,14 +609,14 @@ class GradPyOp(PyOp):
 
     def __call__(self, *args):
         from . import tracer as T
-        from .tracer.active import _state
+        from .tracer.active import _state, current
 
         ctx = next((a._ctx for a in args if isinstance(a, T.TracedArray)), None) or T.current()
         if ctx is None:
             return self.run(*args)
         tins = [ctx.lift(a) for a in args]
         vals = [t._value if isinstance(t, T.TracedArray) else t for t in tins]
-        prev, _state.ctx = _state.ctx, None  # grad_f runs on plain values
+        prev, _state.ctx = current(), None  # grad_f runs on plain values
         try:
             res = self.run(*vals)
         finally:

@@ -473,6 +473,32 @@ class Traced:
         self.history: list = []
         self.notes: list[str] = []  # loops that did not roll, and why
 
+    @classmethod
+    def from_graph(cls, graph: Graph) -> Traced:
+        """A Traced running ``graph``: its arguments positional, in order; its results one value
+        or a tuple. Tracing examples are zeros (for ``tk.vjp``). A graph that reads captured
+        arrays (``self.w``) cannot be run alone: ``tk.save``/``tk.load`` keep their values.
+
+        >>> import numpy as np, tracekit as tk
+        >>> g = tk.Graph.from_json(tk.trace(lambda x: np.exp(x), np.ones(2)).graph.to_json())
+        >>> tk.Traced.from_graph(g)(np.zeros(2))
+        array([1., 1.])
+        """
+        captured = [s.label for s in graph.specs if s.kind == "capture"]
+        if captured:
+            raise TypeError(
+                f"graph {graph.name!r} reads captured arrays ({', '.join(captured)}) whose values "
+                "a Graph does not hold; save the Traced with tk.save (it keeps them) and load it "
+                "with tk.load"
+            )
+        args = [v for v, s in zip(graph.inputs, graph.specs) if s.kind == "arg"]
+        in_tree = (list, (pytree.LEAF,) * len(args))
+        n = graph.n_results
+        out_tree = pytree.LEAF if n == 1 else (tuple, (pytree.LEAF,) * n)
+        examples = [np.zeros(v.shape, v.dtype)[()] for v in args]
+        examples = [e.item() if v.weak else e for v, e in zip(args, examples)]
+        return cls(graph, in_tree, out_tree, [None] * len(graph.inputs), examples)
+
     # -- calling
     def flatten_args(self, args) -> list:
         """Check call arguments against the trace; return one value per non-constant input.

@@ -17,6 +17,7 @@ import numpy as np
 from .. import pytree
 from ..ops import OPS
 from ..passes import optimize
+from ..saving import as_traced
 from ..traced import Traced, check_guards, check_layout_guards
 from .control import unroll_small_loops
 from .lowering import lower
@@ -459,8 +460,7 @@ def compile(  # noqa: A001
     ``cache=False`` skips the on-disk cache. ``stream=`` (cuda only) runs every call on that
     stream (numba, CuPy or torch stream, or a raw handle) instead of one made for it.
     """
-    if not isinstance(traced, Traced):
-        raise TypeError(f"tk.compile takes a Traced (from tk.trace), got {type(traced).__name__}")
+    traced = as_traced(traced, "tk.compile")
     t0 = time.perf_counter()
     c = Compiled(traced, target, math, progress, cache, stream)
     c.compile_seconds = time.perf_counter() - t0
