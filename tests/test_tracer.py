@@ -826,9 +826,9 @@ def test_wrong_shape_dtype_and_arity_on_call():
     with pytest.raises(TypeError) as e:
         t(randn(4, 3), randn(3, 2, dtype=np.float32))
     assert "'w'" in str(e.value) and "float64" in str(e.value) and "float32" in str(e.value)
-    with pytest.raises(TypeError, match="2 items, got 1"):
+    with pytest.raises(TypeError, match="traced with 2 arguments, got 1"):
         t(randn(4, 3))
-    with pytest.raises(TypeError, match="2 items, got 3"):
+    with pytest.raises(TypeError, match="traced with 2 arguments, got 3"):
         t(randn(4, 3), randn(3, 2), randn(2))
     with pytest.raises(TypeError, match="'w'"):
         t(randn(4, 3), 2.0)
@@ -870,12 +870,14 @@ def test_pytrees_in_and_out():
     assert_same(got["loss"], exp["loss"])
     assert_same(got["out"], exp["out"])
     assert isinstance(got["out"], list) and isinstance(got["out"][1], tuple)
-    with pytest.raises(TypeError, match="static value was 2, got 3"):
+    with pytest.raises(TypeError, match="n_steps: static value was 2, got 3"):
         t(p2, tuple(b2), 3, "mse")
     with pytest.raises(TypeError, match="'mse'.*'mae'"):
         t(p2, tuple(b2), 2, "mae")
-    with pytest.raises(TypeError, match="keys differ"):
+    with pytest.raises(TypeError, match=r"params: traced with a dict with keys \['b', 'w'\], got"):
         t({"w": p2["w"], "bias": p2["b"]}, tuple(b2), 2, "mse")
+    with pytest.raises(TypeError, match=r"batch\[1\]: traced with an array, got a list of 1 item"):
+        t(p2, (b2[0], [b2[1]]), 2, "mse")
     with pytest.raises(TypeError, match="tuple.*list|list.*tuple"):
         t(p2, b2, 2, "mse")
 

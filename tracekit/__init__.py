@@ -95,8 +95,8 @@ def jit(fn=None, *, target: str = "cpu", **options):
     >>> @tk.jit
     ... def f(x):
     ...     return np.tanh(x) * 2
-    >>> f(np.zeros(3)).tolist(), f.explain()
-    ([0.0, 0.0, 0.0], 'first call: traced and compiled')
+    >>> f(np.zeros(3)).tolist(), f.explain()  # (or: machine code loaded from the disk cache)
+    ([0.0, 0.0, 0.0], 'first call: traced...')
     >>> f(np.ones(3)).round(3).tolist(), f.explain()
     ([1.523, 1.523, 1.523], 'cache hit: no retrace, no recompile')
     """

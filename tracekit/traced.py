@@ -153,6 +153,15 @@ def _fn_name(fn) -> str:
     return name if name.isidentifier() or name == "<lambda>" else "fn"
 
 
+def parameter_names(fn) -> list[str]:
+    """The names of ``fn``'s positional parameters (none where it has no signature)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
 def _leaf_names(fn, paths):
     try:
         params = list(inspect.signature(fn).parameters.values())
@@ -516,7 +525,7 @@ class Traced:
         ValueError: argument 'x': expected shape (2,) (f64[2]), got shape (5,); ...
         """
         leaves, tree = pytree.flatten(list(args))
-        diff = pytree.describe_difference(self.in_tree, tree)
+        diff = pytree.describe_difference(self.in_tree, tree, names=parameter_names(self.fn))
         if diff:
             raise TypeError(f"{self.graph.name}: arguments differ from the trace: {diff}")
         values = []

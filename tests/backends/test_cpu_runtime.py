@@ -265,6 +265,71 @@ def test_jit_keyword_arguments():
         f(x, mode=np.ones(4))
 
 
+def test_jit_explanations_name_the_argument_and_compare_with_the_nearest_signature():
+    @tk.jit
+    def f(x, n, *, mode="add"):
+        return x + n if mode == "add" else x * n
+
+    x = np.arange(4.0)
+    f(x, 3)
+    f(x, 4)
+    assert f.explain() == "recompiled: static argument n: 3 -> 4"
+    f(x, n=3)  # a keyword call of a cached signature
+    assert f.explain().startswith("cache hit")
+    f(x.astype(np.float32), n=4)  # nearest: (x, 4), not the previous call (x, 3)
+    assert f.explain() == "recompiled: x: dtype float64 -> float32"
+    f(x[:3], 4, mode="mul")
+    assert (
+        f.explain() == "recompiled: x: shape (4,) -> (3,); static argument mode: not given -> 'mul'"
+    )
+    f(2.0, 4)
+    assert f.explain() == "recompiled: x: an array float64[4] -> a Python float"
+
+    @tk.jit
+    def g(params, xs):
+        return params["w"] * xs[0]
+
+    g({"w": x}, [x, x])
+    g({"w": x, "b": x}, [x])
+    assert g.explain() == (
+        "recompiled: params: a dict with keys ['w'] -> a dict with keys ['b', 'w']; "
+        "xs: a list of 2 items -> a list of 1 item"
+    )
+
+
+def test_argument_mismatches_name_the_parameter_and_say_expected_and_got():
+    t = tk.trace(lambda x, w: x @ w, np.ones((4, 3)), np.ones((3, 2)))
+    for args, said in [
+        ((np.ones((4, 3)).tolist(), np.ones((3, 2))), "x: traced with an array, got a list of 4"),
+        ((np.ones((4, 3)),), "traced with 2 arguments, got 1"),
+        ((np.ones((4, 3)), {"a": np.ones(2)}), "w: traced with an array, got a dict with keys"),
+    ]:
+        for run in (t, tk.compile(t, progress=False)):
+            with pytest.raises(TypeError) as e:
+                run(*args)
+            assert said in str(e.value) and "<class" not in str(e.value)
+
+
+def test_a_new_process_says_where_the_machine_code_came_from(tmp_path):
+    script = textwrap.dedent(
+        """
+        import numpy as np, tracekit as tk
+        f = tk.jit(lambda x: np.exp(x) * 3 + 1, progress=False)
+        f(np.ones(7))
+        print(f.explain())
+        """
+    )
+    env = dict(os.environ, TRACEKIT_CACHE_DIR=str(tmp_path), PYTHONPATH=os.getcwd())
+    said = [
+        subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300
+        ).stdout.strip()
+        for _ in range(2)
+    ]
+    assert said[0] == "first call: traced and compiled"
+    assert said[1] == f"first call: traced; machine code loaded from the disk cache ({tmp_path})"
+
+
 def test_jit_guard_failure_retraces_with_a_warning_and_the_right_answer():
     @tk.jit
     def f(x):
