@@ -159,10 +159,12 @@ def python_op(
     grad_output_indices=None,
     grad_input_indices=None,
     name=None,
+    pass_workspace=False,
 ):
     """An opaque Python function usable inside traced code (caffe2's ``Net.Python``).
 
-    See :func:`tracekit.pyop.python_op` for the parameters.
+    See :func:`tracekit.pyop.python_op` for the parameters (``pass_workspace=True``: ``f``
+    also receives the run's :class:`~tracekit.pyop.Workspace`, at your own risk).
 
     >>> import numpy as np, tracekit as tk
     >>> op = tk.python_op(np.sinh, grad_f=lambda x, y, gy: gy * np.cosh(x), name="my_sinh")
@@ -174,7 +176,9 @@ def python_op(
     """
     from .pyop import python_op as _python_op
 
-    return _python_op(f, grad_f, python_func_type, grad_output_indices, grad_input_indices, name)
+    return _python_op(
+        f, grad_f, python_func_type, grad_output_indices, grad_input_indices, name, pass_workspace
+    )
 
 
 __all__ = [

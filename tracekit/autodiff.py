@@ -38,6 +38,7 @@ from .loops import unroll
 from .loops.unroll import fixed_trips
 from .ops import NON_DIFFERENTIABLE, OPS, sum_to
 from .passes import dce
+from .pyop import tracing_workspace
 from .saving import as_traced
 from .traced import Traced, check_value, trace
 
@@ -83,6 +84,12 @@ class _BackwardContext(T.TraceContext):
 
     def where(self):
         return self.at
+
+    def emit(self, op, inputs, attrs=None, **options):
+        if OPS[op].kind != "opaque":
+            return super().emit(op, inputs, attrs, **options)
+        with tracing_workspace(self):  # a python op replayed here: the trace is its run
+            return super().emit(op, inputs, attrs, **options)
 
     def fresh(self, base: str) -> str:
         name = base

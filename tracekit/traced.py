@@ -11,6 +11,7 @@ import warnings
 import numpy as np
 
 from . import (
+    numba_interop,
     numpy_functions,  # noqa: F401  (registers the NumPy function handlers)
     pytree,
 )
@@ -21,7 +22,8 @@ from .ir import Graph, InputSpec, Var
 from .loops import roll
 from .loops.op import is_while
 from .ops import OPS
-from .tracer.active import _state
+from .pyop import run_workspace, uses_workspace
+from .tracer.active import CREATION_NAMES, _state
 
 
 def trace(
@@ -62,6 +64,7 @@ def trace(
         raise ValueError(f"tk.trace: loops must be 'roll' or 'unroll', not {loops!r}")
     if max_iterations is not None and (type(max_iterations) is not int or max_iterations < 1):
         raise ValueError(f"tk.trace: max_iterations must be an int >= 1, not {max_iterations!r}")
+    numba_interop.install()  # numba functions called on traced arrays become python ops
     ctx = T.TraceContext(strict=strict)
     paths: list[str] = []
     leaves, in_tree = pytree.flatten(list(example_args), paths=paths)
@@ -297,6 +300,9 @@ _CREATION += ("zeros", "ones", "empty", "identity", "array", "asarray", "asanyar
 _CREATION += ("ascontiguousarray",)
 
 
+CREATION_NAMES[:] = _CREATION
+
+
 @contextlib.contextmanager
 def creation_functions_traced(ctx):
     """While tracing, ``np.zeros`` & co. called from user code record creation nodes."""
@@ -328,6 +334,7 @@ def _creation_wrapper(name, original):
 
     wrapper.__name__ = name
     wrapper.__wrapped__ = original
+    wrapper.tracekit_creation = True  # (tracer.active.numpy_as_is puts the original back)
     return wrapper
 
 
@@ -570,7 +577,11 @@ class Traced:
         if self.graph.guards:
             check_layout_guards(self.graph, values)
         env = {}
-        outs = run(self.graph, values, env_out=env)
+        if uses_workspace(self.graph):
+            with run_workspace(self.graph, values):
+                outs = run(self.graph, values, env_out=env)
+        else:
+            outs = run(self.graph, values, env_out=env)
         check_guards(self.graph, env)
         return self.finish_call(values, outs)
 

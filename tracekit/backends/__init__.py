@@ -17,6 +17,7 @@ import numpy as np
 from .. import pytree
 from ..ops import OPS
 from ..passes import optimize
+from ..pyop import run_workspace, uses_workspace
 from ..saving import as_traced
 from ..traced import Traced, check_guards, check_layout_guards
 from .control import unroll_small_loops
@@ -111,9 +112,10 @@ class Compiled:
             self.runner = self.program.runner(stream=stream)
         self._pools = threading.local()
         self._statics = self._fast if any(k is STATIC for k, _ in self._fast or ()) else None
-        if not plain and target == "cpu":
+        self._workspace = uses_workspace(self.graph)  # python ops reading the run's workspace
+        if (not plain or self._workspace) and target == "cpu":
             self.runner.fast = None  # the generated fast path returns one fresh plain result
-        self._quick = self._quick_call() if target == "cpu" else None
+        self._quick = self._quick_call() if target == "cpu" and not self._workspace else None
         self._consts = [g.constants[v] for v, s in zip(g.inputs, g.specs) if s.kind == "const"]
         self.kernels = [
             Kernel(ks.group.name, ks.group.kind, list(ks.group.nodes), ks.text)
@@ -205,6 +207,9 @@ class Compiled:
             if result is not None:
                 return result
         if self.target == "cuda":  # device arrays in/out, streams: the cuda runner's own path
+            if self._workspace:  # (its inputs stay on the device: the workspace has none)
+                with run_workspace(self.graph, []):
+                    return self.runner.call(self, args, out)
             return self.runner.call(self, args, out)
         if self.target == "dask":
             return self._dask_call(args, out)
@@ -240,7 +245,11 @@ class Compiled:
         # kernels writing into an out= buffer that is also an input would read what they have
         # already overwritten: compute into fresh buffers, then copy
         run_outs = None if outs is not None and _overlaps(outs, values) else outs
-        results, guard_values = self.runner.fn(inputs, run_outs, self._pool())
+        if self._workspace:
+            with run_workspace(g, values):
+                results, guard_values = self.runner.fn(inputs, run_outs, self._pool())
+        else:
+            results, guard_values = self.runner.fn(inputs, run_outs, self._pool())
         if g.guards:
             check_guards(g, dict(zip([gd.var for gd in g.guards], guard_values)))
         if outs is not None:

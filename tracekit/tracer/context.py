@@ -49,6 +49,7 @@ class TraceContext:
         self.stacks: dict = {}  # node -> the sources of its call chain, outermost first
         self.last_stack: tuple = ()
         self.inputs: list[Var] = []
+        self.input_values: list = []  # the value of each input while tracing
         self.specs: list = []
         self.buffers: list[Buffer] = []  # one per input, same order
         self.capture_getters: list = []
@@ -298,6 +299,7 @@ class TraceContext:
             name, k = f"{base}_{k}", k + 1
         var = self.new_var(np.shape(value), dtype_of(value), weak, name=name)
         self.inputs.append(var)
+        self.input_values.append(value)
         self.specs.append(InputSpec(kind, label))
         buf = Buffer(var, origin=len(self.inputs) - 1)
         self.buffers.append(buf)
