@@ -569,3 +569,26 @@ def test_the_cache_key_follows_the_code_kernels_call_into(monkeypatch):
         monkeypatch.undo()
         cache._code_digest.cache_clear()
     assert cache.module_key(c.source) == before
+
+
+def test_compile_progress_counts_the_plans_kernels_and_writes_lines_to_logs(monkeypatch, capsys):
+    import tracekit.backends as backends
+
+    reports = []
+    monkeypatch.setattr(
+        backends, "_progress_reporter", lambda p, what: lambda *r: reports.append(r)
+    )
+    x = np.linspace(0, 1, 64).reshape(8, 8)
+    c = tk.compile(tk.trace(lambda x: np.exp(x).sum(0) + x.sum(1), x), cache=False)
+    assert len(c.kernels) == 3 and len(c.program.segments) == 1  # one numba function
+    assert reports[-1][:2] == (3, 3)
+    monkeypatch.undo()
+    report = backends._progress_reporter(None, "f (cpu)")
+    report(1, 2, 1.5)
+    report(2, 2, 2.5)
+    err = capsys.readouterr().err  # (pytest's capture is not a terminal)
+    assert "\r" not in err
+    assert err.splitlines() == [
+        "compiling f (cpu): 1/2 kernels, 1.5 s",
+        "compiling f (cpu): 2/2 kernels, 2.5 s",
+    ]

@@ -439,11 +439,12 @@ def _progress_reporter(progress, what):
                 state["handle"] = display(html, display_id=True)
             else:
                 state["handle"].update(html)
-        else:
-            end = "\n" if done == total else ""
+        else:  # a terminal redraws one line; a log gets one line per report
+            tty = getattr(sys.stderr, "isatty", lambda: False)()
+            back = "\r" if tty else ""
             print(
-                f"\rcompiling {what}: {done}/{total} kernels, {elapsed:.1f} s",
-                end=end,
+                f"{back}compiling {what}: {done}/{total} kernels, {elapsed:.1f} s",
+                end="\n" if done == total or not tty else "",
                 file=sys.stderr,
                 flush=True,
             )

@@ -173,10 +173,11 @@ class CpuProgram:
     def _compile(self, mod, progress):
         for name, fn in (*self.pyops.items(), *self.callees.items()):
             setattr(mod, name, fn)
-        total = len(self.segments)
-        start = time.perf_counter()
+        total = sum(len(srcs) for *_, srcs in self.segments)  # the plan's kernels
+        start, done = time.perf_counter(), 0
         self.origins = []
-        for done, (name, _, steps, srcs) in enumerate(self.segments, 1):
+        for name, _, steps, srcs in self.segments:
+            done += len(srcs)
             disp = getattr(mod, name)
             sig = tuple(_numba_type(v, ks, whole) for ks in srcs for _, v, whole in ks.operands())
             known, hits = len(disp.overloads), sum(disp.stats.cache_hits.values())
