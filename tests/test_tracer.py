@@ -1239,3 +1239,17 @@ def test_real_and_imag_of_a_python_number_are_python_numbers(fn, arg):
         got, want = t(arg), fn(arg)
     assert np.asarray(got).dtype == np.asarray(want).dtype == np.float32
     np.testing.assert_array_equal(got, want)
+
+
+def test_returned_dicts_keep_the_functions_key_order():
+    def f(x):
+        return {"zeta": x * 2, "alpha": {"y": x + 1, "b": x.sum()}, "mid": x}
+
+    x = np.arange(3.0)
+    t = tk.trace(f, x)
+    for run in (t, tk.compile(t, progress=False), tk.jit(f, progress=False)):
+        got = run(x)
+        assert list(got) == ["zeta", "alpha", "mid"] and list(got["alpha"]) == ["y", "b"]
+        assert_same(got, f(x))
+    t2 = tk.trace(lambda d: d["b"] - d["a"], {"b": x, "a": x})  # arguments: any key order
+    assert_same(t2({"a": x, "b": x * 3}), x * 2)

@@ -45,13 +45,21 @@ def is_dask_array(x) -> bool:
     return type(x).__module__.startswith("dask.array") and hasattr(x, "__dask_graph__")
 
 
-def flatten(obj, extra_types=(), path="", paths=None):
-    """``(leaves, structure)``; ``paths`` (a list) receives a readable name per leaf."""
+def flatten(obj, extra_types=(), path="", paths=None, keep_order=False):
+    """``(leaves, structure)``; ``paths`` (a list) receives a readable name per leaf.
+
+    Dicts are walked in the order of their keys (so that ``{"a": x, "b": y}`` and
+    ``{"b": y, "a": x}`` are one call signature), or, ``keep_order``, in their own order (a
+    function's results: the dict it returns comes back with its keys in its order).
+
+    >>> unflatten(*reversed(flatten({"b": 1.0, "a": 2.0}, keep_order=True)))
+    {'b': 1.0, 'a': 2.0}
+    """
     leaves = []
-    return leaves, _walk(obj, path, leaves, paths, extra_types)
+    return leaves, _walk(obj, path, leaves, paths, extra_types, keep_order)
 
 
-def _walk(x, p, leaves, paths, extra_types):
+def _walk(x, p, leaves, paths, extra_types, keep_order=False):
     if is_leaf(x, extra_types):
         leaves.append(x)
         if paths is not None:
@@ -60,16 +68,21 @@ def _walk(x, p, leaves, paths, extra_types):
     named = paths is not None
     if isinstance(x, tuple | list):
         kids = [
-            _walk(e, f"{p}[{i}]" if named else p, leaves, paths, extra_types)
+            _walk(e, f"{p}[{i}]" if named else p, leaves, paths, extra_types, keep_order)
             for i, e in enumerate(x)
         ]
         return (type(x), tuple(kids))
     if isinstance(x, dict):
-        keys = sorted(x, key=repr)
+        keys = list(x) if keep_order else sorted(x, key=repr)
         return (
             dict,
             tuple(
-                (k, _walk(x[k], f"{p}[{k!r}]" if named else p, leaves, paths, extra_types))
+                (
+                    k,
+                    _walk(
+                        x[k], f"{p}[{k!r}]" if named else p, leaves, paths, extra_types, keep_order
+                    ),
+                )
                 for k in keys
             ),
         )

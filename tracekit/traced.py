@@ -188,7 +188,7 @@ def _leaf_names(fn, paths):
 def _finish(ctx, result, n_args, name, loops="unroll", max_iterations=None):
     from .passes import dce
 
-    out_leaves, out_tree = pytree.flatten(result, extra_types=(T.TracedArray,))
+    out_leaves, out_tree = pytree.flatten(result, extra_types=(T.TracedArray,), keep_order=True)
     outputs = []
     for leaf in out_leaves:
         if isinstance(leaf, T.TracedArray | np.ndarray):
