@@ -701,6 +701,22 @@ def test_a_crashing_dot_falls_back_to_graphviz_pure(tmp_path, monkeypatch):
     assert "<svg" in svg and "matmul" in svg
 
 
+def test_a_dot_that_runs_too_long_falls_back_to_graphviz_pure_in_pictures_and_the_explorer(
+    tmp_path, monkeypatch
+):
+    hanging = tmp_path / "dot"
+    hanging.write_text('#!/bin/sh\n[ "$1" = -V ] && exit 0\nexec sleep 60\n')
+    hanging.chmod(0o755)
+    monkeypatch.setenv("TRACEKIT_DOT", str(hanging))
+    monkeypatch.setenv("TRACEKIT_DOT_TIMEOUT", "1")
+    monkeypatch.setattr(R.Digraph, "dot_binary", None)
+    with pytest.warns(RuntimeWarning, match=r"timed out \(over 1 s, TRACEKIT_DOT_TIMEOUT\)"):
+        svg = tk.render(mlp_traced()).pipe(format="svg", encoding="utf-8")
+    assert "<svg" in svg and "matmul" in svg
+    w = tk.explore(mlp_traced())  # the explorer shows the note in its message line
+    assert "<svg" in w.svg and "matmul" in w.svg and "timed out" in w.message
+
+
 def test_a_rolled_loop_is_drawn_once_in_a_cluster_with_back_edges():
     t = deep_traced(loops="roll")
     (loop,) = [n for n in t.graph.nodes if n.op == "loop"]

@@ -22,7 +22,9 @@ command installed by the ``graphviz-pure`` pip package (a dependency of tracekit
 :class:`EngineNotFound` says what to install. The graphviz package always runs a module-level
 ``DOT_BINARY``; the Digraph returned here swaps it, under a lock, for the duration of each
 layout call, and runs the engine with ``quiet=True`` (its stderr is kept in the exception if it
-fails).
+fails). An engine that crashes, or runs past ``TRACEKIT_DOT_TIMEOUT`` seconds (default 120), is
+replaced by graphviz-pure for that drawing, with a warning (the explorer shows it in its message
+line).
 
 SVG contract (stable: the explorer widget and tests rely on it)
 ---------------------------------------------------------------
@@ -87,7 +89,7 @@ from dataclasses import dataclass, field
 
 import graphviz
 import numpy as np
-from graphviz.backend import dot_command, piping, rendering
+from graphviz.backend import dot_command, execute, piping, rendering
 
 from .ir import Graph, Var, fmt_value, format_node, type_str
 from .loops import unroll
@@ -247,8 +249,9 @@ def _with_engine(fn, binary=None):
             return fn(*a, **{k: iter(x) if k in lines_kw else x for k, x in kwargs.items()})
 
         with _ENGINE_LOCK:
-            saved = dot_command.DOT_BINARY
+            saved = dot_command.DOT_BINARY, execute._run_input_lines
             dot_command.DOT_BINARY = pathlib.Path(exe)
+            execute._run_input_lines = _run_input_lines_timed
             try:
                 try:
                     return attempt()
@@ -257,17 +260,46 @@ def _with_engine(fn, binary=None):
                     if fallback is None:
                         raise
                     dot_command.DOT_BINARY = pathlib.Path(fallback)
+                    execute._run_input_lines = saved[1]  # the last resort: no time limit
                     return attempt()
             finally:
-                dot_command.DOT_BINARY = saved
+                dot_command.DOT_BINARY, execute._run_input_lines = saved
 
     return call
 
 
+def engine_timeout() -> float:
+    """Seconds a layout may take before the engine is stopped and the graph laid out by
+    graphviz-pure instead (``TRACEKIT_DOT_TIMEOUT``, default 120)."""
+    try:
+        return float(os.environ.get("TRACEKIT_DOT_TIMEOUT", "120"))
+    except ValueError:
+        return 120.0
+
+
+class _EngineTimeout(subprocess.CalledProcessError):
+    """The layout engine ran past :func:`engine_timeout` and was killed."""
+
+
+def _run_input_lines_timed(cmd, input_lines, *, kwargs):
+    """graphviz's own way of running the engine on the DOT lines, stopped after
+    :func:`engine_timeout` seconds (the system ``dot`` can also run for ever)."""
+    popen = subprocess.Popen(cmd, stdin=subprocess.PIPE, **kwargs)
+    for line in input_lines:
+        popen.stdin.write(line)
+    try:
+        stdout, stderr = popen.communicate(timeout=engine_timeout())
+    except subprocess.TimeoutExpired:
+        popen.kill()
+        popen.communicate()
+        raise _EngineTimeout(popen.returncode, popen.args) from None
+    return subprocess.CompletedProcess(popen.args, popen.returncode, stdout=stdout, stderr=stderr)
+
+
 def _crash_fallback(exe: str, error) -> str | None:
     """graphviz-pure, when the command ``exe`` was killed by a signal (the system ``dot`` can
-    crash on large graphs), or died before it read the graph (a broken pipe), and is not
-    graphviz-pure itself; a warning says so."""
+    crash on large graphs), ran past :func:`engine_timeout`, or died before it read the graph
+    (a broken pipe), and is not graphviz-pure itself; a warning says so."""
     code = getattr(error, "returncode", None)
     if code is not None and code >= 0:
         return None
@@ -275,8 +307,11 @@ def _crash_fallback(exe: str, error) -> str | None:
     if pure is None or os.path.samefile(pure, exe):
         return None
     how = f"signal {-code}" if code is not None else "it stopped reading the graph"
+    did = "crashed"
+    if isinstance(error, _EngineTimeout):
+        did, how = "timed out", f"over {engine_timeout():g} s, TRACEKIT_DOT_TIMEOUT"
     warnings.warn(
-        f"the graphviz command {exe} crashed ({how}) laying out this graph; it was drawn "
+        f"the graphviz command {exe} {did} ({how}) laying out this graph; it was drawn "
         f"with {pure} instead",
         RuntimeWarning,
         stacklevel=3,
