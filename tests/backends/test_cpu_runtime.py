@@ -592,3 +592,18 @@ def test_compile_progress_counts_the_plans_kernels_and_writes_lines_to_logs(monk
         "compiling f (cpu): 1/2 kernels, 1.5 s",
         "compiling f (cpu): 2/2 kernels, 2.5 s",
     ]
+
+
+def test_primitives_that_lowering_repeats_are_computed_once():
+    def layernorm(x):
+        return (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+
+    x = np.random.default_rng(5).standard_normal((16, 32)).astype(np.float32)
+    t = tk.trace(layernorm, x)
+    c = tk.compile(t, progress=False)
+    sums_of_x = [n for n in c.graph.nodes if n.op == "sum" and n.inputs[0] in t.graph.inputs]
+    assert len(sums_of_x) == 1 and len(c.kernels) == 1
+    np.testing.assert_allclose(c(x), t(x), rtol=2e-6, atol=2e-6)
+    both = tk.compile(tk.trace(lambda x: (np.argmin(x, 1), np.min(x, 1)), x), progress=False)
+    assert len(both.kernels) == 1
+    assert [a.tolist() for a in both(x)] == [np.argmin(x, 1).tolist(), np.min(x, 1).tolist()]

@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import pytree
 from ..ops import OPS
-from ..passes import optimize
+from ..passes import cse, dce, optimize
 from ..pyop import run_workspace, uses_workspace
 from ..saving import as_traced
 from ..traced import Traced, check_guards, check_layout_guards
@@ -72,7 +72,9 @@ class Compiled:
             check_types(traced.graph)
         opt = optimize(traced.with_graph(unroll_small_loops(traced.graph)))
         self.history = opt.history
-        self.graph = g = lower(opt.graph).check()
+        # lowering spells composite ops (mean, var, ...) in primitives: the same primitives
+        # again (a var's own mean beside the user's mean) are merged, then dropped
+        self.graph = g = dce(cse(lower(opt.graph))).check()
         offsets = []
         if target == "cpu":  # kernels there read slices in place (windows.py): fuse across them
             self.graph, offsets = fuse_at_offsets(g)
