@@ -21,7 +21,6 @@ What a file cannot hold, saving refuses with the reason:
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import pickle
@@ -30,6 +29,7 @@ import numpy as np
 
 from . import pytree
 from .ir import Graph, _canonical, _uncanonical
+from .pyop import _args_spec, _load_args
 from .traced import Traced
 
 FORMAT = "tracekit-traced-1"
@@ -184,22 +184,13 @@ def _tree_from_obj(d):
 
 
 def _static_to_obj(value):
-    try:
-        obj = _canonical(value)
-        json.dumps(obj)
-        return {"value": obj}
-    except TypeError:
-        pass
-    try:
-        return {"pickle": base64.b64encode(pickle.dumps(value)).decode()}
-    except Exception as e:
+    spec = _args_spec(value)  # as a python op's builder arguments are saved: JSON, or pickled
+    if "local" in spec:
         raise TypeError(
             f"tk.save: the static argument {value!r} ({type(value).__name__}) can be neither "
-            f"written as JSON nor pickled ({e})"
-        ) from None
+            "written as JSON nor pickled"
+        )
+    return spec
 
 
-def _static_from_obj(d):
-    if "value" in d:
-        return _uncanonical(d["value"])
-    return pickle.loads(base64.b64decode(d["pickle"]))
+_static_from_obj = _load_args
