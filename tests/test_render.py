@@ -259,6 +259,21 @@ def test_collapse_repeats_draws_identical_blocks_once_marked_xN():
     assert len(full.ids("op")) == 36 and len(full.ids("scope")) == 12
 
 
+def test_large_graphs_draw_repeated_blocks_once_by_default():
+    def deeper(x, w):
+        for _ in range(R.REPEATS_ABOVE // 3 + 1):
+            x = layer(x, w)
+        return x
+
+    t = tk.trace(deeper, np.ones((2, 4)), np.eye(4), loops="unroll")
+    with pytest.warns(UserWarning, match="repeated blocks drawn once.*collapse_repeats=False"):
+        d = draw(t)
+    [rep] = d.ids("repeat")
+    assert f"layer \u00d7{R.REPEATS_ABOVE // 3 + 1}" in d.text(rep) and not d.ids("op")
+    assert len(draw(t, collapse_repeats=False).ids("op")) == len(t.graph.nodes)
+    assert not draw(deep_traced()).ids("repeat")  # a small graph: every block
+
+
 def test_collapse_repeats_leaves_different_blocks_alone():
     t = mlp_traced()  # two Linear layers of different shapes
     d = draw(t, collapse_repeats=True)

@@ -104,11 +104,13 @@ __all__ = [
     "EngineNotFound",
     "Digraph",
     "LARGE_GRAPH",
+    "REPEATS_ABOVE",
     "COLLAPSED_TARGET",
 ]
 
 ENV_VAR = "TRACEKIT_DOT"
 LARGE_GRAPH = 1500  # ops; above this the default depth collapses scopes (see render)
+REPEATS_ABOVE = 300  # ops; above this repeated blocks are drawn once, ×N, by default
 COLLAPSED_TARGET = 500  # ... to the deepest depth that draws at most this many op/scope nodes
 
 # fill, border per op kind
@@ -1203,7 +1205,7 @@ def render(
     rankdir="TB",
     show_values=False,
     show_constants=True,
-    collapse_repeats=False,
+    collapse_repeats=None,
     max_label_width=40,
     with_forward=False,
     loops="roll",
@@ -1230,9 +1232,10 @@ def render(
         Print small values or min/mean/max on nodes (needs ``trace(..., keep_values=True)``).
     show_constants : bool
         Draw constant inputs and literal arguments (``multiply(·, 2)``); ``False`` hides them.
-    collapse_repeats : bool
+    collapse_repeats : bool or None
         Draw consecutive identical sibling scopes (the same layer called N times) as one
-        node marked ``×N``.
+        node marked ``×N``. ``None``: for graphs of more than ``REPEATS_ABOVE`` (300) ops,
+        with a note saying so (``False`` draws every block).
     max_label_width : int
         Longer label lines are cut with ``…`` (full text in the tooltip).
     with_forward : bool
@@ -1261,7 +1264,7 @@ def render(
     unrolled = loops == "unroll" and graph is not unroll(graph)
     if unrolled:
         graph = unroll(graph)
-    notes = []
+    notes, auto_repeats = [], []  # auto_repeats: graphs drawn with collapse_repeats by default
 
     def opts_for(g):
         d = depth
@@ -1276,12 +1279,17 @@ def render(
             d = None
         elif not isinstance(d, int | np.integer) or d < 0:
             raise ValueError(f"depth must be a non-negative int, 'all' or None; got {depth!r}")
+        repeats = collapse_repeats
+        if repeats is None:
+            repeats = len(g.nodes) > REPEATS_ABOVE
+            if repeats:
+                auto_repeats.append(g)
         return _Options(
             depth=None if d is None else int(d),
             show_shapes=show_shapes,
             show_values=show_values,
             show_constants=show_constants,
-            collapse_repeats=collapse_repeats,
+            collapse_repeats=bool(repeats),
             max_label_width=int(max_label_width or 0),
         )
 
@@ -1362,6 +1370,12 @@ def render(
         b.build(dot)
         dot.scene = b.scene
 
+    if auto_repeats and any("repeat" in c.split() for c in dot.scene.values()):
+        g = auto_repeats[0]
+        notes.append(
+            f"{g.name}: {len(g.nodes):,} ops, repeated blocks drawn once (×N); "
+            "tk.render(x, collapse_repeats=False) draws every block."
+        )
     title = graph.name
     if notes:
         for note in notes:
