@@ -172,9 +172,14 @@ CALL_ERRORS = [
     ("structured", (np.zeros((3, 4), [("a", "f8")]), Y, np.zeros(4)), TypeError, "argument 'x'"),
     ("masked", (np.ma.masked_array(X), Y, np.zeros(4)), TypeError, "argument 'x'.*masked"),
     ("np.matrix", (np.matrix(X), Y, np.zeros(4)), TypeError, "argument 'x'.*matrix"),
-    ("string", ("abc", Y, np.zeros(4)), TypeError, "x: traced with an array, got 'abc'"),
-    ("None", (None, Y, np.zeros(4)), TypeError, "x: traced with an array, got None"),
-    ("list", (X.tolist(), Y, np.zeros(4)), TypeError, "x: traced with an array, got a list of 3"),
+    ("string", ("abc", Y, np.zeros(4)), TypeError, "x: traced with an array or float, got 'abc'"),
+    ("None", (None, Y, np.zeros(4)), TypeError, "x: traced with an array or float, got None"),
+    (
+        "list",
+        (X.tolist(), Y, np.zeros(4)),
+        TypeError,
+        "x: traced with an array or float, got a list of 3",
+    ),
     ("Python float", (1.5, Y, np.zeros(4)), TypeError, "argument 'x'"),
     ("big-endian", (X.astype(">f8"), Y, np.zeros(4)), TypeError, "argument 'x'"),
 ]

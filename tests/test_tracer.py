@@ -876,7 +876,9 @@ def test_pytrees_in_and_out():
         t(p2, tuple(b2), 2, "mae")
     with pytest.raises(TypeError, match=r"params: traced with a dict with keys \['b', 'w'\], got"):
         t({"w": p2["w"], "bias": p2["b"]}, tuple(b2), 2, "mse")
-    with pytest.raises(TypeError, match=r"batch\[1\]: traced with an array, got a list of 1 item"):
+    with pytest.raises(
+        TypeError, match=r"batch\[1\]: traced with an array or float, got a list of 1 item"
+    ):
         t(p2, (b2[0], [b2[1]]), 2, "mse")
     with pytest.raises(TypeError, match="tuple.*list|list.*tuple"):
         t(p2, b2, 2, "mse")

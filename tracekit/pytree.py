@@ -120,7 +120,7 @@ def describe(tree) -> str:
     ('a list of 2 items', "a dict with keys ['a']")
     """
     if isinstance(tree, Leaf):
-        return "an array"
+        return "an array or float"
     kind, body = tree
     if kind == "static":
         return repr(body)
@@ -189,7 +189,7 @@ def describe_difference(a, b, path="args", names=()) -> str | None:
     """The first place where two structures differ, in words (None if equal).
 
     >>> describe_difference(flatten([np.ones(2)])[1], flatten([[1.0, 2.0]])[1], names=["x"])
-    'x: traced with an array, got a list of 2 items'
+    'x: traced with an array or float, got a list of 2 items'
     """
     found = differences(a, b, names, path=path)
     if not found:

@@ -300,9 +300,15 @@ def test_jit_explanations_name_the_argument_and_compare_with_the_nearest_signatu
 def test_argument_mismatches_name_the_parameter_and_say_expected_and_got():
     t = tk.trace(lambda x, w: x @ w, np.ones((4, 3)), np.ones((3, 2)))
     for args, said in [
-        ((np.ones((4, 3)).tolist(), np.ones((3, 2))), "x: traced with an array, got a list of 4"),
+        (
+            (np.ones((4, 3)).tolist(), np.ones((3, 2))),
+            "x: traced with an array or float, got a list of 4",
+        ),
         ((np.ones((4, 3)),), "traced with 2 arguments, got 1"),
-        ((np.ones((4, 3)), {"a": np.ones(2)}), "w: traced with an array, got a dict with keys"),
+        (
+            (np.ones((4, 3)), {"a": np.ones(2)}),
+            "w: traced with an array or float, got a dict with keys",
+        ),
     ]:
         for run in (t, tk.compile(t, progress=False)):
             with pytest.raises(TypeError) as e:
