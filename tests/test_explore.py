@@ -275,9 +275,14 @@ def test_step_trait_set_from_the_browser(traced):
 
 
 # ---------------------------------------------------------------------- views
+def test_a_compiled_opens_on_the_compiled_view(traced, compiled):
+    assert tk.explore(compiled).view == "compiled"
+    assert tk.explore(compiled, view="forward").view == "forward"
+    assert tk.explore(traced).view == "forward"
+
+
 def test_compiled_view_lists_the_kernels(traced, compiled):
     w = tk.explore(compiled)
-    w.view = "compiled"
     assert w.view == "compiled" and not w.message
     names = [k.name for k in compiled.kernels]
     assert [k["name"] for k in w.kernels] == names and names
@@ -377,7 +382,7 @@ def test_large_graph_collapses_and_selection_maps_to_the_group():
 
     t = tk.trace(big, np.ones((2, 2)), np.eye(2) * 0.1, loops="unroll")  # 1,600 nodes
     assert len(t.graph.nodes) == 1600 > importlib.import_module("tracekit.render").LARGE_GRAPH
-    w = tk.explore(t)
+    w = tk.explore(t, collapse_repeats=False)  # (by default: the repeated block, once)
     assert "collapsed" in w.message  # the renderer's note is shown
     node = t.graph.nodes[801]
     rec = next(r for r in w.nodes if r["id"] == f"node-{node.outputs[0].name}")
@@ -388,6 +393,12 @@ def test_large_graph_collapses_and_selection_maps_to_the_group():
     assert node.op in w.details_text()
     w.select(rec["unit"])
     assert "op(s)" in w.details_text()
+    by_default = tk.explore(t)
+    assert "repeated blocks drawn once" in by_default.message
+    rec = next(r for r in by_default.nodes if r["id"] == f"node-{node.outputs[0].name}")
+    assert rec["unit"] == "repeat-big/block"
+    group = next(r for r in by_default.nodes if r["id"] == rec["unit"])
+    assert rec["id"] in group["members"]
 
 
 # ---------------------------------------------------------------------- compare

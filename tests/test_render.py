@@ -259,6 +259,21 @@ def test_collapse_repeats_draws_identical_blocks_once_marked_xN():
     assert len(full.ids("op")) == 36 and len(full.ids("scope")) == 12
 
 
+def test_large_graphs_draw_repeated_blocks_once_by_default():
+    def deeper(x, w):
+        for _ in range(R.REPEATS_ABOVE // 3 + 1):
+            x = layer(x, w)
+        return x
+
+    t = tk.trace(deeper, np.ones((2, 4)), np.eye(4), loops="unroll")
+    with pytest.warns(UserWarning, match="repeated blocks drawn once.*collapse_repeats=False"):
+        d = draw(t)
+    [rep] = d.ids("repeat")
+    assert f"layer \u00d7{R.REPEATS_ABOVE // 3 + 1}" in d.text(rep) and not d.ids("op")
+    assert len(draw(t, collapse_repeats=False).ids("op")) == len(t.graph.nodes)
+    assert not draw(deep_traced()).ids("repeat")  # a small graph: every block
+
+
 def test_collapse_repeats_leaves_different_blocks_alone():
     t = mlp_traced()  # two Linear layers of different shapes
     d = draw(t, collapse_repeats=True)
@@ -699,6 +714,22 @@ def test_a_crashing_dot_falls_back_to_graphviz_pure(tmp_path, monkeypatch):
     with pytest.warns(RuntimeWarning, match="crashed"):
         svg = tk.render(mlp_traced()).pipe(format="svg", encoding="utf-8")
     assert "<svg" in svg and "matmul" in svg
+
+
+def test_a_dot_that_runs_too_long_falls_back_to_graphviz_pure_in_pictures_and_the_explorer(
+    tmp_path, monkeypatch
+):
+    hanging = tmp_path / "dot"
+    hanging.write_text('#!/bin/sh\n[ "$1" = -V ] && exit 0\nexec sleep 60\n')
+    hanging.chmod(0o755)
+    monkeypatch.setenv("TRACEKIT_DOT", str(hanging))
+    monkeypatch.setenv("TRACEKIT_DOT_TIMEOUT", "1")
+    monkeypatch.setattr(R.Digraph, "dot_binary", None)
+    with pytest.warns(RuntimeWarning, match=r"timed out \(over 1 s, TRACEKIT_DOT_TIMEOUT\)"):
+        svg = tk.render(mlp_traced()).pipe(format="svg", encoding="utf-8")
+    assert "<svg" in svg and "matmul" in svg
+    w = tk.explore(mlp_traced())  # the explorer shows the note in its message line
+    assert "<svg" in w.svg and "matmul" in w.svg and "timed out" in w.message
 
 
 def test_a_rolled_loop_is_drawn_once_in_a_cluster_with_back_edges():

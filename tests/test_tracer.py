@@ -682,6 +682,93 @@ def test_data_dependent_shapes_raise(fn):
     assert HERE in str(e.value)
 
 
+@pytest.mark.parametrize(
+    "fn,name",
+    [
+        (lambda x: np.nonzero(x > 0), "np.nonzero"),
+        (lambda x: (x > 0).nonzero(), "np.nonzero"),
+        (lambda x: np.where(x > 0), "np.where(condition) with one argument"),
+        (lambda x: np.argwhere(x), "np.argwhere"),
+        (lambda x: np.flatnonzero(x), "np.flatnonzero"),
+        (lambda x: np.unique(x), "np.unique"),
+        (lambda x: np.extract(x > 0, x), "np.extract"),
+        (lambda x: np.compress(x > 0, x), "np.compress"),
+        (lambda x: np.repeat(x, (x > 0).astype(int)), "np.repeat"),
+        (lambda x: x[x > 0], "boolean-mask indexing"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_data_dependent_shape_errors_name_the_function_and_line(fn, name):
+    with pytest.raises(tk.TraceError) as e:
+        tk.trace(fn, randn(5))
+    msg = str(e.value)
+    assert name in msg and "data" in msg
+    line = int(re.search(rf"{HERE}:(\d+)", msg).group(1))
+    assert "lambda x:" in open(__file__).read().splitlines()[line - 1]
+
+
+def test_masked_mean_error_shows_the_weighted_rewrite():
+    def centroid(X, labels, k):
+        return X[labels == k].mean(0)
+
+    X, labels = randn(6, 2), np.array([0, 1, 0, 1, 1, 0])
+    with pytest.raises(tk.TraceError) as e:
+        tk.trace(centroid, X, labels, 1)
+    msg = str(e.value)
+    assert "X[labels == k].mean(0)" in msg
+    rewrite = "np.where(mask[:, None], a, 0).sum(0) / mask.sum()"
+    assert rewrite in msg and "np.average(a, axis=0, weights=mask)" in msg
+    # the advice computes the same value
+    mask, a = labels == 1, X
+    assert np.allclose(eval(rewrite), centroid(X, labels, 1))
+    assert np.allclose(np.average(a, axis=0, weights=mask), centroid(X, labels, 1))
+
+
+COLUMNS = np.array([True, False, True, True, False])
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a: a[:, [True, False, True, True, False]] * 2,
+        lambda a: a[np.array([[True, False, True, True, False]] * 3)] + 1,
+        lambda a: a[:, np.arange(5) % 2 == 0].sum(1),
+        lambda a: np.exp(a[[False, True, True]])[:, 1:],
+        lambda a: a[:, np.nonzero(np.arange(5) > 2)[0]] - np.compress(np.arange(5) < 2, a, 1),
+        lambda a: a[:, np.where(np.arange(5) > 2)[0]] * np.extract([1, 0, 1], a[0, :3]),
+    ],
+    ids=["literal", "constant-2d", "from-constants", "rows", "nonzero", "extract"],
+)
+def test_masks_known_while_tracing_trace_with_their_static_shape(fn):
+    a = randn(3, 5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tk.TracerWarning)
+        t = tk.trace(fn, a)
+    assert not t.graph.guards
+    b = randn(3, 5)
+    assert_same(t(b), fn(b))
+    assert_same(tk.compile(t, progress=False)(b), fn(b))
+
+
+def test_a_captured_mask_is_guarded():
+    def f(a):
+        return a[:, COLUMNS].sum(1)
+
+    a = randn(3, 5)
+    with pytest.warns(tk.TracerWarning, match="captured array"):
+        t = tk.trace(f, a)
+    c = tk.compile(t, progress=False)
+    assert_same(t(a), f(a))
+    assert_same(c(a), f(a))
+    COLUMNS[1] = True
+    try:
+        for run in (t, c):
+            with pytest.raises(tk.GuardError, match=r"\[True, True, True, True, False\]"):
+                run(a)
+    finally:
+        COLUMNS[1] = False
+
+
 def test_masked_assignment_from_masked_select_raises():
     def f(x, v):
         y = x.copy()
@@ -739,9 +826,9 @@ def test_wrong_shape_dtype_and_arity_on_call():
     with pytest.raises(TypeError) as e:
         t(randn(4, 3), randn(3, 2, dtype=np.float32))
     assert "'w'" in str(e.value) and "float64" in str(e.value) and "float32" in str(e.value)
-    with pytest.raises(TypeError, match="2 items, got 1"):
+    with pytest.raises(TypeError, match="traced with 2 arguments, got 1"):
         t(randn(4, 3))
-    with pytest.raises(TypeError, match="2 items, got 3"):
+    with pytest.raises(TypeError, match="traced with 2 arguments, got 3"):
         t(randn(4, 3), randn(3, 2), randn(2))
     with pytest.raises(TypeError, match="'w'"):
         t(randn(4, 3), 2.0)
@@ -783,12 +870,16 @@ def test_pytrees_in_and_out():
     assert_same(got["loss"], exp["loss"])
     assert_same(got["out"], exp["out"])
     assert isinstance(got["out"], list) and isinstance(got["out"][1], tuple)
-    with pytest.raises(TypeError, match="static value was 2, got 3"):
+    with pytest.raises(TypeError, match="n_steps: static value was 2, got 3"):
         t(p2, tuple(b2), 3, "mse")
     with pytest.raises(TypeError, match="'mse'.*'mae'"):
         t(p2, tuple(b2), 2, "mae")
-    with pytest.raises(TypeError, match="keys differ"):
+    with pytest.raises(TypeError, match=r"params: traced with a dict with keys \['b', 'w'\], got"):
         t({"w": p2["w"], "bias": p2["b"]}, tuple(b2), 2, "mse")
+    with pytest.raises(
+        TypeError, match=r"batch\[1\]: traced with an array or float, got a list of 1 item"
+    ):
+        t(p2, (b2[0], [b2[1]]), 2, "mse")
     with pytest.raises(TypeError, match="tuple.*list|list.*tuple"):
         t(p2, b2, 2, "mse")
 
@@ -1150,3 +1241,17 @@ def test_real_and_imag_of_a_python_number_are_python_numbers(fn, arg):
         got, want = t(arg), fn(arg)
     assert np.asarray(got).dtype == np.asarray(want).dtype == np.float32
     np.testing.assert_array_equal(got, want)
+
+
+def test_returned_dicts_keep_the_functions_key_order():
+    def f(x):
+        return {"zeta": x * 2, "alpha": {"y": x + 1, "b": x.sum()}, "mid": x}
+
+    x = np.arange(3.0)
+    t = tk.trace(f, x)
+    for run in (t, tk.compile(t, progress=False), tk.jit(f, progress=False)):
+        got = run(x)
+        assert list(got) == ["zeta", "alpha", "mid"] and list(got["alpha"]) == ["y", "b"]
+        assert_same(got, f(x))
+    t2 = tk.trace(lambda d: d["b"] - d["a"], {"b": x, "a": x})  # arguments: any key order
+    assert_same(t2({"a": x, "b": x * 3}), x * 2)

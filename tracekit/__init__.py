@@ -11,7 +11,7 @@
 from . import render as _render_module  # noqa: E402, F401
 from .errors import GuardError, TraceError, TracerWarning, UnsupportedOperation
 from .ir import Graph, Node, Var
-from .passes import optimize
+from .saving import load, save
 from .traced import Traced, trace
 from .tracer import scope
 from .version import __version__ as __version__
@@ -52,7 +52,8 @@ _explore_entry = explore
 
 
 def compile(traced, target: str = "cpu", **options):  # noqa: A001  (the public name)
-    """Compile a Traced into fused kernels for ``target`` ("cpu" or "cuda").
+    """Compile a Traced (or a Graph, or a Traced from :func:`load`) into fused kernels for
+    ``target`` ("cpu", "cuda" or "dask").
 
     Options: ``math`` ("fast", vectorised, or "libm"), ``progress``, ``cache`` (the disk
     cache), ``stream`` (cuda). Returns a :class:`~tracekit.backends.Compiled`.
@@ -68,6 +69,25 @@ def compile(traced, target: str = "cpu", **options):  # noqa: A001  (the public 
     return _compile(traced, target=target, **options)
 
 
+def optimize(traced, passes=None):
+    """Run the optimisation passes on a Traced (or a Graph); returns a new Traced whose
+    ``history`` records each pass (see ``tracekit.passes.optimize``).
+
+    >>> import numpy as np, tracekit as tk
+    >>> g = tk.Graph.from_json(tk.trace(lambda x: x * 1.0 + 0.0, np.ones(3)).graph.to_json())
+    >>> [n.op for n in tk.optimize(g, passes=["simplify", "dce"]).graph.nodes]
+    ['add']
+    >>> tk.optimize(g, passes=["nope"])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: tk.optimize: unknown pass 'nope'; the passes are cse, fold_constants, ...
+    """
+    from .passes import optimize as _optimize
+    from .saving import as_traced
+
+    return _optimize(as_traced(traced, "tk.optimize"), passes)
+
+
 def jit(fn=None, *, target: str = "cpu", **options):
     """Decorator: trace and compile ``fn`` per signature (shapes, dtypes, static args).
 
@@ -78,8 +98,8 @@ def jit(fn=None, *, target: str = "cpu", **options):
     >>> @tk.jit(wait=True)
     ... def f(x):
     ...     return np.tanh(x) * 2
-    >>> f(np.zeros(3)).tolist(), f.explain()
-    ([0.0, 0.0, 0.0], 'first call: traced and compiled')
+    >>> f(np.zeros(3)).tolist(), f.explain()  # (or: machine code loaded from the disk cache)
+    ([0.0, 0.0, 0.0], 'first call: traced...')
     >>> f(np.ones(3)).round(3).tolist(), f.explain()
     ([1.523, 1.523, 1.523], 'cache hit: no retrace, no recompile')
     """
@@ -142,10 +162,12 @@ def python_op(
     grad_output_indices=None,
     grad_input_indices=None,
     name=None,
+    pass_workspace=False,
 ):
     """An opaque Python function usable inside traced code (caffe2's ``Net.Python``).
 
-    See :func:`tracekit.pyop.python_op` for the parameters.
+    See :func:`tracekit.pyop.python_op` for the parameters (``pass_workspace=True``: ``f``
+    also receives the run's :class:`~tracekit.pyop.Workspace`, at your own risk).
 
     >>> import numpy as np, tracekit as tk
     >>> op = tk.python_op(np.sinh, grad_f=lambda x, y, gy: gy * np.cosh(x), name="my_sinh")
@@ -157,7 +179,9 @@ def python_op(
     """
     from .pyop import python_op as _python_op
 
-    return _python_op(f, grad_f, python_func_type, grad_output_indices, grad_input_indices, name)
+    return _python_op(
+        f, grad_f, python_func_type, grad_output_indices, grad_input_indices, name, pass_workspace
+    )
 
 
 __all__ = [
@@ -172,6 +196,8 @@ __all__ = [
     "render",
     "explore",
     "optimize",
+    "save",
+    "load",
     "TracerWarning",
     "TraceError",
     "UnsupportedOperation",

@@ -38,6 +38,8 @@ from .loops import unroll
 from .loops.unroll import fixed_trips
 from .ops import NON_DIFFERENTIABLE, OPS, sum_to
 from .passes import dce
+from .pyop import tracing_workspace
+from .saving import as_traced
 from .traced import Traced, check_value, trace
 
 
@@ -82,6 +84,12 @@ class _BackwardContext(T.TraceContext):
 
     def where(self):
         return self.at
+
+    def emit(self, op, inputs, attrs=None, **options):
+        if OPS[op].kind != "opaque":
+            return super().emit(op, inputs, attrs, **options)
+        with tracing_workspace(self):  # a python op replayed here: the trace is its run
+            return super().emit(op, inputs, attrs, **options)
 
     def fresh(self, base: str) -> str:
         name = base
@@ -369,9 +377,7 @@ def vjp(t: Traced, checkpoint: int | None = None) -> BackwardTraced:
     >>> b(np.ones(2), np.full(2, 3.0), np.ones(2))
     (array([3., 3.]), array([1., 1.]))
     """
-    if not isinstance(t, Traced):
-        raise TypeError(f"tk.vjp takes a Traced (from tk.trace), got {type(t).__name__}")
-    return backward(t, checkpoint=_checkpoint(checkpoint))
+    return backward(as_traced(t, "tk.vjp"), checkpoint=_checkpoint(checkpoint))
 
 
 def _checkpoint(size):

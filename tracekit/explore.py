@@ -734,7 +734,7 @@ class Explorer(anywidget.AnyWidget):
     height = traitlets.Int(560).tag(sync=True)
     iteration = traitlets.Int(0).tag(sync=True)
 
-    def __init__(self, x, *, view="forward", target="cpu", height=560, **render_options):
+    def __init__(self, x, *, view=None, target="cpu", height=560, **render_options):
         self._x = x
         self._target = target
         self._render_options = render_options
@@ -756,6 +756,8 @@ class Explorer(anywidget.AnyWidget):
         self.observe(self._on_pass_index, names="pass_index")
         self.observe(self._on_iteration, names="iteration")
         self.on_msg(self._on_custom_msg)
+        if view is None:
+            view = "compiled" if self._compiled is not None else "forward"
         if view not in VIEWS:
             raise ValueError(f"view must be one of {VIEWS}, got {view!r}")
         self._show("forward")
@@ -1525,14 +1527,15 @@ def _details_text(det: dict) -> str:
     return "\n".join(lines)
 
 
-def explore(x, *, view="forward", target="cpu", height=560, **render_options) -> Explorer:
+def explore(x, *, view=None, target="cpu", height=560, **render_options) -> Explorer:
     """An interactive notebook widget for a Traced, a Compiled or a backward graph.
 
     Parameters
     ----------
     x : Traced, Compiled, backward Traced (``tk.vjp``) or Graph
-    view : {"forward", "backward", "compiled", "passes"}
-        The view shown first (the widget switches between them).
+    view : {"forward", "backward", "compiled", "passes"} or None
+        The view shown first (the widget switches between them); by default the compiled
+        view for a Compiled, the forward view otherwise.
     target : str
         The target the compiled view compiles for when ``x`` is not compiled yet.
     height : int

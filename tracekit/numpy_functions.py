@@ -33,7 +33,7 @@ from .tracer.movement import (
     transpose,
 )
 from .tracer.reductions import argreduce, reduce, scan
-from .tracer.source import unsupported, user_source
+from .tracer.source import public_name, unsupported, user_source
 from .tracer.ufuncs import call_ufunc
 
 
@@ -443,7 +443,9 @@ def _tile(A, reps):
 def _repeat(a, repeats, axis=None):
     x = _traced(a)
     if isinstance(repeats, TracedArray):
-        raise TraceError("np.repeat with traced repeat counts has a data-dependent shape")
+        if not _known(repeats):
+            raise data_dependent("np.repeat with traced repeat counts")
+        repeats = repeats._value
     repeats = int(repeats) if np.ndim(repeats) == 0 else tuple(int(r) for r in np.ravel(repeats))
     if axis is not None:
         axis = norm_axis(axis, x.ndim)[0]
@@ -554,20 +556,81 @@ def _take(a, indices, axis=None, out=None, mode="raise"):
     return maybe_out(x[(slice(None),) * axis + (indices,)], out)
 
 
-@implements(np.nonzero, np.argwhere, np.flatnonzero, np.extract, np.unique, np.compress)
-def _data_dependent(*args, **kw):
-    raise TraceError(
-        f"this function's output shape depends on the data, so it cannot be traced "
-        f"(at {user_source(3)}). Use np.where(mask, a, b) to select elementwise, or a "
-        "masked reduction such as (mask * a).sum()."
+def _known(*values) -> bool:
+    """Whether the traced arrays among ``values`` are known while tracing: computed from
+    literals, constants and captured arrays only (a captured one is then guarded)."""
+    traced = [v for v in values if isinstance(v, TracedArray)]
+    kinds = [v._ctx.origins(v.ir_var) for v in traced]
+    if any(k is None or "arg" in k for k in kinds):
+        return False
+    for v, k in zip(traced, kinds):
+        if "capture" in k:
+            v._ctx.guard_known(v, "an array computed from a captured array")
+    return True
+
+
+def _value(x):
+    return x._value if isinstance(x, TracedArray) else x
+
+
+def data_dependent(name: str, depth: int = 3) -> TraceError:
+    """The refusal of NumPy function ``name`` whose output shape depends on traced data."""
+    src = user_source(depth)
+    where = f" at {src} `{src.text}`" if src else ""
+    return TraceError(
+        f"{name}{where}: its output shape depends on the data, so it cannot be traced. Use "
+        "np.where(mask, a, b) to select elementwise, or a masked reduction such as "
+        "np.where(mask, a, 0).sum() (mean: divided by mask.sum())."
     )
+
+
+def _shape_from_data(func):
+    """The handler of ``func``, whose output shape depends on its input's values: computed on
+    the values when they are known while tracing (constants), refused otherwise."""
+    name = public_name(func)
+
+    def handler(*args, **kw):
+        if not _known(*args, *kw.values()):
+            raise data_dependent(name)
+        ctx = ctx_of(*args, *kw.values())
+        result = func(*[_value(a) for a in args], **{k: _value(v) for k, v in kw.items()})
+        if isinstance(result, tuple):
+            return tuple(ctx.lift(np.asarray(r)) for r in result)
+        return ctx.lift(np.asarray(result))
+
+    return handler
+
+
+for _func in (np.nonzero, np.argwhere, np.flatnonzero, np.unique):
+    implements(_func)(_shape_from_data(_func))
+
+
+@implements(np.compress)
+def _compress(condition, a, axis=None, out=None):
+    if not _known(condition):
+        raise data_dependent("np.compress")
+    x = _traced(a)
+    if axis is None:
+        x, axis = ravel(x), 0
+    positions = np.nonzero(np.ravel(_value(condition)))[0]
+    return _take(x, positions, axis=axis, out=out)
+
+
+@implements(np.extract)
+def _extract(condition, arr):
+    if not _known(condition):
+        raise data_dependent("np.extract")
+    positions = np.nonzero(np.ravel(_value(condition)))[0]
+    return _take(ravel(_traced(arr)), positions)
 
 
 # ---------------------------------------------------------------------- elementwise functions
 @implements(np.where)
 def _where(condition, x=None, y=None):
     if x is None and y is None:
-        return _data_dependent()
+        if not _known(condition):
+            raise data_dependent("np.where(condition) with one argument (np.nonzero)")
+        return _shape_from_data(np.nonzero)(condition)
     ctx = ctx_of(condition, x, y)
     return ctx.emit("where", [condition, x, y])
 

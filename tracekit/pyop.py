@@ -36,6 +36,7 @@ array([1., 1., 1.])
 from __future__ import annotations
 
 import base64
+import contextlib
 import importlib
 import itertools
 import json
@@ -66,6 +67,7 @@ def python_op(
     grad_output_indices=None,
     grad_input_indices=None,
     name=None,
+    pass_workspace=False,
 ):
     """An opaque Python function usable inside traced code; see :mod:`tracekit.pyop`.
 
@@ -82,13 +84,18 @@ def python_op(
         Which output gradients ``grad_f`` receives / which input gradients it returns.
     name : str, optional
         The node's name in listings and renderings (default: ``f``'s name).
+    pass_workspace : bool, optional
+        Call ``f`` (and ``grad_f``) with the run's :class:`Workspace` as one more, last
+        argument (caffe2's ``pass_workspace``, at your own risk: see :class:`Workspace`).
 
     Returns
     -------
     PyOp
         Call it on arrays inside (or outside) traced code.
     """
-    return PyOp(f, grad_f, python_func_type, grad_output_indices, grad_input_indices, name)
+    return PyOp(
+        f, grad_f, python_func_type, grad_output_indices, grad_input_indices, name, pass_workspace
+    )
 
 
 def check_results(node, results):
@@ -114,6 +121,114 @@ def _readonly(x):
         x = x.view()
         x.flags.writeable = False
     return x
+
+
+def _invoke(op, fn, inputs, where=None):
+    """``fn`` called on ``inputs``, read-only (and on the run's workspace when ``op`` asks for
+    it), with NumPy's own functions in place (numba may compile ``fn`` now, while tracing);
+    ``where``: the user's line, for the error of a write into an input."""
+    from .tracer.active import numpy_as_is
+
+    args = [_readonly(x) for x in inputs]
+    if op.pass_workspace:
+        args.append(current_workspace())
+    try:
+        with numpy_as_is():
+            return fn(*args)
+    except (ValueError, TypeError) as e:  # numba says so while typing: a TypingError
+        if "read-only" not in str(e) and "readonly array" not in str(e):
+            raise
+        at = f" at {where} `{where.text}`" if where else ""
+        raise ValueError(
+            f"python op {op.name!r}{at} wrote into one of its inputs, which tracekit passes "
+            "read-only: they are values of the graph that other ops, or the caller, read as "
+            "well, and a write would change them behind the graph's back. Copy the input "
+            f"first (x = x.copy()) or write into a new array. ({str(e).splitlines()[0]})"
+        ) from e
+
+
+class Workspace:
+    """What a python op made with ``pass_workspace=True`` receives as its last argument: the
+    place of one run of the graph (caffe2's workspace, in tracekit's terms).
+
+    ``inputs``: the values of the graph's inputs in this run (arguments and captured arrays,
+    read-only), by input name (``t.graph.inputs``). ``blobs``: a dict that the python ops of
+    one run share, empty at the start of each run. In the backward pass (``tk.grad``) the
+    forward ops run again in the same run as the gradient ops, so a forward op can leave in
+    ``blobs`` what its ``grad_f`` reads.
+
+    Dangers (at your own risk, as caffe2 says): tracekit still treats the op as a pure function
+    of its inputs. A python op whose results are unused is removed, two calls on the same
+    inputs may be merged into one, and ops that do not depend on each other may run in any
+    order; only the graph's inputs are readable (compiled code keeps intermediate values inside
+    fused kernels, where no workspace can see them); the workspace is one run's, never shared
+    between runs or threads; a write into ``inputs`` raises. The op is never fused into a
+    compiled kernel, and a graph holding one runs on the general path of compiled code. On
+    the cuda target ``inputs`` is empty (the arguments stay on the device).
+
+    >>> import numpy as np, tracekit as tk
+    >>> def scaled(x, ws):
+    ...     ws.blobs["seen"] = float(ws.inputs["s"])
+    ...     return x * ws.inputs["s"]
+    >>> op = tk.python_op(scaled, pass_workspace=True)
+    >>> t = tk.trace(lambda x, s: op(x) + 0 * s, np.ones(2), np.full((), 3.0))
+    >>> t(np.ones(2), np.full((), 4.0))
+    array([4., 4.])
+    """
+
+    def __init__(self, inputs=None):
+        self.inputs = {k: _readonly(v) for k, v in (inputs or {}).items()}
+        self.blobs: dict = {}
+
+    def __repr__(self):
+        return f"Workspace(inputs={sorted(self.inputs)}, blobs={sorted(self.blobs, key=str)})"
+
+
+_RUN = threading.local()
+
+
+def current_workspace() -> Workspace:
+    """The workspace of the run in progress (a fresh one outside any run: a call on plain
+    arrays, or while tracing)."""
+    ws = getattr(_RUN, "workspace", None)
+    return ws if ws is not None else Workspace()
+
+
+@contextlib.contextmanager
+def run_workspace(graph, values):
+    """A workspace for one run of ``graph`` on ``values`` (one per input, in order)."""
+    prev = getattr(_RUN, "workspace", None)
+    _RUN.workspace = Workspace({v.name: x for v, x in zip(graph.inputs, values)})
+    try:
+        yield _RUN.workspace
+    finally:
+        _RUN.workspace = prev
+
+
+@contextlib.contextmanager
+def tracing_workspace(ctx):
+    """The workspace of a trace in progress (one per trace: tracing is a run on the examples)."""
+    ws = getattr(ctx, "workspace", None)
+    if ws is None:
+        ws = ctx.workspace = Workspace()
+    for v, x in zip(ctx.inputs, ctx.input_values):
+        if v.name not in ws.inputs:
+            ws.inputs[v.name] = _readonly(x)
+    prev, _RUN.workspace = getattr(_RUN, "workspace", None), ws
+    try:
+        yield ws
+    finally:
+        _RUN.workspace = prev
+
+
+def uses_workspace(graph) -> bool:
+    """Whether a python op of ``graph`` (or of a loop body in it) asks for the workspace."""
+    for node in graph.nodes:
+        if getattr(node.attrs.get("pyop"), "pass_workspace", False):
+            return True
+        if any(uses_workspace(a) for a in node.attrs.values() if type(a) is type(graph)):
+            return True
+    return False
 
 
 # ---------------------------------------------------------------------- references
@@ -311,6 +426,7 @@ class PyOp:
         grad_output_indices=None,
         grad_input_indices=None,
         name=None,
+        pass_workspace=False,
     ):
         if python_func_type is not None and not callable(python_func_type):
             raise TypeError("python_func_type must be a class (called as python_func_type(f))")
@@ -320,6 +436,7 @@ class PyOp:
         self.grad_output_indices = _indices(grad_output_indices, "grad_output_indices")
         self.grad_input_indices = _indices(grad_input_indices, "grad_input_indices")
         self.name = str(name) if name is not None else _default_name(f, python_func_type)
+        self.pass_workspace = bool(pass_workspace)
         self.uid = f"{_PROCESS}-{next(_uids)}"
         _LIVE[self.uid] = self
         self._fn = None
@@ -374,7 +491,8 @@ class PyOp:
 
     @property
     def is_numba(self) -> bool:
-        """Whether ``fn`` is a numba CPU dispatcher (compiled code calls it inside kernels).
+        """Whether ``fn`` is a numba CPU dispatcher or ``@numba.vectorize`` ufunc (compiled code
+        calls it inside kernels).
 
         >>> import numba, numpy as np, tracekit as tk
         >>> tk.python_op(numba.njit(lambda x: x + 1.0), name="inc").is_numba
@@ -383,7 +501,10 @@ class PyOp:
         False
         """
         disp = sys.modules.get("numba.core.dispatcher")
-        return disp is not None and isinstance(self.fn, disp.Dispatcher)
+        dufunc = sys.modules.get("numba.np.ufunc.dufunc")
+        return (disp is not None and isinstance(self.fn, disp.Dispatcher)) or (
+            dufunc is not None and isinstance(self.fn, dufunc.DUFunc)
+        )
 
     @property
     def has_grad(self) -> bool:
@@ -408,7 +529,7 @@ class PyOp:
         >>> tk.python_op(lambda x: (x + 1, x * 2)).run(np.ones(2))
         (array([2., 2.]), array([2., 2.]))
         """
-        outs, _ = _outputs(self.fn(*map(_readonly, inputs)), self.name)
+        outs, _ = _outputs(_invoke(self, self.fn, inputs), self.name)
         return outs[0] if len(outs) == 1 else outs
 
     def __call__(self, *args):
@@ -422,11 +543,11 @@ class PyOp:
         (['python_op', 'multiply'], array([0., 0.]))
         """
         from . import tracer as T
-        from .tracer.active import _state
+        from .tracer.active import _state, current
 
         ctx = next((a._ctx for a in args if isinstance(a, T.TracedArray)), None) or T.current()
         if ctx is None:
-            outs, was_tuple = _outputs(self.fn(*args), self.name)
+            outs, was_tuple = _outputs(_invoke(self, self.fn, args), self.name)
             return outs if was_tuple else outs[0]
         if ctx.lazy:
             src = T.user_source(2)
@@ -439,10 +560,13 @@ class PyOp:
                 "tk.compile(tk.trace(fn, *numpy_examples), target='dask')"
             )
         tins = [ctx.lift(a) for a in args]
-        vals = [_readonly(t._value) if isinstance(t, T.TracedArray) else t for t in tins]
-        prev, _state.ctx = _state.ctx, None  # f runs on plain values: np.zeros & co. too
+        vals = [t._value if isinstance(t, T.TracedArray) else t for t in tins]
+        prev, _state.ctx = current(), None  # f runs on plain values: np.zeros & co. too
         try:
-            outs, was_tuple = _outputs(self.fn(*vals), self.name)
+            with tracing_workspace(ctx):
+                outs, was_tuple = _outputs(
+                    _invoke(self, self.fn, vals, T.user_source(2)), self.name
+                )
         except TraceError:
             raise
         except Exception as e:
@@ -526,6 +650,8 @@ class PyOp:
             "grad_output_indices": list(self.grad_output_indices or []) or None,
             "grad_input_indices": list(self.grad_input_indices or []) or None,
         }
+        if self.pass_workspace:
+            d["pass_workspace"] = True
         if self._stateful() or any(_is_local(d[k]) for k in ("f", "grad_f", "python_func_type")):
             d["uid"] = self.uid  # this very object (its state) in this process
         return d
@@ -562,6 +688,7 @@ class GradPyOp(PyOp):
         self.f = self.grad_f = self.python_func_type = None
         self.grad_output_indices = self.grad_input_indices = None
         self.name = f"{parent.name}_grad"
+        self.pass_workspace = parent.pass_workspace
         self.uid = f"{parent.uid}/grad{n_in},{n_out}"
         self._fn = None
         self._instance = None
@@ -577,8 +704,13 @@ class GradPyOp(PyOp):
                 inst, n_in, n_out = p.instance, self.n_in, self.n_out
 
                 def backward(*a):
+                    extra = a[-1:] if p.pass_workspace else ()
+                    a = a[: len(a) - len(extra)]
                     return inst.backward(
-                        list(a[:n_in]), list(a[n_in : n_in + n_out]), list(a[n_in + n_out :])
+                        list(a[:n_in]),
+                        list(a[n_in : n_in + n_out]),
+                        list(a[n_in + n_out :]),
+                        *extra,
                     )
 
                 backward.__name__ = self.name
@@ -590,7 +722,7 @@ class GradPyOp(PyOp):
         return False
 
     def run(self, *inputs):
-        res = self.fn(*map(_readonly, inputs))
+        res = _invoke(self, self.fn, inputs)
         items = list(res) if isinstance(res, tuple | list) else [res]
         sel = self.parent.grad_input_indices or range(self.n_in)
         for j, i in enumerate(sel):
@@ -609,16 +741,17 @@ class GradPyOp(PyOp):
 
     def __call__(self, *args):
         from . import tracer as T
-        from .tracer.active import _state
+        from .tracer.active import _state, current
 
         ctx = next((a._ctx for a in args if isinstance(a, T.TracedArray)), None) or T.current()
         if ctx is None:
             return self.run(*args)
         tins = [ctx.lift(a) for a in args]
         vals = [t._value if isinstance(t, T.TracedArray) else t for t in tins]
-        prev, _state.ctx = _state.ctx, None  # grad_f runs on plain values
+        prev, _state.ctx = current(), None  # grad_f runs on plain values
         try:
-            res = self.run(*vals)
+            with tracing_workspace(ctx):
+                res = self.run(*vals)
         finally:
             _state.ctx = prev
         outs = res if isinstance(res, tuple) else (res,)
@@ -666,6 +799,7 @@ def object_from_json(d):
         d.get("grad_output_indices"),
         d.get("grad_input_indices"),
         name=name,
+        pass_workspace=d.get("pass_workspace", False),
     )
     if uid:  # a stateful op of another process: this one keeps one copy, with its own state
         with _LOCK:

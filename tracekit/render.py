@@ -22,7 +22,9 @@ command installed by the ``graphviz-pure`` pip package (a dependency of tracekit
 :class:`EngineNotFound` says what to install. The graphviz package always runs a module-level
 ``DOT_BINARY``; the Digraph returned here swaps it, under a lock, for the duration of each
 layout call, and runs the engine with ``quiet=True`` (its stderr is kept in the exception if it
-fails).
+fails). An engine that crashes, or runs past ``TRACEKIT_DOT_TIMEOUT`` seconds (default 120), is
+replaced by graphviz-pure for that drawing, with a warning (the explorer shows it in its message
+line).
 
 SVG contract (stable: the explorer widget and tests rely on it)
 ---------------------------------------------------------------
@@ -87,7 +89,7 @@ from dataclasses import dataclass, field
 
 import graphviz
 import numpy as np
-from graphviz.backend import dot_command, piping, rendering
+from graphviz.backend import dot_command, execute, piping, rendering
 
 from .ir import Graph, Var, fmt_value, format_node, type_str
 from .loops import unroll
@@ -102,11 +104,13 @@ __all__ = [
     "EngineNotFound",
     "Digraph",
     "LARGE_GRAPH",
+    "REPEATS_ABOVE",
     "COLLAPSED_TARGET",
 ]
 
 ENV_VAR = "TRACEKIT_DOT"
 LARGE_GRAPH = 1500  # ops; above this the default depth collapses scopes (see render)
+REPEATS_ABOVE = 300  # ops; above this repeated blocks are drawn once, ×N, by default
 COLLAPSED_TARGET = 500  # ... to the deepest depth that draws at most this many op/scope nodes
 
 # fill, border per op kind
@@ -247,8 +251,9 @@ def _with_engine(fn, binary=None):
             return fn(*a, **{k: iter(x) if k in lines_kw else x for k, x in kwargs.items()})
 
         with _ENGINE_LOCK:
-            saved = dot_command.DOT_BINARY
+            saved = dot_command.DOT_BINARY, execute._run_input_lines
             dot_command.DOT_BINARY = pathlib.Path(exe)
+            execute._run_input_lines = _run_input_lines_timed
             try:
                 try:
                     return attempt()
@@ -257,17 +262,46 @@ def _with_engine(fn, binary=None):
                     if fallback is None:
                         raise
                     dot_command.DOT_BINARY = pathlib.Path(fallback)
+                    execute._run_input_lines = saved[1]  # the last resort: no time limit
                     return attempt()
             finally:
-                dot_command.DOT_BINARY = saved
+                dot_command.DOT_BINARY, execute._run_input_lines = saved
 
     return call
 
 
+def engine_timeout() -> float:
+    """Seconds a layout may take before the engine is stopped and the graph laid out by
+    graphviz-pure instead (``TRACEKIT_DOT_TIMEOUT``, default 120)."""
+    try:
+        return float(os.environ.get("TRACEKIT_DOT_TIMEOUT", "120"))
+    except ValueError:
+        return 120.0
+
+
+class _EngineTimeout(subprocess.CalledProcessError):
+    """The layout engine ran past :func:`engine_timeout` and was killed."""
+
+
+def _run_input_lines_timed(cmd, input_lines, *, kwargs):
+    """graphviz's own way of running the engine on the DOT lines, stopped after
+    :func:`engine_timeout` seconds (the system ``dot`` can also run for ever)."""
+    popen = subprocess.Popen(cmd, stdin=subprocess.PIPE, **kwargs)
+    for line in input_lines:
+        popen.stdin.write(line)
+    try:
+        stdout, stderr = popen.communicate(timeout=engine_timeout())
+    except subprocess.TimeoutExpired:
+        popen.kill()
+        popen.communicate()
+        raise _EngineTimeout(popen.returncode, popen.args) from None
+    return subprocess.CompletedProcess(popen.args, popen.returncode, stdout=stdout, stderr=stderr)
+
+
 def _crash_fallback(exe: str, error) -> str | None:
     """graphviz-pure, when the command ``exe`` was killed by a signal (the system ``dot`` can
-    crash on large graphs), or died before it read the graph (a broken pipe), and is not
-    graphviz-pure itself; a warning says so."""
+    crash on large graphs), ran past :func:`engine_timeout`, or died before it read the graph
+    (a broken pipe), and is not graphviz-pure itself; a warning says so."""
     code = getattr(error, "returncode", None)
     if code is not None and code >= 0:
         return None
@@ -275,8 +309,11 @@ def _crash_fallback(exe: str, error) -> str | None:
     if pure is None or os.path.samefile(pure, exe):
         return None
     how = f"signal {-code}" if code is not None else "it stopped reading the graph"
+    did = "crashed"
+    if isinstance(error, _EngineTimeout):
+        did, how = "timed out", f"over {engine_timeout():g} s, TRACEKIT_DOT_TIMEOUT"
     warnings.warn(
-        f"the graphviz command {exe} crashed ({how}) laying out this graph; it was drawn "
+        f"the graphviz command {exe} {did} ({how}) laying out this graph; it was drawn "
         f"with {pure} instead",
         RuntimeWarning,
         stacklevel=3,
@@ -1168,7 +1205,7 @@ def render(
     rankdir="TB",
     show_values=False,
     show_constants=True,
-    collapse_repeats=False,
+    collapse_repeats=None,
     max_label_width=40,
     with_forward=False,
     loops="roll",
@@ -1195,9 +1232,10 @@ def render(
         Print small values or min/mean/max on nodes (needs ``trace(..., keep_values=True)``).
     show_constants : bool
         Draw constant inputs and literal arguments (``multiply(·, 2)``); ``False`` hides them.
-    collapse_repeats : bool
+    collapse_repeats : bool or None
         Draw consecutive identical sibling scopes (the same layer called N times) as one
-        node marked ``×N``.
+        node marked ``×N``. ``None``: for graphs of more than ``REPEATS_ABOVE`` (300) ops,
+        with a note saying so (``False`` draws every block).
     max_label_width : int
         Longer label lines are cut with ``…`` (full text in the tooltip).
     with_forward : bool
@@ -1226,7 +1264,7 @@ def render(
     unrolled = loops == "unroll" and graph is not unroll(graph)
     if unrolled:
         graph = unroll(graph)
-    notes = []
+    notes, auto_repeats = [], []  # auto_repeats: graphs drawn with collapse_repeats by default
 
     def opts_for(g):
         d = depth
@@ -1241,12 +1279,17 @@ def render(
             d = None
         elif not isinstance(d, int | np.integer) or d < 0:
             raise ValueError(f"depth must be a non-negative int, 'all' or None; got {depth!r}")
+        repeats = collapse_repeats
+        if repeats is None:
+            repeats = len(g.nodes) > REPEATS_ABOVE
+            if repeats:
+                auto_repeats.append(g)
         return _Options(
             depth=None if d is None else int(d),
             show_shapes=show_shapes,
             show_values=show_values,
             show_constants=show_constants,
-            collapse_repeats=collapse_repeats,
+            collapse_repeats=bool(repeats),
             max_label_width=int(max_label_width or 0),
         )
 
@@ -1327,6 +1370,12 @@ def render(
         b.build(dot)
         dot.scene = b.scene
 
+    if auto_repeats and any("repeat" in c.split() for c in dot.scene.values()):
+        g = auto_repeats[0]
+        notes.append(
+            f"{g.name}: {len(g.nodes):,} ops, repeated blocks drawn once (×N); "
+            "tk.render(x, collapse_repeats=False) draws every block."
+        )
     title = graph.name
     if notes:
         for note in notes:

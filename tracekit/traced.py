@@ -11,6 +11,7 @@ import warnings
 import numpy as np
 
 from . import (
+    numba_interop,
     numpy_functions,  # noqa: F401  (registers the NumPy function handlers)
     pytree,
 )
@@ -21,7 +22,8 @@ from .ir import Graph, InputSpec, Var
 from .loops import roll
 from .loops.op import is_while
 from .ops import OPS
-from .tracer.active import _state
+from .pyop import run_workspace, uses_workspace
+from .tracer.active import CREATION_NAMES, _state
 
 
 def trace(
@@ -64,6 +66,7 @@ def trace(
         raise ValueError(f"tk.trace: loops must be 'roll' or 'unroll', not {loops!r}")
     if max_iterations is not None and (type(max_iterations) is not int or max_iterations < 1):
         raise ValueError(f"tk.trace: max_iterations must be an int >= 1, not {max_iterations!r}")
+    numba_interop.install()  # numba functions called on traced arrays become python ops
     ctx = T.TraceContext(strict=strict)
     paths: list[str] = []
     leaves, in_tree = pytree.flatten(list(example_args), paths=paths)
@@ -155,6 +158,15 @@ def _fn_name(fn) -> str:
     return name if name.isidentifier() or name == "<lambda>" else "fn"
 
 
+def parameter_names(fn) -> list[str]:
+    """The names of ``fn``'s positional parameters (none where it has no signature)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
 def _leaf_names(fn, paths):
     try:
         params = list(inspect.signature(fn).parameters.values())
@@ -178,7 +190,7 @@ def _leaf_names(fn, paths):
 def _finish(ctx, result, n_args, name, loops="unroll", max_iterations=None):
     from .passes import dce
 
-    out_leaves, out_tree = pytree.flatten(result, extra_types=(T.TracedArray,))
+    out_leaves, out_tree = pytree.flatten(result, extra_types=(T.TracedArray,), keep_order=True)
     outputs = []
     for leaf in out_leaves:
         if isinstance(leaf, T.TracedArray | np.ndarray):
@@ -294,6 +306,9 @@ _CREATION += ("zeros", "ones", "empty", "identity", "array", "asarray", "asanyar
 _CREATION += ("ascontiguousarray",)
 
 
+CREATION_NAMES[:] = _CREATION
+
+
 @contextlib.contextmanager
 def creation_functions_traced(ctx):
     """While tracing, ``np.zeros`` & co. called from user code record creation nodes."""
@@ -325,6 +340,7 @@ def _creation_wrapper(name, original):
 
     wrapper.__name__ = name
     wrapper.__wrapped__ = original
+    wrapper.tracekit_creation = True  # (tracer.active.numpy_as_is puts the original back)
     return wrapper
 
 
@@ -479,6 +495,32 @@ class Traced:
         self.history: list = []
         self.notes: list[str] = []  # loops that did not roll, and why
 
+    @classmethod
+    def from_graph(cls, graph: Graph) -> Traced:
+        """A Traced running ``graph``: its arguments positional, in order; its results one value
+        or a tuple. Tracing examples are zeros (for ``tk.vjp``). A graph that reads captured
+        arrays (``self.w``) cannot be run alone: ``tk.save``/``tk.load`` keep their values.
+
+        >>> import numpy as np, tracekit as tk
+        >>> g = tk.Graph.from_json(tk.trace(lambda x: np.exp(x), np.ones(2)).graph.to_json())
+        >>> tk.Traced.from_graph(g)(np.zeros(2))
+        array([1., 1.])
+        """
+        captured = [s.label for s in graph.specs if s.kind == "capture"]
+        if captured:
+            raise TypeError(
+                f"graph {graph.name!r} reads captured arrays ({', '.join(captured)}) whose values "
+                "a Graph does not hold; save the Traced with tk.save (it keeps them) and load it "
+                "with tk.load"
+            )
+        args = [v for v, s in zip(graph.inputs, graph.specs) if s.kind == "arg"]
+        in_tree = (list, (pytree.LEAF,) * len(args))
+        n = graph.n_results
+        out_tree = pytree.LEAF if n == 1 else (tuple, (pytree.LEAF,) * n)
+        examples = [np.zeros(v.shape, v.dtype)[()] for v in args]
+        examples = [e.item() if v.weak else e for v, e in zip(args, examples)]
+        return cls(graph, in_tree, out_tree, [None] * len(graph.inputs), examples)
+
     # -- calling
     def flatten_args(self, args) -> list:
         """Check call arguments against the trace; return one value per non-constant input.
@@ -496,7 +538,7 @@ class Traced:
         ValueError: argument 'x': expected shape (2,) (f64[2]), got shape (5,); ...
         """
         leaves, tree = pytree.flatten(list(args))
-        diff = pytree.describe_difference(self.in_tree, tree)
+        diff = pytree.describe_difference(self.in_tree, tree, names=parameter_names(self.fn))
         if diff:
             raise TypeError(f"{self.graph.name}: arguments differ from the trace: {diff}")
         values = []
@@ -541,7 +583,11 @@ class Traced:
         if self.graph.guards:
             check_layout_guards(self.graph, values)
         env = {}
-        outs = run(self.graph, values, env_out=env, drop_dead=True)
+        if uses_workspace(self.graph):
+            with run_workspace(self.graph, values):
+                outs = run(self.graph, values, env_out=env, drop_dead=True)
+        else:
+            outs = run(self.graph, values, env_out=env, drop_dead=True)
         check_guards(self.graph, env)
         return self.finish_call(values, outs)
 

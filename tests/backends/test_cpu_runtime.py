@@ -265,6 +265,77 @@ def test_jit_keyword_arguments():
         f(x, mode=np.ones(4))
 
 
+def test_jit_explanations_name_the_argument_and_compare_with_the_nearest_signature():
+    @tk.jit
+    def f(x, n, *, mode="add"):
+        return x + n if mode == "add" else x * n
+
+    x = np.arange(4.0)
+    f(x, 3)
+    f(x, 4)
+    assert f.explain() == "recompiled: static argument n: 3 -> 4"
+    f(x, n=3)  # a keyword call of a cached signature
+    assert f.explain().startswith("cache hit")
+    f(x.astype(np.float32), n=4)  # nearest: (x, 4), not the previous call (x, 3)
+    assert f.explain() == "recompiled: x: dtype float64 -> float32"
+    f(x[:3], 4, mode="mul")
+    assert (
+        f.explain() == "recompiled: x: shape (4,) -> (3,); static argument mode: not given -> 'mul'"
+    )
+    f(2.0, 4)
+    assert f.explain() == "recompiled: x: an array float64[4] -> a Python float"
+
+    @tk.jit
+    def g(params, xs):
+        return params["w"] * xs[0]
+
+    g({"w": x}, [x, x])
+    g({"w": x, "b": x}, [x])
+    assert g.explain() == (
+        "recompiled: params: a dict with keys ['w'] -> a dict with keys ['b', 'w']; "
+        "xs: a list of 2 items -> a list of 1 item"
+    )
+
+
+def test_argument_mismatches_name_the_parameter_and_say_expected_and_got():
+    t = tk.trace(lambda x, w: x @ w, np.ones((4, 3)), np.ones((3, 2)))
+    for args, said in [
+        (
+            (np.ones((4, 3)).tolist(), np.ones((3, 2))),
+            "x: traced with an array or float, got a list of 4",
+        ),
+        ((np.ones((4, 3)),), "traced with 2 arguments, got 1"),
+        (
+            (np.ones((4, 3)), {"a": np.ones(2)}),
+            "w: traced with an array or float, got a dict with keys",
+        ),
+    ]:
+        for run in (t, tk.compile(t, progress=False)):
+            with pytest.raises(TypeError) as e:
+                run(*args)
+            assert said in str(e.value) and "<class" not in str(e.value)
+
+
+def test_a_new_process_says_where_the_machine_code_came_from(tmp_path):
+    script = textwrap.dedent(
+        """
+        import numpy as np, tracekit as tk
+        f = tk.jit(lambda x: np.exp(x) * 3 + 1, progress=False)
+        f(np.ones(7))
+        print(f.explain())
+        """
+    )
+    env = dict(os.environ, TRACEKIT_CACHE_DIR=str(tmp_path), PYTHONPATH=os.getcwd())
+    said = [
+        subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300
+        ).stdout.strip()
+        for _ in range(2)
+    ]
+    assert said[0] == "first call: traced and compiled"
+    assert said[1] == f"first call: traced; machine code loaded from the disk cache ({tmp_path})"
+
+
 def test_jit_guard_failure_retraces_with_a_warning_and_the_right_answer():
     @tk.jit
     def f(x):
@@ -535,3 +606,41 @@ def test_the_load_sample_counts_other_processes_only():
 
     assert runtime._own_running() >= 1  # this thread, running now
     assert runtime.other_load() >= 0
+
+
+def test_compile_progress_counts_the_plans_kernels_and_writes_lines_to_logs(monkeypatch, capsys):
+    import tracekit.backends as backends
+
+    reports = []
+    monkeypatch.setattr(
+        backends, "_progress_reporter", lambda p, what: lambda *r: reports.append(r)
+    )
+    x = np.linspace(0, 1, 64).reshape(8, 8)
+    c = tk.compile(tk.trace(lambda x: np.exp(x).sum(0) + x.sum(1), x), cache=False)
+    assert len(c.kernels) == 3 and len(c.program.segments) == 1  # one numba function
+    assert reports[-1][:2] == (3, 3)
+    monkeypatch.undo()
+    report = backends._progress_reporter(None, "f (cpu)")
+    report(1, 2, 1.5)
+    report(2, 2, 2.5)
+    err = capsys.readouterr().err  # (pytest's capture is not a terminal)
+    assert "\r" not in err
+    assert err.splitlines() == [
+        "compiling f (cpu): 1/2 kernels, 1.5 s",
+        "compiling f (cpu): 2/2 kernels, 2.5 s",
+    ]
+
+
+def test_primitives_that_lowering_repeats_are_computed_once():
+    def layernorm(x):
+        return (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+
+    x = np.random.default_rng(5).standard_normal((16, 32)).astype(np.float32)
+    t = tk.trace(layernorm, x)
+    c = tk.compile(t, progress=False)
+    sums_of_x = [n for n in c.graph.nodes if n.op == "sum" and n.inputs[0] in t.graph.inputs]
+    assert len(sums_of_x) == 1 and len(c.kernels) == 1
+    np.testing.assert_allclose(c(x), t(x), rtol=2e-6, atol=2e-6)
+    both = tk.compile(tk.trace(lambda x: (np.argmin(x, 1), np.min(x, 1)), x), progress=False)
+    assert len(both.kernels) == 1
+    assert [a.tolist() for a in both(x)] == [np.argmin(x, 1).tolist(), np.min(x, 1).tolist()]

@@ -16,7 +16,9 @@ import numpy as np
 
 from .. import pytree
 from ..ops import OPS
-from ..passes import optimize
+from ..passes import cse, dce, optimize
+from ..pyop import run_workspace, uses_workspace
+from ..saving import as_traced
 from ..traced import Traced, check_guards, check_layout_guards
 from .control import unroll_small_loops
 from .lowering import lower
@@ -72,7 +74,9 @@ class Compiled:
             check_types(traced.graph)
         opt = optimize(traced.with_graph(unroll_small_loops(traced.graph)))
         self.history = opt.history
-        self.graph = g = lower(opt.graph).check()
+        # lowering spells composite ops (mean, var, ...) in primitives: the same primitives
+        # again (a var's own mean beside the user's mean) are merged, then dropped
+        self.graph = g = dce(cse(lower(opt.graph))).check()
         offsets = []
         if target == "cpu":  # kernels there read slices in place (windows.py): fuse across them
             self.graph, offsets = fuse_at_offsets(g)
@@ -112,9 +116,10 @@ class Compiled:
             self.runner = self.program.runner(stream=stream)
         self._pools = threading.local()
         self._statics = self._fast if any(k is STATIC for k, _ in self._fast or ()) else None
-        if not plain and target == "cpu":
+        self._workspace = uses_workspace(self.graph)  # python ops reading the run's workspace
+        if (not plain or self._workspace) and target == "cpu":
             self.runner.fast = None  # the generated fast path returns one fresh plain result
-        self._quick = self._quick_call() if target == "cpu" else None
+        self._quick = self._quick_call() if target == "cpu" and not self._workspace else None
         self._consts = [g.constants[v] for v, s in zip(g.inputs, g.specs) if s.kind == "const"]
         self.kernels = [
             Kernel(ks.group.name, ks.group.kind, list(ks.group.nodes), ks.text)
@@ -208,6 +213,9 @@ class Compiled:
             if result is not None:
                 return result
         if self.target == "cuda":  # device arrays in/out, streams: the cuda runner's own path
+            if self._workspace:  # (its inputs stay on the device: the workspace has none)
+                with run_workspace(self.graph, []):
+                    return self.runner.call(self, args, out)
             return self.runner.call(self, args, out)
         if self.target == "dask":
             return self._dask_call(args, out)
@@ -243,7 +251,11 @@ class Compiled:
         # kernels writing into an out= buffer that is also an input would read what they have
         # already overwritten: compute into fresh buffers, then copy
         run_outs = None if outs is not None and _overlaps(outs, values) else outs
-        results, guard_values = self.runner.fn(inputs, run_outs, self._pool())
+        if self._workspace:
+            with run_workspace(g, values):
+                results, guard_values = self.runner.fn(inputs, run_outs, self._pool())
+        else:
+            results, guard_values = self.runner.fn(inputs, run_outs, self._pool())
         if g.guards:
             check_guards(g, dict(zip([gd.var for gd in g.guards], guard_values)))
         if outs is not None:
@@ -433,11 +445,12 @@ def _progress_reporter(progress, what):
                 state["handle"] = display(html, display_id=True)
             else:
                 state["handle"].update(html)
-        else:
-            end = "\n" if done == total else ""
+        else:  # a terminal redraws one line; a log gets one line per report
+            tty = getattr(sys.stderr, "isatty", lambda: False)()
+            back = "\r" if tty else ""
             print(
-                f"\rcompiling {what}: {done}/{total} kernels, {elapsed:.1f} s",
-                end=end,
+                f"{back}compiling {what}: {done}/{total} kernels, {elapsed:.1f} s",
+                end="\n" if done == total or not tty else "",
                 file=sys.stderr,
                 flush=True,
             )
@@ -463,8 +476,7 @@ def compile(  # noqa: A001
     ``cache=False`` skips the on-disk cache. ``stream=`` (cuda only) runs every call on that
     stream (numba, CuPy or torch stream, or a raw handle) instead of one made for it.
     """
-    if not isinstance(traced, Traced):
-        raise TypeError(f"tk.compile takes a Traced (from tk.trace), got {type(traced).__name__}")
+    traced = as_traced(traced, "tk.compile")
     t0 = time.perf_counter()
     c = Compiled(traced, target, math, progress, cache, stream)
     c.compile_seconds = time.perf_counter() - t0

@@ -155,6 +155,20 @@ class CpuProgram:
         cache.warn_once("numba-cache", "a corrupt entry in tracekit's disk cache was recompiled")
         return mod
 
+    def machine_code_origin(self) -> str:
+        """Where this program's machine code came from, in words."""
+        origins = getattr(self, "origins", [])
+        counts = {o: origins.count(o) for o in ("compiled", "disk", "memory") if o in origins}
+        said = {
+            "compiled": "compiled now",
+            "disk": f"loaded from the disk cache ({cache.cache_dir()})",
+            "memory": "reused from this process",
+        }
+        if len(counts) == 1:
+            return "machine code " + said[origins[0]]
+        parts = [f"{n} of {len(origins)} functions {said[o]}" for o, n in counts.items()]
+        return "machine code: " + ", ".join(parts) if parts else "no machine code"
+
     def loop_run(self, node):
         """Loop ``node`` of this plan compiled (:func:`compile_loop`), once."""
         run = self.compiled_loops.get(node)
@@ -165,15 +179,23 @@ class CpuProgram:
     def _compile(self, mod, progress):
         for name, fn in (*self.pyops.items(), *self.callees.items()):
             setattr(mod, name, fn)
-        total = len(self.segments)
-        start = time.perf_counter()
-        for done, (name, _, steps, srcs) in enumerate(self.segments, 1):
+        total = sum(len(srcs) for *_, srcs in self.segments)  # the plan's kernels
+        start, done = time.perf_counter(), 0
+        self.origins = []
+        for name, _, steps, srcs in self.segments:
+            done += len(srcs)
             disp = getattr(mod, name)
             sig = tuple(_numba_type(v, ks, whole) for ks in srcs for _, v, whole in ks.operands())
+            known, hits = len(disp.overloads), sum(disp.stats.cache_hits.values())
             try:
                 disp.compile(sig)
             except Exception as e:
                 raise CompileError(_describe_failure(name, steps, e, self.source)) from e
+            if len(disp.overloads) == known:
+                self.origins.append("memory")
+            else:
+                loaded = sum(disp.stats.cache_hits.values()) > hits
+                self.origins.append("disk" if loaded else "compiled")
             if progress is not None:
                 progress(done, total, time.perf_counter() - start)
         self.module = mod

@@ -35,7 +35,7 @@ from ..ir import Var, at_iteration, moves
 from ..loops.op import in_iteration, iterate
 from ..ops import OPS
 from ..pyop import check_results
-from ..traced import check_guards, check_layout_guards, check_value
+from ..traced import check_guards, check_layout_guards, check_value, parameter_names
 from . import cache
 from .control import prepared
 from .cuda_device import Arg, DeviceUnsupported, Launch, Profile, _PseudoGroup
@@ -724,7 +724,7 @@ class CudaRunner:
         kinds = []
         extra = device_array_types(args)
         leaves, tree = pytree.flatten(list(args), extra_types=extra)
-        diff = pytree.describe_difference(traced.in_tree, tree)
+        diff = pytree.describe_difference(traced.in_tree, tree, names=parameter_names(traced.fn))
         if diff:
             raise TypeError(f"{traced.graph.name}: arguments differ from the trace: {diff}")
         g, values = self.graph, []

@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import pytree
 from ..errors import GuardError, TracerWarning
-from ..traced import trace
+from ..traced import parameter_names, trace
 from .runtime import device_array_types, is_device_array
 from .tiers import Tiered, blocking_by_default, notebook_notice, start_worker
 
@@ -101,19 +101,72 @@ def signature(args):
     return _static_key(tree), tuple(_leaf_sig(x) for x in leaves)
 
 
-def describe_change(old, new) -> str:
-    """In words, what differs between two call signatures."""
-    if old is None:
+def describe_change(cached, new, names=()) -> str:
+    """In words, what differs between call signature ``new`` and the nearest of the ``cached``
+    ones (fewest differences), the arguments named by ``names`` (the function's parameters)."""
+    if not cached:
         return "first call: traced and compiled"
+    found = min((signature_differences(old, new, names) for old in cached), key=len)
+    return "recompiled: " + ("; ".join(found) or "the signature changed")
+
+
+def signature_differences(old, new, names=()) -> list[str]:
+    """Each difference between two call signatures, in words (``n: 3 -> 4``)."""
     (otree, oleaves), (ntree, nleaves) = old, new
-    if otree != ntree:
-        return "recompiled: the static arguments or the argument structure changed"
-    for i, (a, b) in enumerate(zip(oleaves, nleaves)):
-        if a != b:
-            if a[1] != b[1]:
-                return f"recompiled: argument leaf {i} dtype changed {a[1]} -> {b[1]}"
-            return f"recompiled: argument leaf {i} shape changed {a[0]} -> {b[0]}"
-    return "recompiled: the signature changed"
+    (otree, okw), (ntree, nkw) = _keywords(otree), _keywords(ntree)
+    if isinstance(otree, str) or isinstance(ntree, str):  # unhashable statics: kept as repr
+        found = [] if otree == ntree else ["the static arguments changed"]
+    else:
+        found = [
+            _said(where, was, now, what)
+            for where, was, now, what in pytree.differences(
+                otree, ntree, names, leaves=(oleaves, nleaves)
+            )
+        ]
+    for k in sorted(set(okw) | set(nkw), key=str):
+        if okw.get(k, _ABSENT) != nkw.get(k, _ABSENT):
+            was, now = (repr(d[k]) if k in d else "not given" for d in (okw, nkw))
+            found.append(f"static argument {k}: {was} -> {now}")
+    return found
+
+
+_ABSENT = object()
+
+
+def _keywords(tree):
+    """(the positional structure, {keyword: static value}) of a signature's structure."""
+    if isinstance(tree, tuple) and len(tree) == 2 and isinstance(tree[1], tuple | str):
+        positional, kw = tree
+        if isinstance(positional, tuple) and positional and positional[0] is list:
+            return positional, dict(kw) if isinstance(kw, tuple) else {"(keywords)": kw}
+    return tree, {}
+
+
+def _said(where, was, now, what) -> str:
+    if what == "static":
+        return f"static argument {where}: {was} -> {now}"
+    if what == "structure":
+        return f"{where}: {was} -> {now}"
+    return f"{where}: {_leaf_change(was, now)}"
+
+
+def _leaf_change(a, b) -> str:
+    """What differs between two leaf signatures (:func:`_leaf_sig`)."""
+    if a[0] == "weak" or b[0] == "weak":
+        return f"{_leaf_words(a)} -> {_leaf_words(b)}"
+    changes = []
+    if a[-2] != b[-2]:
+        changes.append(f"shape {a[-2]} -> {b[-2]}")
+    if a[-1] != b[-1]:
+        changes.append(f"dtype {np.dtype(a[-1]).name} -> {np.dtype(b[-1]).name}")
+    return ", ".join(changes) or f"{_leaf_words(a)} -> {_leaf_words(b)}"
+
+
+def _leaf_words(sig) -> str:
+    if sig[0] == "weak":
+        return f"a Python {sig[1]}"
+    kind = "a dask array" if sig[0] == "dask" else "an array"
+    return f"{kind} {np.dtype(sig[-1]).name}{list(sig[-2])}"
 
 
 class Explanation(str):
@@ -257,8 +310,10 @@ class JitFunction:
         if entry is not None and entry.capture_sig != self._capture_sig(entry):
             reason, entry = "recompiled: a captured array changed shape or dtype", None
         if entry is None:
-            reason = reason or describe_change(self._last_sig, sig)
+            with self._lock:
+                cached = list(self._cache)
             entry = self._store(sig, args, kw)
+            reason = reason or self._first_or_changed(cached, sig, entry)
         else:
             reason = "cache hit: no retrace, no recompile"
         self._last_sig = sig
@@ -273,6 +328,15 @@ class JitFunction:
         if isinstance(entry, Tiered) and not entry.started:
             entry.start()  # after its first answer: that answer does not share the GIL
         return result
+
+    def _first_or_changed(self, cached, sig, entry) -> str:
+        if cached:
+            return describe_change(cached, sig, parameter_names(self.fn))
+        origin = getattr(getattr(entry, "program", None), "machine_code_origin", None)
+        said = origin() if origin else "machine code compiled now"
+        if said == "machine code compiled now":
+            return "first call: traced and compiled"
+        return f"first call: traced; {said}"
 
     def _store(self, sig, args, kw=None):
         c = self._compile(args, kw)
@@ -371,8 +435,10 @@ def jit(fn=None, *, target="cpu", wait=None, **options):
     >>> @tk.jit(wait=True)
     ... def f(x):
     ...     return np.tanh(x) * 2
-    >>> f(np.zeros(3)).tolist(), f.explain(), f.tier
-    ([0.0, 0.0, 0.0], 'first call: traced and compiled', 'compiled')
+    >>> f(np.zeros(3)).tolist(), f.explain(), f.tier  # (or: loaded from the disk cache)
+    ([0.0, 0.0, 0.0], 'first call: traced...', 'compiled')
+    >>> _ = f(np.zeros(4)); f.explain()
+    'recompiled: x: shape (3,) -> (4,)'
     """
     if fn is None:
         return lambda f: JitFunction(f, target, wait, **options)

@@ -165,6 +165,8 @@ def scalar_pyop(node: Node) -> bool:
     output of the inputs' broadcast shape: it is called per element inside fused kernels."""
     if OPS[node.op].kind != "opaque" or len(node.outputs) != 1 or not node.attrs["pyop"].is_numba:
         return False
+    if node.attrs["pyop"].pass_workspace:  # it reads the run's workspace: called on the host
+        return False
     if not all(isinstance(x, Var) for x in node.inputs) or not node.inputs:
         return False
     if np.broadcast_shapes(*(x.shape for x in node.inputs)) != node.out.shape:
@@ -172,6 +174,8 @@ def scalar_pyop(node: Node) -> bool:
     import numba
 
     disp = node.attrs["pyop"].fn
+    if not hasattr(disp, "overloads"):  # a @numba.vectorize ufunc: elementwise by its making
+        return node.out.dtype.kind in "biufc"
     argtypes = tuple(numba.from_dtype(x.dtype) for x in node.inputs)
     try:
         disp.compile(argtypes)

@@ -65,7 +65,7 @@ def pyop_name(node: Node) -> str:
     import hashlib
 
     fn = node.attrs["pyop"].fn
-    py = getattr(fn, "py_func", fn)
+    py = getattr(fn, "py_func", None) or getattr(getattr(fn, "_dispatcher", None), "py_func", fn)
     code = getattr(py, "__code__", None)
     ident = f"{getattr(py, '__module__', '')}.{getattr(py, '__qualname__', '')}"
     if code is not None:

@@ -49,7 +49,7 @@ def optimize(traced, passes=None):
     """Run the optimisation pipeline on a Traced; returns a new Traced with ``history``.
 
     ``passes`` is a list of pass names (default: cse, fold_constants, simplify,
-    hoist_invariants, dce).
+    hoist_invariants, dce); an unknown name is a ``ValueError`` listing them.
 
     >>> import numpy as np, tracekit as tk
     >>> t = tk.trace(lambda x: x * 1.0 + 0.0, np.ones(3))
@@ -58,8 +58,20 @@ def optimize(traced, passes=None):
     (['multiply', 'add'], ['add'])
     >>> [(h.name, h.changed) for h in o.history]
     [('simplify', True), ('dce', False)]
+    >>> tk.optimize(t, passes=["nope"])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: tk.optimize: unknown pass 'nope'; the passes are cse, fold_constants, ...
     """
     table = dict(PIPELINE)
+    if isinstance(passes, str):
+        passes = [passes]
+    unknown = [n for n in passes or () if n not in table]
+    if unknown:
+        raise ValueError(
+            f"tk.optimize: unknown pass {', '.join(map(repr, unknown))}; the passes are "
+            + ", ".join(table)
+        )
     chosen = [(n, table[n]) for n in passes] if passes is not None else list(PIPELINE)
     result = traced
     for name, fn in chosen:

@@ -3,7 +3,10 @@ values belong to."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
+
+import numpy as np
 
 from ..errors import TraceError
 from .array import TracedArray, iter_deep
@@ -24,3 +27,24 @@ def ctx_of(*xs):
     if ctx is None:
         raise TraceError("no trace is active")
     return ctx
+
+
+CREATION_NAMES: list = []  # the NumPy functions tracing replaces (traced.creation_functions_traced)
+
+
+@contextlib.contextmanager
+def numpy_as_is():
+    """NumPy's own creation functions (``np.zeros`` & co.) back in place for the duration: user
+    code that compiles while tracing (a numba function inside a python op) must see NumPy's
+    functions, not the tracer's stand-ins."""
+    replaced = {}
+    for name in CREATION_NAMES:
+        f = getattr(np, name)
+        if getattr(f, "tracekit_creation", False):
+            replaced[name] = f
+            setattr(np, name, f.__wrapped__)
+    try:
+        yield
+    finally:
+        for name, f in replaced.items():
+            setattr(np, name, f)

@@ -55,6 +55,7 @@ class TraceContext:
         self.breaks: dict = {}
         self.last_stack: tuple = ()
         self.inputs: list[Var] = []
+        self.input_values: list = []  # the value of each input while tracing
         self.specs: list = []
         self.buffers: list[Buffer] = []  # one per input, same order
         self.capture_getters: list = []
@@ -71,6 +72,8 @@ class TraceContext:
         self._name_counts: dict = {}
         self._scope_counts: dict = {}
         self._last_where = None  # (user frames, scopes, callers' lines and sources, scope path)
+        self._producers: dict = {}  # Var -> the node computing it, for self.nodes[:_n_produced]
+        self._n_produced = 0
 
     # -- names
     def new_var(self, shape, dtype, weak=False, name=None) -> Var:
@@ -312,6 +315,7 @@ class TraceContext:
             name, k = f"{base}_{k}", k + 1
         var = self.new_var(np.shape(value), dtype_of(value), weak, name=name)
         self.inputs.append(var)
+        self.input_values.append(value)
         self.specs.append(InputSpec(kind, label))
         buf = Buffer(var, origin=len(self.inputs) - 1)
         self.buffers.append(buf)
@@ -319,6 +323,32 @@ class TraceContext:
         if kind == "const":
             self.constants[var] = value
         return TracedArray(self, buf, (), value)
+
+    # -- values known while tracing
+    def origins(self, var: Var) -> set | None:
+        """The kinds of input ("arg", "capture", "const") that ``var`` is computed from, or None
+        when an opaque op (a python op, free to return anything) is among its producers."""
+        for node in self.nodes[self._n_produced :]:
+            for out in node.outputs:
+                self._producers[out] = node
+        self._n_produced = len(self.nodes)
+        positions = {v: i for i, v in enumerate(self.inputs)}
+        kinds, todo, seen = set(), [var], set()
+        while todo:
+            v = todo.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            if v in positions:
+                kinds.add(self.specs[positions[v]].kind)
+                continue
+            node = self._producers.get(v)
+            if node is None:
+                continue
+            if OPS[node.op].kind in ("opaque", "control"):
+                return None
+            todo.extend(x for x in node.inputs if isinstance(x, Var))
+        return kinds
 
     # -- baked values
     def guard(self, t: TracedArray, value, how):
@@ -342,6 +372,22 @@ class TraceContext:
             msg, TracerWarning, src.file if src else "<unknown>", src.line if src else 0
         )
         return value
+
+    def guard_known(self, t: TracedArray, what: str):
+        """Bake in ``t``'s whole value (``what`` says what it is), checked at every call."""
+        src = user_source(4)
+        where = f"{src} `{src.text}`" if src else "an unknown line"
+        msg = (
+            f"{where}: {what} was read while tracing and baked into the trace; every call "
+            "checks that it still holds the same values (GuardError otherwise, a retrace in "
+            "tk.jit)."
+        )
+        if self.strict:
+            raise TraceError(msg + " (strict=True)")
+        self.guards.append(Guard(t.ir_var, t._value.tolist(), "tolist", src))
+        warnings.warn_explicit(
+            msg, TracerWarning, src.file if src else "<unknown>", src.line if src else 0
+        )
 
 
 def identifier(label: str) -> str:

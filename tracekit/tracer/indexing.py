@@ -72,15 +72,57 @@ def getitem(x, key):
     ctx = x._ctx
     idx, arrays = _split_index(x, key)
     if any(a.dtype == bool for a in arrays):
-        raise TraceError(
-            f"boolean-mask indexing at {user_source(3)} has a data-dependent shape and cannot be "
-            "traced. Use np.where(mask, a, b) to select, or (mask * a).sum() to reduce."
-        )
+        idx, arrays = _static_masks(x, idx, arrays)
     if arrays:
         return ctx.emit("index", [x, *arrays], {"idx": idx})
     if idx == (Ellipsis,):
         return alias(x)
     return ctx.emit("index", [x], {"idx": idx}, view=True)
+
+
+def _static_masks(x, idx, arrays):
+    """Boolean masks whose values are known while tracing (from literals and constants, or
+    captured arrays: a guard then checks them at every call) replaced by the positions of their
+    True elements, as NumPy itself reads them (``a[m]`` is ``a[m.nonzero()]``); a mask computed
+    from the function's arguments has a data-dependent shape and is refused."""
+    ctx = x._ctx
+    new_idx, new_arrays = [], []
+    for e in idx:
+        mask = arrays[int(e[1:])] if isinstance(e, str) else None
+        if mask is None or mask.dtype != bool:
+            if mask is not None:
+                e = f"@{len(new_arrays)}"
+                new_arrays.append(mask)
+            new_idx.append(e)
+            continue
+        kinds = ctx.origins(mask.ir_var) if mask.ndim else None
+        if kinds is None or "arg" in kinds:
+            raise _data_dependent_mask(x, mask)
+        if "capture" in kinds:
+            ctx.guard_known(mask, "a boolean mask computed from a captured array")
+        for positions in np.nonzero(mask._value):
+            new_idx.append(f"@{len(new_arrays)}")
+            new_arrays.append(ctx.lift(positions))
+    return tuple(new_idx), new_arrays
+
+
+def _data_dependent_mask(x, mask) -> TraceError:
+    """The refusal of a mask computed from the arguments, with the rewrite that avoids it."""
+    src = user_source(4)
+    where = f" at {src} `{src.text}`" if src else ""
+    if mask.ndim == x.ndim:
+        m, axis, average = "mask", "", ""
+    else:
+        m = f"mask[{', '.join([':'] * mask.ndim + ['None'] * (x.ndim - mask.ndim))}]"
+        axis = "0" if mask.ndim == 1 else str(tuple(range(mask.ndim)))
+        average = ", or np.average(a, axis=0, weights=mask)" if mask.ndim == 1 else ""
+    return TraceError(
+        f"boolean-mask indexing a[mask]{where} has a data-dependent shape (the number of True "
+        "values) and cannot be traced. Compute without selecting: np.where(mask, a, 0) keeps "
+        f"a's shape, and a masked reduction weights the elements instead: a[mask].sum({axis}) "
+        f"is np.where({m}, a, 0).sum({axis}), a[mask].mean({axis}) is "
+        f"np.where({m}, a, 0).sum({axis}) / mask.sum(){average}."
+    )
 
 
 def setitem(x, key, value):

@@ -21,8 +21,8 @@ _SKIP_FILES = {os.path.abspath(contextlib.__file__), os.path.abspath(functools._
 
 
 def _package_dir(name: str) -> str | None:
-    """Where package ``name`` is installed, without importing it (dask: its frames are not the
-    user's, as NumPy's are not)."""
+    """Where package ``name`` is installed, without importing it (dask's and numba's frames are
+    not the user's, as NumPy's are not: a numba ufunc's call is blamed on the line calling it)."""
     import importlib.util
 
     try:
@@ -33,7 +33,7 @@ def _package_dir(name: str) -> str | None:
     return os.path.abspath(locations[0]) + os.sep if locations else None
 
 
-_LIBRARY_DIRS = tuple(d for d in (_package_dir("dask"),) if d)
+_LIBRARY_DIRS = tuple(d for d in (_package_dir("dask"), _package_dir("numba")) if d)
 
 
 def _is_user_file(filename: str) -> bool:

@@ -17,6 +17,10 @@ from .movement import astype
 from .reductions import reduce, scan
 from .source import unsupported
 
+# ufuncs of other libraries the tracer knows: (is_theirs(ufunc), call(ufunc, inputs, kwargs)),
+# registered by their modules (tracekit.numba_interop: numba's @vectorize ufuncs)
+FOREIGN_UFUNCS: list = []
+
 
 def array_ufunc(ufunc, method, inputs, kwargs):
     if method == "__call__":
@@ -33,6 +37,9 @@ def array_ufunc(ufunc, method, inputs, kwargs):
 
 
 def call_ufunc(ufunc, inputs, kwargs, weak=False):
+    for is_theirs, call in FOREIGN_UFUNCS:
+        if is_theirs(ufunc):
+            return call(ufunc, inputs, kwargs)
     name = ufunc.__name__
     out = kwargs.pop("out", None)
     dtype = kwargs.pop("dtype", None)
