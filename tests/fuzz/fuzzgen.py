@@ -101,6 +101,46 @@ DISCONTINUOUS = set(
     "less_equal greater greater_equal logical_and logical_or logical_xor floor_divide remainder "
     "copysign // % < == >=".split()
 )
+# NumPy functions that run as NumPy calls between kernels (sorting, quantiles, linear algebra):
+# the ``numpy`` step. Those whose answer jumps with a float argument take exact values only.
+HOST_FUNCTIONS = (
+    "sort argsort searchsorted median quantile histogram interp convolve inv solve det "
+    "cholesky".split()
+)
+HOST_DISCONTINUOUS = {"argsort", "searchsorted", "histogram", "inv", "solve", "det", "cholesky"}
+
+
+def _square(x, m):
+    """An m x m matrix from the first m*m elements of ``x``, made diagonally dominant (so
+    solvable) by a multiple of the identity larger than its elements' scale."""
+    v = np.reshape(np.ravel(x)[: m * m], (m, m))
+    return v + (m + 8.0) * np.eye(m)
+
+
+def run_numpy(regs, st):
+    """The ``numpy`` step: one of HOST_FUNCTIONS on registers."""
+    fn, a = st["fn"], regs[st["a"]]
+    if fn in ("sort", "argsort", "median"):
+        return getattr(np, fn)(a, axis=st["axis"])
+    if fn == "quantile":
+        return np.quantile(a, st["q"], axis=st["axis"])
+    if fn == "searchsorted":
+        return np.searchsorted(np.sort(np.ravel(a)), regs[st["b"]])
+    if fn == "histogram":
+        return np.histogram(a, bins=st["bins"])[st["part"]]
+    if fn == "interp":
+        xp = np.linspace(-2.0, 2.0, np.shape(regs[st["b"]])[0])
+        return np.interp(a, xp, regs[st["b"]])
+    if fn == "convolve":
+        return np.convolve(a, regs[st["b"]], mode=st["mode"])
+    m = _square(a, st["m"])
+    if fn == "solve":
+        return np.linalg.solve(m, np.ravel(regs[st["b"]])[: st["m"]])
+    if fn == "cholesky":
+        return np.linalg.cholesky(m @ m.T)
+    return getattr(np.linalg, fn)(m)
+
+
 # Steps that write into a register instead of making one (``out`` names it, else ``a``).
 IN_PLACE_STEPS = {"iop", "setitem", "addat", "setpart", "uout", "stencil_into"}
 # Ops that read the sign of a NaN, which NumPy does not define (its SIMD loops and its scalar
@@ -290,6 +330,8 @@ def run_step(regs, st):
         regs.append(a.copy())
     elif k == "pyop":
         regs.append(_pyop(st["fn"])(a))
+    elif k == "numpy":
+        regs.append(run_numpy(regs, st))
     elif k == "loop":
         run_loop(regs, st)
     elif k == "branch":  # Python control flow on a traced value: a guard
@@ -844,6 +886,51 @@ class _Gen:
         axis = None if self.rng.random() < 0.3 else int(self.rng.integers(-nd, nd))
         return {"k": "arg", "fn": self.choice(["argmax", "argmin"]), "a": a, "axis": axis}, False
 
+    def _numpy(self, regs):
+        fn = self.choice(list(HOST_FUNCTIONS))
+        exact = fn in HOST_DISCONTINUOUS
+        real = lambda r: _kind(r) in "biuf"  # noqa: E731
+        a = self.pick(regs, lambda r: np.ndim(r) >= 1 and real(r), exact=exact)
+        if a is None:
+            return None
+        nd, size = np.ndim(regs[a]), np.size(regs[a])
+        st = {"k": "numpy", "fn": fn, "a": a}
+        if fn in ("sort", "argsort", "median", "quantile"):
+            st["axis"] = int(self.rng.integers(-nd, nd))
+            if fn == "median" and self.rng.random() < 0.3:
+                st["axis"] = None
+        if fn == "quantile":
+            st["q"] = float(self.choice([0.0, 0.25, 0.5, 0.9, 1.0]))
+        elif fn == "histogram":
+            st["bins"], st["part"] = int(self.rng.integers(1, 6)), int(self.rng.integers(2))
+        elif fn in ("searchsorted", "interp", "convolve", "solve"):
+            one_d = fn in ("interp", "convolve")
+            b = self.pick(
+                regs,
+                lambda r: real(r) and np.ndim(r) >= 1 and (np.ndim(r) == 1 or not one_d),
+                exact=exact,
+            )
+            if b is None or (one_d and nd != 1):
+                return None
+            st["b"] = b
+            if fn == "convolve":
+                st["mode"] = self.choice(["full", "same", "valid"])
+        if fn in ("inv", "solve", "det", "cholesky"):
+            st["m"] = int(self.rng.integers(1, 4))
+            if size < st["m"] ** 2 or (fn == "solve" and np.size(regs[st["b"]]) < st["m"]):
+                return None
+        approx = any(self.approx[i] for i in (a, st.get("b", a))) or fn in (
+            "convolve",
+            "inv",
+            "solve",
+            "det",
+            "cholesky",
+            "interp",
+            "quantile",
+            "median",
+        )
+        return st, approx
+
     def _scan(self, regs):
         a = self.pick(regs, lambda r: np.ndim(r) > 0)
         if a is None:
@@ -1257,7 +1344,7 @@ class _Gen:
                 "unary": 6, "binary": 8, "inplace": 3, "uout": 1, "where": 1, "clip": 1,
                 "astype": 2, "complexpart": 1.5, "setpart": 1, "reduce": 4, "arg": 1, "scan": 1,
                 "matmul": 2, "reshape": 4, "join": 3, "getitem": 4, "setitem": 4, "create": 1,
-                "copy": 1, "pyop": 0.3, "loop": 3, "stencil": 2, "branch": 1,
+                "copy": 1, "pyop": 0.3, "loop": 3, "stencil": 2, "branch": 1, "numpy": 1,
             }  # fmt: skip
         tries = 0
         while len(self.prog["steps"]) < n_steps and tries < n_steps * 8:
