@@ -126,7 +126,7 @@ def test_module_imports_alone(module):
 NAME_TESTS = {
     "backends/emit_cpu.py": 9,  # a fusion group's role "full" (6); Reduction.combine "add", "max"
     "backends/planner.py": 6,  # the group role "full" (4); the kind "matmul" (2)
-    "render.py": 7,  # a drawn scope's kind "repeat" (6); depth="all"
+    "render.py": 8,  # a drawn scope's kind "repeat" (6), its scene class "repeat"; depth="all"
     "type_rules.py": 6,  # Reduction.combine: sums and products, extrema
     "traced.py": 2,  # the option loops="roll" (2)
     "interpret.py": 1,  # the guard conversion "index"

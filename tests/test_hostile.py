@@ -58,13 +58,13 @@ def test_trace_rejects_a_non_callable():
 
 
 UNSUPPORTED = [
-    ("np.sort", lambda x: np.sort(x)),
-    ("np.linalg.inv", lambda x: np.linalg.inv(x[:3, :3])),
+    ("np.partition", lambda x: np.partition(x, 1)),
+    ("np.linalg.pinv", lambda x: np.linalg.pinv(x[:3, :3])),
     ("np.fft.fft", lambda x: np.fft.fft(x)),
     ("ufunc.outer", lambda x: np.add.outer(x, x)),
     ("ufunc where=", lambda x: np.add(x, 1, where=x > 0)),
     ("np.divmod", lambda x: np.divmod(x, 2)),
-    ("np.nan_to_num", lambda x: np.nan_to_num(x)),
+    ("np.unwrap", lambda x: np.unwrap(x)),
     ("reshape order=F", lambda x: x.reshape((4, 3), order="F")),
     ("ndarray.tobytes", lambda x: x.tobytes()),  # before: a bare AttributeError, no line
     ("ndarray.view", lambda x: x.view(np.int64)),

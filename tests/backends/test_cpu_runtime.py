@@ -500,6 +500,7 @@ def _recorded_ops() -> set:
     import test_cpu
     import test_cpu_programs as progs
     import test_loops
+    import test_ops
 
     seen = set()
     with quiet():
@@ -517,6 +518,8 @@ def _recorded_ops() -> set:
         seen |= {n.op for n in t.graph.nodes}
         for fn, make in test_loops.PROGRAMS.values():  # compiled in test_loops
             seen |= {n.op for n in tk.trace(fn, *make(0)).graph.nodes}
+        t = tk.trace(test_ops._host_functions, *test_ops._function_args(0))  # compiled there
+        seen |= {n.op for n in t.graph.nodes}
     return seen
 
 

@@ -500,15 +500,13 @@ def expr(
         return cast(known, np.bool_, out)
     cargs = [cast(a, d, l) for a, d, l in zip(args, dtypes, loop_in)]
     fast = _fast_name(op, loop_out, math)
-    exponent = _constant_exponent(node) if fast and op == "power" else None
-    if exponent is not None:
-        body = _constant_power(cargs[0], exponent, cargs[1], loop_out)
-    elif fast:
+    by_literal = FAST_LITERAL_LOWERINGS.get(op) if fast else None
+    body = by_literal(node, cargs, loop_out) if by_literal else None
+    if body is None and fast:
         body = f"{fast}({', '.join(cargs)})"
-    elif op in templates:
-        body = templates[op](cargs, np.dtype(loop_in[0]))
-    else:
-        body = f"np.{op}({', '.join(cargs)})"
+    if body is None:
+        general = templates.get(op)
+        body = general(cargs, np.dtype(loop_in[0])) if general else f"np.{op}({', '.join(cargs)})"
     return cast(body, loop_out, out)
 
 
@@ -535,6 +533,16 @@ def _constant_power(x: str, c: float, c_src: str, dtype) -> str:
     if c == -1:
         return f"({literal(1, dtype)} / {x})"
     return f"{_fastmath().power_const_name(dtype)}({x}, {c_src})"
+
+
+def _power_by_a_literal(node: Node, args: list, dtype) -> str | None:
+    exponent = _constant_exponent(node)
+    return None if exponent is None else _constant_power(args[0], exponent, args[1], dtype)
+
+
+# Fast-math lowerings that read a node's literal inputs, per op: None where the literal does
+# not qualify (the op's general fast-math function then computes it).
+FAST_LITERAL_LOWERINGS = {"power": _power_by_a_literal}
 
 
 def _clip_bounds(node: Node, dtype):

@@ -693,17 +693,13 @@ def _while_shift(nodes, i, period, trips, sigs, loop, guards) -> int:
 def _going_on(test: Var, counted: Var, left: int, nodes: list, at: Node, taken: set) -> Var:
     """Append to ``nodes`` those of ``not test and counted < left`` (``counted``: the
     iterations run so far, this one's included); its Var."""
-    made = []
-    for op, ins in (
-        ("logical_not", (test,)),
-        ("less", (counted, left)),
-        ("logical_and", (None, None)),
-    ):
-        ins = tuple(made[-2:]) if op == "logical_and" else ins
+
+    def made(op: str, *ins) -> Var:
         out = Var(_fresh_name(f"{test.name}.{op.split('_')[-1]}", taken), (), np.dtype(bool))
         nodes.append(Node(op, ins, {}, (out,), at.source, at.scope))
-        made.append(out)
-    return made[-1]
+        return out
+
+    return made("logical_and", made("logical_not", test), made("less", counted, left))
 
 
 def _bool_guard(node, loop, guards):
