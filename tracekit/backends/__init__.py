@@ -24,6 +24,7 @@ from .offsets import fuse_at_offsets
 from .planner import blas_out
 from .planner import plan as make_plan
 from .runtime import check_out_types
+from .tiles import tile_producers
 
 TARGETS = ("cpu", "cuda", "dask")
 MATH = ("fast", "libm")
@@ -72,11 +73,13 @@ class Compiled:
         self.history = opt.history
         self.graph = g = lower(opt.graph).check()
         offsets = []
-        if target == "cpu":  # kernels there read slices in place (windows.py): fuse across them
+        if target in ("cpu", "cuda"):  # kernels read slices in place (windows.py): fuse across
             self.graph, offsets = fuse_at_offsets(g)
             g = self.graph
         self.plan = make_plan(self.graph)
         self.plan.offsets = offsets
+        if target == "cpu":  # producers kept as arrays: computed in tiles where that pays
+            tile_producers(self.plan)
         report = _progress_reporter(progress, f"{traced.graph.name} ({target})")
         self._fast = _fast_signature(traced)
         self._detach = _results_may_alias(self.plan)
@@ -115,7 +118,7 @@ class Compiled:
         self._quick = self._quick_call() if target == "cpu" else None
         self._consts = [g.constants[v] for v, s in zip(g.inputs, g.specs) if s.kind == "const"]
         self.kernels = [
-            Kernel(ks.group.name, ks.group.kind, list(ks.group.nodes), ks.text)
+            Kernel(ks.group.name, ks.group.kind, list(ks.step.nodes), ks.text)  # tiles' too
             for ks in getattr(self.program, "kernel_sources", {}).values()
         ]
         if target == "dask":  # the plan's kernels; each call says what they became
