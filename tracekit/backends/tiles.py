@@ -30,8 +30,8 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..ops import OPS
-from . import scalar as S
 from . import emit_cpu
+from . import scalar as S
 from .emit_cpu import KernelSource
 from .layout import Layout
 from .offsets import TRANSCENDENTAL, OffsetFusion
