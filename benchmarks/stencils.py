@@ -195,10 +195,13 @@ def bytes_moved(c) -> tuple[int, int]:
 
 
 def _compiled(fn, args, fused=True):
-    from tracekit.backends import offsets
+    """tracekit's compiled ``fn``; with ``fused=False``, every stage an array (no value
+    computed again at offsets, none in tiles)."""
+    from tracekit.backends import offsets, tiles
 
-    saved = offsets.MAX_RECOMPUTE
+    saved, rate = offsets.MAX_RECOMPUTE, tiles.OPS_PER_BYTE
     offsets.MAX_RECOMPUTE = saved if fused else 0
+    tiles.OPS_PER_BYTE = rate if fused else -1.0
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -206,7 +209,7 @@ def _compiled(fn, args, fused=True):
             c = tk.compile(tk.trace(fn, *args), target="cpu", cache=False, progress=False)
             return c, time.perf_counter() - start
     finally:
-        offsets.MAX_RECOMPUTE = saved
+        offsets.MAX_RECOMPUTE, tiles.OPS_PER_BYTE = saved, rate
 
 
 def _close(got, want) -> bool:
