@@ -118,7 +118,7 @@ class Compiled:
         self._quick = self._quick_call() if target == "cpu" else None
         self._consts = [g.constants[v] for v, s in zip(g.inputs, g.specs) if s.kind == "const"]
         self.kernels = [
-            Kernel(ks.group.name, ks.group.kind, list(ks.step.nodes), ks.text)  # tiles' too
+            Kernel(ks.group.name, ks.group.kind, _kernel_nodes(ks), ks.text)
             for ks in getattr(self.program, "kernel_sources", {}).values()
         ]
         if target == "dask":  # the plan's kernels; each call says what they became
@@ -407,6 +407,13 @@ def _normalise_out(out, n, results=None):
             raise TypeError("out= takes writeable NumPy arrays")
     check_out_types(outs, results)
     return outs
+
+
+def _kernel_nodes(ks) -> list:
+    """The graph nodes a kernel source covers: its step's (a kernel computing others in tiles
+    covers theirs too), or its group's (a gather, a matmul)."""
+    step = getattr(ks, "step", None)
+    return list(step.nodes if step is not None else ks.group.nodes)
 
 
 def _progress_reporter(progress, what):
