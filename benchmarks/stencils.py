@@ -1,8 +1,8 @@
 """Multi-stage stencils: tracekit's CPU target, with and without fusion across constant offsets
-(``backends/offsets.py``), against NumPy, a parallel ``numba.njit`` of the same NumPy code and
-``jax.jit``, side by side in one run (numba in a phase of its own beside tracekit: see
-``measure``). "vs best" is the smaller of tracekit's ratios to jax and to numba, each measured
-side by side.
+(``backends/offsets.py``), against NumPy, a parallel ``numba.njit`` of the same NumPy code,
+``jax.jit`` and ``torch.compile``, side by side in one run (numba in a phase of its own beside
+tracekit: see ``measure``). "vs best" is the smallest of tracekit's ratios to the peers, each
+measured side by side. "cold": the first call's seconds (tracekit: trace and compile).
 
     .venv/bin/python benchmarks/stencils.py
     .venv/bin/python benchmarks/stencils.py --only hdiff --budget 2
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import warnings
@@ -76,6 +77,84 @@ def laplace3(u, np=np):
     return stage(stage(stage(u)))
 
 
+def isoneutral(temp, salt, mask, zt, dxt, dyt, dzt, cost, np=np):
+    """Isoneutral mixing, as ocean models' isoneutral_diffusion_pre (Griffies' triads): the
+    density gradient from a nonlinear equation of state, tracer gradients on the cell faces,
+    and at each face the four triads' isoneutral slopes with a tanh taper, summed into the
+    mixing tensor's diagonal (K_11, K_22, K_33); the tapered slopes are its other entries."""
+    nx, ny, nz = temp.shape
+    rho0, alpha, beta, gam, betas = 1024.0, 1.67e-4, 1.0e-5, 1.1e-8, 7.6e-4
+    k_iso, k_steep, eps, slopec, dslope = 1000.0, 50.0, 1e-20, 1e-3, 1e-3
+
+    def w(a, sx, sy, sz):  # a around each interior point, shifted (broadcast dims whole)
+        x = slice(0, 1) if a.shape[0] == 1 else slice(1 + sx, nx - 1 + sx)
+        y = slice(0, 1) if a.shape[1] == 1 else slice(1 + sy, ny - 1 + sy)
+        z = slice(0, 1) if a.shape[2] == 1 else slice(1 + sz, nz - 1 + sz)
+        return a[x, y, z]
+
+    t0 = temp - 10.0
+    drdt = -mask * rho0 * (alpha + beta * t0 + gam * zt[None, None, :])  # d rho / d T
+    drds = mask * rho0 * (betas - 2.0e-6 * t0)  # d rho / d S
+    umask = mask[1:] * mask[:-1]
+    vmask = mask[:, 1:] * mask[:, :-1]
+    wmask = mask[:, :, 1:] * mask[:, :, :-1]
+    dxu = 0.5 * (dxt[1:] + dxt[:-1])[:, None, None]
+    dyu = 0.5 * (dyt[1:] + dyt[:-1])[None, :, None] * cost[None, :-1, None]
+    dzw = 0.5 * (dzt[1:] + dzt[:-1])
+    dtdx = umask * (temp[1:] - temp[:-1]) / dxu  # on the x faces: i + 1/2
+    dsdx = umask * (salt[1:] - salt[:-1]) / dxu
+    dtdy = vmask * (temp[:, 1:] - temp[:, :-1]) / dyu
+    dsdy = vmask * (salt[:, 1:] - salt[:, :-1]) / dyu
+    dtdz = wmask * (temp[:, :, 1:] - temp[:, :, :-1]) / dzw[None, None, :]
+    dsdz = wmask * (salt[:, :, 1:] - salt[:, :, :-1]) / dzw[None, None, :]
+
+    def slope_of(drho_along, drho_z):
+        s = -drho_along / (np.where(drho_z < 0.0, drho_z, 0.0) - eps)
+        return s, 0.5 * (1.0 + np.tanh((slopec - np.abs(s)) / dslope))  # the slope, its taper
+
+    def side(gt, gs, fmask, px, py, kr):
+        """A triad on a side face (x or y): cell (px, py) beside it, vertical face kr."""
+        at_t, at_s = w(drdt, px, py, 0), w(drds, px, py, 0)
+        along = at_t * w(gt, 0, 0, 0) + at_s * w(gs, 0, 0, 0)
+        vert = at_t * w(dtdz, px, py, kr - 1) + at_s * w(dsdz, px, py, kr - 1)
+        s, taper = slope_of(along, vert)
+        k = dzw[kr : nz - 2 + kr] * w(fmask, 0, 0, 0)
+        k = k * np.where(k_iso * taper > k_steep, k_iso * taper, k_steep)
+        return k, taper * s * w(fmask, 0, 0, 0)
+
+    def bottom(gt, gs, d, px, py, kr):
+        """A triad on a bottom face: side face (px, py) beside it, cell kr above or below."""
+        at_t, at_s = w(drdt, 0, 0, kr), w(drds, 0, 0, kr)
+        vert = at_t * w(dtdz, 0, 0, 0) + at_s * w(dsdz, 0, 0, 0)
+        along = at_t * w(gt, px, py, kr) + at_s * w(gs, px, py, kr)
+        s, taper = slope_of(along, vert)
+        k = w(d, px, py, 0) * k_iso * taper * s * s * w(wmask, 0, 0, 0) / (4.0 * w(d, 0, 0, 0))
+        return k, taper * s * w(wmask, 0, 0, 0)
+
+    x00, ex00 = side(dtdx, dsdx, umask, 0, 0, 0)
+    x01, ex01 = side(dtdx, dsdx, umask, 0, 0, 1)
+    x10, ex10 = side(dtdx, dsdx, umask, 1, 0, 0)
+    x11, ex11 = side(dtdx, dsdx, umask, 1, 0, 1)
+    y00, ny00 = side(dtdy, dsdy, vmask, 0, 0, 0)
+    y01, ny01 = side(dtdy, dsdy, vmask, 0, 0, 1)
+    y10, ny10 = side(dtdy, dsdy, vmask, 0, 1, 0)
+    y11, ny11 = side(dtdy, dsdy, vmask, 0, 1, 1)
+    z00, bx00 = bottom(dtdx, dsdx, dxu, -1, 0, 0)
+    z01, bx01 = bottom(dtdx, dsdx, dxu, -1, 0, 1)
+    z10, bx10 = bottom(dtdx, dsdx, dxu, 0, 0, 0)
+    z11, bx11 = bottom(dtdx, dsdx, dxu, 0, 0, 1)
+    z20, by00 = bottom(dtdy, dsdy, dyu, 0, -1, 0)
+    z21, by01 = bottom(dtdy, dsdy, dyu, 0, -1, 1)
+    z30, by10 = bottom(dtdy, dsdy, dyu, 0, 0, 0)
+    z31, by11 = bottom(dtdy, dsdy, dyu, 0, 0, 1)
+    dz = 4.0 * dzt[1 : nz - 1]
+    k11 = (x00 + x01 + x10 + x11) / dz
+    k22 = (y00 + y01 + y10 + y11) / dz
+    k33 = z00 + z01 + z10 + z11 + z20 + z21 + z30 + z31
+    return (k11, k22, k33, ex00, ex01, ex10, ex11, ny00, ny01, ny10, ny11,
+            bx00, bx01, bx10, bx11, by00, by01, by10, by11)  # fmt: skip
+
+
 def _r(seed, *shape):
     return np.random.default_rng(seed).standard_normal(shape)
 
@@ -85,7 +164,23 @@ WORKLOADS = {
     "biharmonic": (biharmonic, lambda: (_r(2, 1024, 1024),)),
     "blur3": (blur3, lambda: (_r(3, 2048, 2048),)),
     "laplace3": (laplace3, lambda: (_r(4, 96, 96, 96),)),
+    "isoneutral": (isoneutral, lambda: _ocean()),  # 64x64x60 interior, as hdiff
 }
+
+
+def _ocean(nx=66, ny=66, nz=62, seed=5):
+    """A stratified ocean: temperature falling with depth, salinity, land cells masked, a
+    stretched grid."""
+    rng = np.random.default_rng(seed)
+    z = np.linspace(5.0, 4000.0, nz)
+    temp = 20.0 * np.exp(-z / 800.0)[None, None, :] + rng.standard_normal((nx, ny, nz))
+    salt = 35.0 + 0.5 * rng.standard_normal((nx, ny, nz))
+    mask = (rng.random((nx, ny, nz)) > 0.05).astype(np.float64)
+    dxt = 1e4 * (1.0 + 0.1 * rng.random(nx))
+    dyt = 1e4 * (1.0 + 0.1 * rng.random(ny))
+    dzt = 50.0 * (1.0 + rng.random(nz))
+    cost = np.cos(np.linspace(-1.0, 1.0, ny))
+    return temp, salt, mask, -z, dxt, dyt, dzt, cost
 
 
 def bytes_moved(c) -> tuple[int, int]:
@@ -100,10 +195,13 @@ def bytes_moved(c) -> tuple[int, int]:
 
 
 def _compiled(fn, args, fused=True):
-    from tracekit.backends import offsets
+    """tracekit's compiled ``fn``; with ``fused=False``, every stage an array (no value
+    computed again at offsets, none in tiles)."""
+    from tracekit.backends import offsets, tiles
 
-    saved = offsets.MAX_RECOMPUTE
+    saved, rate = offsets.MAX_RECOMPUTE, tiles.OPS_PER_BYTE
     offsets.MAX_RECOMPUTE = saved if fused else 0
+    tiles.OPS_PER_BYTE = rate if fused else -1.0
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -111,7 +209,43 @@ def _compiled(fn, args, fused=True):
             c = tk.compile(tk.trace(fn, *args), target="cpu", cache=False, progress=False)
             return c, time.perf_counter() - start
     finally:
-        offsets.MAX_RECOMPUTE = saved
+        offsets.MAX_RECOMPUTE, tiles.OPS_PER_BYTE = saved, rate
+
+
+def _close(got, want) -> bool:
+    """``got`` (arrays, jax's or torch's, or a tuple of them) equal to NumPy's ``want``."""
+    got, want = (x if isinstance(x, tuple) else (x,) for x in (got, want))
+    return len(got) == len(want) and all(
+        np.allclose(np.asarray(g), w, rtol=1e-12, atol=1e-12) for g, w in zip(got, want)
+    )
+
+
+def _timed(make_thunk):
+    """(a peer's call, its first call's seconds: its compile)."""
+    thunk = make_thunk()
+    start = time.perf_counter()
+    thunk()
+    return thunk, time.perf_counter() - start
+
+
+def _jax(fn, args):
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_enable_x64", True)
+    jx = jax.jit(lambda *a: fn(*a, np=jnp))
+    on = [jnp.asarray(a) for a in args]
+    return lambda: jax.block_until_ready(jx(*on))
+
+
+def _torch(fn, args):
+    import torch
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    torch._dynamo.reset()  # a fresh start per workload: no guard chains, no recompile limit
+    tc = torch.compile(lambda *a: fn(*a, np=torch))
+    on = [torch.from_numpy(a) for a in args]
+    return lambda: tc(*on)
 
 
 def measure(name, budget, peers):
@@ -122,31 +256,25 @@ def measure(name, budget, peers):
     unfused, _ = _compiled(fn, args, fused=False)
     fns = {"numpy": lambda: fn(*args), "tracekit": lambda: fused(*args)}
     fns["tracekit unfused"] = lambda: unfused(*args)
-    ok = {k: bool(np.allclose(f(), want, rtol=1e-12, atol=1e-12)) for k, f in fns.items()}
-    if "jax" in peers:
-        import jax
-        import jax.numpy as jnp
-
-        jax.config.update("jax_enable_x64", True)
-        jx = jax.jit(lambda *a: fn(*a, np=jnp))
-        on = [jnp.asarray(a) for a in args]
-        jx(*on).block_until_ready()
-        fns["jax"] = lambda: jx(*on).block_until_ready()
-        ok["jax"] = bool(np.allclose(np.asarray(fns["jax"]()), want, rtol=1e-12, atol=1e-12))
+    colds = {"tracekit": cold}
+    for peer, make_peer in (("jax", _jax), ("torch", _torch)):
+        if peer in peers:
+            fns[peer], colds[peer] = _timed(lambda: make_peer(fn, args))  # noqa: B023
+    ok = {k: _close(f(), want) for k, f in fns.items()}
     samples = interleaved(fns, budget_s=budget, min_rounds=5, max_rounds=200)
     med = {k: summarize(v)["median_s"] for k, v in samples.items()}
-    ratios = {"jax": med["jax"] / med["tracekit"]} if "jax" in med else {}
+    ratios = {k: med[k] / med["tracekit"] for k in ("jax", "torch") if k in med}
     if "numba" in peers:
         # a phase of its own, beside tracekit again: its parallel regions' threads slow the
         # other peers' work when they alternate call by call (tracekit's 0.18 ms hdiff took
         # 0.48 ms beside it)
         import numba
 
-        nb = numba.njit(parallel=True)(fn)
-        nb(*args)
-        ok["numba"] = bool(np.allclose(nb(*args), want, rtol=1e-12, atol=1e-12))
+        dispatcher = numba.njit(parallel=True)(fn)
+        nb, colds["numba"] = _timed(lambda: lambda: dispatcher(*args))
+        ok["numba"] = _close(nb(), want)
         again = interleaved(
-            {"numba": lambda: nb(*args), "tracekit": lambda: fused(*args)},
+            {"numba": nb, "tracekit": lambda: fused(*args)},
             budget_s=budget,
             min_rounds=5,
             max_rounds=200,
@@ -161,6 +289,7 @@ def measure(name, budget, peers):
         "kernels": len(fused.plan.kernels),
         "kernels_unfused": len(unfused.plan.kernels),
         "cold_s": cold,
+        "cold_s_peers": colds,
         "bytes_moved": bytes_moved(fused),
         "bytes_moved_unfused": bytes_moved(unfused),
         "ratio_vs_best": min(ratios.values()) if ratios else None,
@@ -177,7 +306,7 @@ def _moved(pair) -> str:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="")
-    ap.add_argument("--peers", default="numba,jax")
+    ap.add_argument("--peers", default="numba,jax,torch")
     ap.add_argument("--budget", type=float, default=3.0)
     ap.add_argument("--quick", action="store_true", help="a short timing (smoke test)")
     ap.add_argument("--json", default=str(RESULTS))
@@ -197,7 +326,7 @@ def main(argv=None):
         results.append(r)
         m = r["median_s"]
         cells = [f"{m[k] * 1e3:.3g}" if k in m else "-" for k in
-                 ("numpy", "numba", "jax", "tracekit unfused", "tracekit")]  # fmt: skip
+                 ("numpy", "numba", "jax", "torch", "tracekit unfused", "tracekit")]  # fmt: skip
         best = r["ratio_vs_best"]
         rows.append(
             [name, f"{r['kernels_unfused']} -> {r['kernels']}", f"{r['cold_s']:.2f}", *cells,
@@ -205,11 +334,13 @@ def main(argv=None):
              _moved(r["bytes_moved_unfused"]) + " -> " + _moved(r["bytes_moved"]),
              "yes" if all(r["correct"].values()) else f"NO {r['correct']}"]
         )  # fmt: skip
-    head = ["workload", "kernels", "cold s", "numpy ms", "numba ms", "jax ms",
-            "unfused ms", "tracekit ms", "vs numpy", "vs best(numba,jax)",
+    head = ["workload", "kernels", "cold s", "numpy ms", "numba ms", "jax ms", "torch ms",
+            "unfused ms", "tracekit ms", "vs numpy", "vs best peer",
             "bytes / least", "correct"]  # fmt: skip
-    print(table(head, rows, right=set(range(1, 11))))
+    print(table(head, rows, right=set(range(1, 12))))
     for r in results:
+        colds = ", ".join(f"{k} {v:.2f} s" for k, v in r["cold_s_peers"].items())
+        print(f"{r['workload']}: cold s: {colds}")
         for d in r["offsets"]:
             print(f"{r['workload']}: {d}")
     if not a.no_json:

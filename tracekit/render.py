@@ -1075,7 +1075,7 @@ class _Builder:
             tip.append(f"fusion refused: {r}")
         again = self.recomputed.get(n.outputs[0].name)
         if again:
-            classes.append("recomputed")
+            classes.append("tiled" if again.startswith("computed in tiles") else "recomputed")
             tip.append(again)
         attrs = dict(
             shape="doubleoctagon" if kind == "opaque" else "box",

@@ -73,25 +73,35 @@ def read_directly(a):
     return b[1:] * b[:-1], b.sum()  # b itself is read too: it stays an array
 
 
-def broadcast(a, w):
-    b = a * w  # w of shape (5,) broadcast along the rows
-    return b[1:] - b[:-1]
-
-
 def of_a_reduction(a):
     s = a.sum(axis=1)
     return s[1:] - s[:-1]
 
 
-@pytest.mark.parametrize("fn", [read_directly, broadcast, of_a_reduction], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("fn", [read_directly, of_a_reduction], ids=lambda f: f.__name__)
 def test_values_not_read_only_through_slices_or_not_elementwise_stay_arrays(fn):
-    rng = np.random.default_rng(3)
-    args = (rng.standard_normal((6, 5)), rng.standard_normal(5))[: 2 if fn is broadcast else 1]
+    args = (np.random.default_rng(3).standard_normal((6, 5)),)
     c = _compile(fn, *args)
     assert not any(d.fused for d in c.plan.offsets), [str(d) for d in c.plan.offsets]
     got, want = c(*args), fn(*args)
     for g, w in zip(*(v if isinstance(v, tuple) else (v,) for v in (got, want))):
         np.testing.assert_allclose(g, w, rtol=1e-13)
+
+
+def broadcast(a, w, r):
+    b = a * w + r  # w (5,) broadcast along the rows, r (6, 1) along the columns
+    return b[None, 1:, ::-1] - b[None, :-1], b[-1, 1:3] * b[0, :2]
+
+
+def test_a_value_of_broadcast_inputs_is_computed_again_from_their_slices():
+    rng = np.random.default_rng(3)
+    args = rng.standard_normal((6, 5)), rng.standard_normal(5), rng.standard_normal((6, 1))
+    c = _compile(broadcast, *args)
+    (d,) = c.plan.offsets
+    assert d.fused and d.slices == 4, str(d)
+    assert len(c.plan.kernels) == 2  # one per result, each computing b at its offsets
+    for got, want in zip(c(*args), broadcast(*args)):
+        np.testing.assert_allclose(got, want, rtol=1e-14)
 
 
 def test_a_loop_body_is_fused_across_offsets_too():
@@ -162,3 +172,110 @@ def test_random_stencil_chains_equal_numpy_at_every_budget(chain, budget):
         assert d.fused == (d.slices * d.cost <= budget), str(d)
     for y in (x, np.asfortranarray(x + 1.0), (x - 1.0)[..., ::-1]):
         np.testing.assert_allclose(c(y), _run_chain(stages, y), rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("fn", [hdiff, chain, broadcast], ids=lambda f: f.__name__)
+def test_the_cuda_target_computes_again_at_offsets_and_reads_slices_in_place(fn):
+    """On the device too (the simulator here): the same decisions, the kernels index the
+    arrays their slices view (no gather kernel materialises a slice), values equal NumPy's."""
+    pytest.importorskip("numba.cuda")
+    from tracekit.backends.cuda import simulator_active
+
+    if not simulator_active():
+        pytest.skip("runs on the CUDA simulator")
+    rng = np.random.default_rng(7)
+    shapes = {hdiff: [(9, 8), (5, 4)], chain: [(13,)], broadcast: [(6, 5), (5,), (6, 1)]}[fn]
+    args = [rng.standard_normal(s) for s in shapes]
+    with quiet():
+        c = tk.compile(tk.trace(fn, *args), target="cuda", cache=False, progress=False)
+    cpu = _compile(fn, *args)
+
+    def again(plan):  # values computed again at offsets (the CPU's tiles aside)
+        return [(d.value.name, d.slices) for d in plan.offsets if d.fused and not d.how]
+
+    assert again(c.plan) == again(cpu.plan) and any(d.fused for d in c.plan.offsets)
+    kernels = [it for it in c.program.items if it.kind == "kernel"]
+    assert len(kernels) == len(c.plan.kernels)  # no gather kernel (single elements: aliases)
+    assert "base_" in c.program.source
+    args[0] = np.asfortranarray(args[0])  # a strided input: copied on the device once
+    got, want = c(*args), fn(*args)
+    for g, w in zip(*(v if isinstance(v, tuple) else (v,) for v in (got, want))):
+        np.testing.assert_allclose(g, w, rtol=1e-13, atol=1e-14)
+
+
+def costly(a):
+    b = np.tanh(a[1:] - a[:-1]) * np.exp(-a[1:] * a[1:])  # 2 transcendental functions
+    return b[2:] * b[1:-1] - 0.5 * b[:-2] + b[1:-1, ::-1]  # rows 1, 0 and 2 of b per row
+
+
+def test_a_costly_producer_is_computed_in_tiles_of_its_readers_rows(monkeypatch):
+    """A value too costly to compute again at its 4 offsets: its rows, a tile (and its halo)
+    at a time, go to scratch inside the kernel reading it, with odd sizes, several tiles,
+    a last tile cut short, a reversed axis, non-contiguous inputs, and threads."""
+    from tracekit.backends import tiles
+
+    rng = np.random.default_rng(8)
+    for a in (rng.standard_normal((40, 23)), rng.standard_normal((203, 200))):
+        monkeypatch.setattr(tiles, "TILE_BYTES", 8 * a.shape[1] * 11)  # 9 rows + 2 halo rows
+        c = _compile(costly, a)
+        (d,) = [d for d in c.plan.offsets if d.value.shape == (a.shape[0] - 1, a.shape[1])]
+        assert d.fused and d.how.startswith("tiles of ") and "+2 halo rows" in d.how, str(d)
+        assert "computed in tiles" in str(d) and "test_offsets.py" in str(d)
+        (k,) = c.plan.kernels
+        assert len(k.tiles) == 1 and "in tiles of" in str(c.plan)
+        for x in (a, np.asfortranarray(a), np.repeat(a, 2, axis=1)[:, ::2]):
+            np.testing.assert_allclose(c(x), costly(x), rtol=1e-13, atol=1e-14)
+    assert "prange" in c.source and "get_thread_id" in c.source  # the large one: threads
+
+
+def read_twice(a):
+    b = np.tanh(a[1:] - a[:-1]) * np.exp(a[1:])
+    return b[2:] + b[1:-1] * b[:-2] - b[1:-1] * 2.0, (b[::-1] * 2.0).sum()
+
+
+def reversed_rows(a):
+    b = np.tanh(a[1:] - a[:-1]) * np.exp(a[1:])
+    return b[2:] + b[1:-1] * b[:-2] - b[-1:1:-1] * 2.0  # its rows last first
+
+
+@pytest.mark.parametrize(
+    "fn, why",
+    [
+        (costly, "written and read back within the cache"),  # small: the default tile holds it
+        (read_twice, "read by more than one kernel"),
+        (reversed_rows, "do not follow the reading kernel's first axis"),
+    ],
+    ids=["fits", "read_twice", "reversed"],
+)
+def test_producers_not_computed_in_tiles_say_why(fn, why):
+    a = np.random.default_rng(9).standard_normal((30, 17))
+    c = _compile(fn, a)
+    kept = [d for d in c.plan.offsets if not d.fused]
+    assert kept and all("not in tiles: " in d.reason for d in kept)
+    assert any(why in d.reason for d in kept), [str(d) for d in kept]
+    assert not any(k.tiles for k in c.plan.kernels)
+    got, want = c(a), fn(a)
+    for g, w in zip(*(v if isinstance(v, tuple) else (v,) for v in (got, want))):
+        np.testing.assert_allclose(g, w, rtol=1e-12)
+
+
+def stencil_loss(u, w):
+    lap = u[2:, 1:-1] + u[:-2, 1:-1] + u[1:-1, 2:] + u[1:-1, :-2] - 4.0 * u[1:-1, 1:-1]
+    flux = np.tanh(lap[1:] - lap[:-1])
+    return (flux[1:, 1:-1] * w - 0.5 * flux[:-1, 2:] * flux[:-1, :-2]).sum()
+
+
+def test_gradients_of_a_stencil_chain_equal_finite_differences():
+    """The backward graph (slices transposed into writes of zeros padded around) compiled,
+    against central differences of NumPy's loss."""
+    rng = np.random.default_rng(10)
+    u, w = rng.standard_normal((9, 8)), rng.standard_normal((5, 4))
+    c = _compile(tk.grad(stencil_loss), u, w)
+    got = c(np.asfortranarray(u), w)
+    want, h = np.empty_like(u), 1e-6
+    for i in np.ndindex(u.shape):
+        up, down = u.copy(), u.copy()
+        up[i] += h
+        down[i] -= h
+        want[i] = (stencil_loss(up, w) - stencil_loss(down, w)) / (2 * h)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)

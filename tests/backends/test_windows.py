@@ -58,6 +58,10 @@ def test_a_window_names_the_element_of_numpys_view(data):
     view = base[idx]
     assert w is not None and w.shape == view.shape
     if data.draw(st.booleans()) and view.ndim:
+        axes = tuple(data.draw(st.permutations(range(view.ndim))))
+        w, view = w.permuted(axes), view.transpose(axes)
+        assert w.shape == view.shape
+    if data.draw(st.booleans()) and view.ndim:
         idx2 = data.draw(basic_index(view.shape))
         w, view = w.then(idx2, view.shape), view[idx2]
         assert w.shape == view.shape
@@ -138,3 +142,31 @@ def test_a_loop_writes_regions_of_its_buffers_from_its_kernels():
     assert "w_" not in run.source.split("def loop_driver")[1]  # no region views: stores in place
     for got, want in zip(c(A.copy(), B.copy()), jacobi(A.copy(), B.copy())):
         np.testing.assert_allclose(got, want, rtol=1e-13)
+
+
+def kij_stencil(f):
+    """A stencil over (I, J, K) of a field stored (K, I, J): J is the contiguous axis."""
+    g = f.transpose(1, 2, 0)
+    return g[1:-1, 1:-1] * 4.0 - g[2:, 1:-1] - g[:-2, 1:-1] - g[1:-1, 2:] - g[1:-1, :-2]
+
+
+def _loop_nest(c) -> list:
+    """The loop variables of the compiled kernels' loops, outermost first (prange starred)."""
+    lines = [ln.strip() for ln in _segments(c).splitlines()]
+    return [
+        ln.split()[1] + ("*" if "prange" in ln else "") for ln in lines if ln.startswith("for ")
+    ]
+
+
+def test_loops_nest_by_strides_and_sizes():
+    """The innermost loop runs along the axis the operands are contiguous in, the parallel
+    one over the largest of the others; values equal NumPy's."""
+    f = np.random.default_rng(2).standard_normal((9, 60, 70))  # K, I, J
+    c = tk.compile(tk.trace(kij_stencil, f), target="cpu", cache=False, progress=False)
+    assert "transpose" not in _segments(c) and "base_" in _segments(c)
+    assert _loop_nest(c) == ["k0_i0*", "k0_i2", "k0_i1"]  # I, K, then J: the base's rows
+    np.testing.assert_allclose(c(f), kij_stencil(f), rtol=1e-14)
+    x = np.random.default_rng(3).standard_normal((2, 180, 200))
+    c = tk.compile(tk.trace(lambda a: a[:, 1:] * 2.0, x), target="cpu", cache=False, progress=False)
+    assert _loop_nest(c) == ["k0_i1*", "k0_i0", "k0_i2"]  # a prange of 2 planes would idle cores
+    np.testing.assert_allclose(c(x), x[:, 1:] * 2.0)

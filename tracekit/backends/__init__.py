@@ -26,6 +26,7 @@ from .offsets import fuse_at_offsets
 from .planner import blas_out
 from .planner import plan as make_plan
 from .runtime import check_out_types, fit_threads
+from .tiles import tile_producers
 
 TARGETS = ("cpu", "cuda", "dask")
 MATH = ("fast", "libm")
@@ -78,11 +79,13 @@ class Compiled:
         # again (a var's own mean beside the user's mean) are merged, then dropped
         self.graph = g = dce(cse(lower(opt.graph))).check()
         offsets = []
-        if target == "cpu":  # kernels there read slices in place (windows.py): fuse across them
+        if target in ("cpu", "cuda"):  # kernels read slices in place (windows.py): fuse across
             self.graph, offsets = fuse_at_offsets(g)
             g = self.graph
         self.plan = make_plan(self.graph)
         self.plan.offsets = offsets
+        if target == "cpu":  # producers kept as arrays: computed in tiles where that pays
+            tile_producers(self.plan)
         report = _progress_reporter(progress, f"{traced.graph.name} ({target})")
         self._fast = _fast_signature(traced)
         self._detach = _results_may_alias(self.plan)
@@ -122,7 +125,7 @@ class Compiled:
         self._quick = self._quick_call() if target == "cpu" and not self._workspace else None
         self._consts = [g.constants[v] for v, s in zip(g.inputs, g.specs) if s.kind == "const"]
         self.kernels = [
-            Kernel(ks.group.name, ks.group.kind, list(ks.group.nodes), ks.text)
+            Kernel(ks.group.name, ks.group.kind, _kernel_nodes(ks), ks.text)
             for ks in getattr(self.program, "kernel_sources", {}).values()
         ]
         if target == "dask":  # the plan's kernels; each call says what they became
@@ -420,6 +423,13 @@ def _normalise_out(out, n, results=None):
             raise TypeError("out= takes writeable NumPy arrays")
     check_out_types(outs, results)
     return outs
+
+
+def _kernel_nodes(ks) -> list:
+    """The graph nodes a kernel source covers: its step's (a kernel computing others in tiles
+    covers theirs too), or its group's (a gather, a matmul)."""
+    step = getattr(ks, "step", None)
+    return list(step.nodes if step is not None else ks.group.nodes)
 
 
 def _progress_reporter(progress, what):

@@ -27,10 +27,11 @@ from . import cache
 from . import scalar as S
 from .control import loop_runner, prepared
 from .cpu_loop import NoDriver, driver_signature, driver_source, input_preparer, prepared_argument
-from .emit_cpu import PARALLEL_MIN_WORK, PARALLEL_MIN_WORK_BESIDE_BLAS, kernel_source
+from .emit_cpu import PARALLEL_MIN_WORK, PARALLEL_MIN_WORK_BESIDE_BLAS
 from .offsets import fuse_at_offsets
 from .planner import Plan, blas_out, escaping, handed_over, in_place_updates
 from .planner import plan as make_plan
+from .tiles import kernel_source
 from .windows import view_windows
 
 
@@ -185,7 +186,11 @@ class CpuProgram:
         for name, _, steps, srcs in self.segments:
             done += len(srcs)
             disp = getattr(mod, name)
-            sig = tuple(_numba_type(v, ks, whole) for ks in srcs for _, v, whole in ks.operands())
+            sig = tuple(
+                _numba_type(v, owner, whole)
+                for ks in srcs
+                for _, v, whole, owner in ks.owned_operands()
+            )
             known, hits = len(disp.overloads), sum(disp.stats.cache_hits.values())
             try:
                 disp.compile(sig)
@@ -333,9 +338,9 @@ class Runner:
                         lines.append(f"    {names[v]} = {self._alloc(v, result_pos)}")
                 args = []
                 for ks in srcs:
-                    for _, v, whole in ks.operands():
+                    for _, v, whole, owner in ks.owned_operands():
                         if not whole:
-                            args.append(self._operand(v, names[v], ks))
+                            args.append(self._operand(v, names[v], owner))
                         elif v in made_here:  # a kernel's result: C-contiguous
                             args.append(names[v])
                         else:  # an input or a host op's value: a copy only if it is strided

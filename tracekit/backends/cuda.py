@@ -46,6 +46,7 @@ from .emit_cuda import CudaKernelSource, kernel_source
 from .planner import Plan, Step, escaping
 from .planner import plan as make_plan
 from .runtime import check_out_types, device_array_types, is_device_array, simulator_active
+from .windows import read_through, view_windows
 
 
 class CudaUnavailableError(RuntimeError):
@@ -191,14 +192,20 @@ class CudaProgram:
         parts = [_header(self.profile), HELPERS]
         fused = self._epilogues(plan, math)
         deferred = {mi for mi, _, _ in fused.values()}
+        windows = view_windows(plan, contiguous_inputs=True)
+        unread = _views_read_through_windows(plan, windows, set(fused))
         for i, step in enumerate(plan.steps):
             if i in deferred:  # runs where its epilogue kernel would have run, with it
+                continue
+            if i in unread:  # its kernels index the array it views: no gather
                 continue
             if i in fused:
                 self._fused_matmul(step, *fused[i], parts, math)
             elif step.kind == "kernel":
                 try:
-                    ks = kernel_source(step, math, self.profile, modes.get(step.group.name))
+                    ks = kernel_source(
+                        step, math, self.profile, modes.get(step.group.name), windows
+                    )
                 except DeviceUnsupported as e:
                     self.notes.append(f"{step.group.name}: runs on the host through NumPy ({e})")
                     parts.append(f"# kernel {step.group.name}: host (NumPy) -- {e}")
@@ -446,6 +453,27 @@ class CudaProgram:
         if self.module is None:
             self.load()
         return CudaRunner(self, stream)
+
+
+def _views_read_through_windows(plan: Plan, windows: dict, epilogues: set) -> set:
+    """Indices of the view steps whose views only elementwise kernels read, through their
+    windows (and only such views read, slices of slices): nothing needs them as arrays.
+    ``epilogues``: kernels that run inside a matmul, reading their operands as arrays."""
+    g = plan.graph
+    needed = set(g.outputs) | {gd.var for gd in g.guards}
+    skip = set()
+    for i in range(len(plan.steps) - 1, -1, -1):
+        st = plan.steps[i]
+        if (
+            st.kind == "view"
+            and not needed & set(st.outputs)
+            and read_through(st.outputs[0], windows)
+        ):
+            skip.add(i)
+            continue
+        through = st.kind == "kernel" and st.group.kind == "elementwise" and i not in epilogues
+        needed.update(v for v in st.inputs if not (through and read_through(v, windows)))
+    return skip
 
 
 def _geometry(x: Var, attrs: dict, view):

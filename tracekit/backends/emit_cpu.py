@@ -17,6 +17,7 @@ from ..ops import OPS
 from . import scalar as S
 from .layout import Layout
 from .planner import Step, accumulation, is_reduction
+from .windows import read_through
 
 PARALLEL_MIN_WORK = 1 << 15  # elements; below this a kernel runs serially (no thread start-up)
 # Beside BLAS calls a parallel kernel costs more than it gains below this: NumPy's OpenBLAS and
@@ -24,6 +25,8 @@ PARALLEL_MIN_WORK = 1 << 15  # elements; below this a kernel runs serially (no t
 # slowing each other down (measured: matmul 1024² + a parallel gelu epilogue 19 ms, with the
 # epilogue serial 13 ms, the matmul alone 12 ms)
 PARALLEL_MIN_WORK_BESIDE_BLAS = 1 << 22
+# A parallel loop over at least this many trips keeps its place outermost (see _loop_order)
+LOOP_TRIPS_TO_SHARE = 16
 CHUNKS = 64  # partial results per whole-array reduction
 BLOCK = 512  # elements a float32 sum adds up in float32 (see KernelSource._blocks)
 # Interleaved element streams (see KernelSource._streams): at most STREAMS, each LANES
@@ -78,7 +81,7 @@ class KernelSource:
         self.windows = {
             v: windows[v]
             for v in self.inputs + self.outputs
-            if v in windows and v not in rows and any(n != 1 for n in v.shape)
+            if v not in rows and read_through(v, windows)
         }
         self.strided = frozenset(v for v in self.inputs if v in strided) | set(self.windows)
         self.layout = Layout(
@@ -133,6 +136,11 @@ class KernelSource:
                 bases.add(w.base)
                 out.append((self.base_arg(w.base), w.base, True))
         return out
+
+    def owned_operands(self) -> list:
+        """:meth:`operands` with the kernel source whose layout shapes each (``self`` but in
+        a kernel with tiles, see ``tiles.py``)."""
+        return [(*op, self) for op in self.operands()]
 
     def params(self) -> list[str]:
         return [p for p, _, _ in self.operands()]
@@ -212,6 +220,44 @@ class KernelSource:
             depth += 1
         return depth
 
+    def _loop_order(self, dims) -> list:
+        """``dims`` (collapsed loop dims, C order) in the order the loops nest, outermost first.
+
+        Innermost: the dim along which the most operand bytes lie contiguous, so that the
+        inner loop vectorises over unit-stride loads and stores (a transposed view's base
+        is contiguous along another dim; ties keep C order: a short contiguous last axis,
+        K = 60 in a 64x64x60 stencil, stays innermost). Outermost, the parallel one: the
+        largest of the others (a prange over 2 planes would leave cores idle)."""
+        if len(dims) < 2:
+            return list(dims)
+        votes = {c: 0 for c in dims}
+        for v in self.inputs + self.outputs:
+            c = self._contiguous_dim(v)
+            if c in votes:
+                votes[c] += v.dtype.itemsize
+        inner = max(reversed(dims), key=lambda c: votes[c])  # the last of equals
+        rest = [c for c in dims if c != inner]
+        sizes = self.layout.sizes
+        outer = max(rest, key=lambda c: sizes[c])  # the first of equals
+        if sizes[rest[0]] >= LOOP_TRIPS_TO_SHARE:
+            outer = rest[0]
+        return [outer] + [c for c in rest if c != outer] + [inner]
+
+    def _contiguous_dim(self, v: Var):
+        """The collapsed loop dim along which ``v``'s elements are adjacent in memory, or None
+        (a scalar, a strided view whose strides only the call knows)."""
+        w = self.windows.get(v)
+        L = self.layout
+        if w is None:
+            if v in self.strided or L.is_scalar(v):
+                return None
+            return L.full_dims(v)[-1]  # the runner passes it C-contiguous in the layout's shape
+        view_dim, _, step = w.dims[-1]
+        if view_dim is None or step != 1:
+            return None
+        d = view_dim + len(L.shape) - v.ndim
+        return next((c for c, dims in enumerate(L.dims) if d in dims), None)
+
     def _prange(self, name, n, depth):
         """A parallel loop: numba compiles its body as a function of its own (see
         ``scalar._make_kernel_intrinsics`` for ``_wide_vectors``)."""
@@ -224,7 +270,7 @@ class KernelSource:
     def _elementwise(self):
         streams = self._streams()
         if streams == 1:
-            depth = self._loops(self.layout.kept, 1, self._parallel())
+            depth = self._loops(self._loop_order(self.layout.kept), 1, self._parallel())
             self._elementwise_body(depth)
             return
         L = self.layout

@@ -55,8 +55,12 @@ class CudaKernelSource(RowKernels, ScanKernels, KernelSource):
 
     VECTORISE = False
 
-    def __init__(self, step: Step, math: str, profile: Profile, mode: str | None = None):
-        super().__init__(step, math)
+    def __init__(
+        self, step: Step, math: str, profile: Profile, mode: str | None = None, windows=None
+    ):
+        # slices an elementwise kernel indexes through their base (windows.py), as on the CPU
+        windows = windows if step.group.kind == "elementwise" else None
+        super().__init__(step, math, windows=windows)
         self.profile = profile
         self.funcs: list[str] = []
         self.launches: list[Launch] = []
@@ -77,8 +81,10 @@ class CudaKernelSource(RowKernels, ScanKernels, KernelSource):
 
     def operand_args(self) -> list[Arg]:
         out = []
-        for v in self.inputs + self.outputs:
-            if self.is_weak_scalar(v):
+        for _, v, whole in self.operands():
+            if whole:  # a window's base, in its own shape
+                out.append(Arg("operand", v, v.shape or (1,), v.dtype))
+            elif self.is_weak_scalar(v):
                 out.append(Arg("operand", v, None, v.dtype))
             else:
                 shape = self.layout.operand_shape(v) or (1,)
@@ -103,6 +109,8 @@ class CudaKernelSource(RowKernels, ScanKernels, KernelSource):
         return self.at(v)
 
     def at(self, v: Var) -> str:
+        if v in self.windows:
+            return super().at(v)
         idx = self.layout.index(v)
         return f"{self.arg(v)}[{idx or '0'}]"
 
@@ -144,7 +152,7 @@ class CudaKernelSource(RowKernels, ScanKernels, KernelSource):
         self.funcs.append("\n".join(head + self.lines))
 
     def params(self) -> list[str]:
-        return [self.arg(v) for v in self.inputs + self.outputs] + [a.key for a in self.scratch]
+        return [p for p, _, _ in self.operands()] + [a.key for a in self.scratch]
 
     def _hoist(self, depth: int):
         self.hoisted = {}
@@ -251,7 +259,9 @@ class CudaKernelSource(RowKernels, ScanKernels, KernelSource):
         return int(np.prod([L.sizes[c] for c in L.kept], dtype=np.int64)) if L.kept else 1
 
 
-def kernel_source(step: Step, math: str, profile: Profile, mode=None) -> CudaKernelSource:
-    ks = CudaKernelSource(step, math, profile, mode)
+def kernel_source(
+    step: Step, math: str, profile: Profile, mode=None, windows=None
+) -> CudaKernelSource:
+    ks = CudaKernelSource(step, math, profile, mode, windows)
     ks.text = ks.source()
     return ks

@@ -72,6 +72,10 @@ class Layout:
         """The shape the runner gives ``v`` (its full collapsed dims)."""
         return tuple(self.sizes[c] for c in self._full[v])
 
+    def full_dims(self, v: Var) -> list:
+        """The collapsed dims ``v`` spans (not broadcast along), in order."""
+        return list(self._full[v])
+
     def index(self, v: Var) -> str:
         """Source of ``v``'s index inside the loop nest (``""`` for a scalar)."""
         cs = self._full[v]

@@ -38,7 +38,7 @@ from ..passes.dce import dce
 from ..passes.rewrite import rebuild
 from .lowering import Builder
 from .scalar import is_fast_math
-from .windows import Window
+from .windows import Window, without_ellipsis
 
 MAX_RECOMPUTE = 24  # operations per element a producer may cost, summed over its slices read
 TRANSCENDENTAL = 4  # the weight of a fast-math function (exp, tanh, ...) in that count
@@ -54,11 +54,14 @@ class OffsetFusion:
     fused: bool
     reason: str = ""
     source: object = None  # the Source of the node making the value
+    how: str = ""  # fused otherwise than computed again at each offset: in tiles (tiles.py)
 
     def __str__(self):
         what = f"%{self.value.name}: {self.value.type}"
         if self.source is not None:
             what += f" at {self.source} `{self.source.text}`"
+        if self.how:
+            return f"computed in {self.how}: {what} ({self.reason})"
         if self.fused:
             return (
                 f"computed again at {self.slices} offsets: {what} ({self.cost} op(s) per "
@@ -113,10 +116,42 @@ def _candidate(graph: Graph, decisions: dict):
 
 
 def _pushable(n: Node) -> bool:
-    """An elementwise op of one result whose array inputs all have its shape."""
+    """An elementwise op of one result whose array inputs broadcast to its shape."""
     if OPS[n.op].kind != "elementwise" or len(n.outputs) != 1 or n.out.weak or not n.out.shape:
         return False
-    return all(x.shape == n.out.shape or x.shape == () for x in n.var_inputs)
+    return all(_broadcasts(x.shape, n.out.shape) for x in n.var_inputs)
+
+
+def _broadcasts(shape: tuple, to: tuple) -> bool:
+    lead = len(to) - len(shape)
+    return lead >= 0 and all(m in (1, to[lead + d]) for d, m in enumerate(shape))
+
+
+def input_index(idx: tuple, shape: tuple, out_shape: tuple) -> tuple:
+    """The index of an input of ``shape`` (broadcast to ``out_shape``) that selects what
+    ``idx`` selects of the result: its broadcast dims are kept whole (or at 0 where ``idx``
+    takes one element), the dims it lacks are left out: its result's dims are a suffix of the
+    result's (all of them for an input of the result's ndim), broadcasting adds the rest.
+
+    >>> input_index((slice(1, None), 2, None, slice(0, 3)), (4, 1, 5), (2, 4, 6, 5))
+    (2, None, slice(None, None, None))
+    >>> input_index((slice(1, None), 2, None, slice(0, 3)), (4, 6, 1), (2, 4, 6, 5))
+    (2, None, slice(0, 3, None))
+    """
+    lead = len(out_shape) - len(shape)
+    out, d = [], 0
+    for e in without_ellipsis(idx, len(out_shape)):
+        if e is None:
+            if d >= lead:  # the result's dims from here on are the input's (a suffix)
+                out.append(None)
+            continue
+        if d >= lead:
+            if shape[d - lead] == out_shape[d]:
+                out.append(e)
+            else:
+                out.append(slice(None) if isinstance(e, slice) else 0)
+        d += 1
+    return tuple(out)
 
 
 def _is_slice(reader: Node, v: Var) -> bool:
@@ -156,9 +191,12 @@ def _push(graph: Graph, producer: Node, users: list) -> Graph:
             nodes.append(n)
             continue
         b = Builder(n, f"{producer.out.name}@{len(mapping)}")  # the producer at its offset
-        idx = n.attrs["idx"]
+        idx, shape = n.attrs["idx"], producer.out.shape
         ins = [
-            b("index", x, idx=idx) if isinstance(x, Var) and x.shape else x for x in producer.inputs
+            b("index", x, idx=input_index(idx, x.shape, shape))
+            if isinstance(x, Var) and x.shape
+            else x
+            for x in producer.inputs
         ]
         out = b(producer.op, *ins, **producer.attrs)
         nodes += b.nodes
@@ -168,16 +206,18 @@ def _push(graph: Graph, producer: Node, users: list) -> Graph:
 
 def drawn_notes(graph: Graph, decisions: list) -> tuple[dict, dict]:
     """What a drawing of the compiled ``graph`` says of ``decisions``: ``({value name: why it
-    stays an array}, {value name: the value it computes again at an offset})``."""
+    stays an array}, {value name: the value it computes again at an offset, or how it is
+    computed in tiles})``."""
     kept = {d.value.name: f"not fused across offsets: {d.reason}" for d in decisions if not d.fused}
     again = {}
+    tiled = {d.value.name: f"computed in {d.how}" for d in decisions if d.how}
     for d in decisions:
-        if d.fused:
+        if d.fused and not d.how:
             note = f"computed again at an offset: %{d.value.name}"
             if d.source is not None:
                 note += f" ({d.source} `{d.source.text}`)"
             again[f"{d.value.name}@"] = note
-    by_name = {}
+    by_name = dict(tiled)
     for n in graph.nodes:
         for o in n.outputs:
             head = o.name.split("@")[0] + "@" if "@" in o.name else None

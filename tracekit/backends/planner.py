@@ -56,6 +56,8 @@ class Step:
     inputs: list = field(default_factory=list)
     outputs: list = field(default_factory=list)
     reason: str = ""
+    tiles: list = field(default_factory=list)  # producers computed in tiles inside (tiles.py)
+    kernel_inputs: list | None = None  # with tiles: the inputs of the kernel's own nodes
 
     @property
     def name(self) -> str:
@@ -97,6 +99,11 @@ class Plan:
                     f", axes {list(g.axes)}" if g.axes else ""
                 )
                 lines.append(f"  kernel {g.name}: {len(s.nodes)} node(s), {what}")
+                for t in s.tiles:
+                    lines.append(
+                        f"    computes kernel {t.producer.group.name} in tiles of {t.rows} rows"
+                        f" (+{t.hi - t.lo} halo rows)"
+                    )
             else:
                 lines.append(
                     f"  {s.kind} {s.nodes[0].op}" + (f"  ({s.reason})" if s.reason else "")

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..ir import Var
 from ..ops import OPS
 
@@ -63,6 +65,18 @@ class Window:
             out.append(n)
         return Window(base, tuple(dims), tuple(out))
 
+    def permuted(self, axes) -> Window:
+        """This window transposed: view dim ``k`` of the result is view dim ``axes[k]``.
+
+        >>> w = Window.of(None, (slice(1, None),), (5, 4)).permuted((1, 0))
+        >>> w.shape, w.index(["i0", "i1"])
+        ((4, 4), '1 + i1, i0')
+        """
+        axes = tuple(range(len(self.shape)))[::-1] if axes is None else tuple(axes)
+        where = {a: k for k, a in enumerate(axes)}
+        dims = tuple((None if d is None else where[d], s, st) for d, s, st in self.dims)
+        return Window(self.base, dims, tuple(self.shape[a] for a in axes))
+
     def then(self, idx, shape) -> Window | None:
         """This window indexed further by ``idx`` (the view being of ``shape``)."""
         inner = Window.of(None, idx, shape)
@@ -79,6 +93,10 @@ class Window:
 
     def index(self, view_index: list) -> str:
         """Source of the base's index, ``view_index`` the source of each view dim's index."""
+        return ", ".join(self.indices(view_index)) or "()"
+
+    def indices(self, view_index: list) -> list[str]:
+        """Source of the index of each of the base's dims (see :meth:`index`)."""
         parts = []
         for view_dim, start, step in self.dims:
             if view_dim is None:
@@ -93,7 +111,41 @@ class Window:
                 parts.append(f"{start} - {term}")
             else:
                 parts.append(term if start == 0 else f"{start} + {term}")
-        return ", ".join(parts) if parts else "()"
+        return parts
+
+
+def read_through(v: Var, windows: dict) -> bool:
+    """Whether kernels read ``v`` through its window (one of a single element is read as
+    the array it is)."""
+    return v in windows and any(n != 1 for n in v.shape)
+
+
+def _window(node, parent: Window) -> Window | None:
+    """The window of ``node``'s view of the window ``parent``: a static basic index or a
+    permutation of the axes (a transpose); None for other views."""
+    if not OPS[node.op].view or len(node.inputs) != 1:
+        return None
+    if "idx" in node.attrs:
+        return parent.then(node.attrs["idx"], parent.shape)
+    axes = _permutation(node, parent.shape)
+    return None if axes is None else parent.permuted(axes)
+
+
+def _permutation(node, shape: tuple) -> tuple | None:
+    """The axes ``node``'s view permutes an array of ``shape`` by, or None: the view of a
+    stand-in of distinct strides (one element of memory, never read) tells."""
+    strides = tuple(8 * (len(shape) - d) for d in range(len(shape)))
+    a = np.lib.stride_tricks.as_strided(np.zeros(1), shape, strides)
+    try:
+        v = OPS[node.op].impl(a, **node.attrs)
+    except Exception:
+        return None
+    if not isinstance(v, np.ndarray) or sorted(v.strides) != sorted(strides):
+        return None
+    if v.__array_interface__["data"][0] != a.__array_interface__["data"][0]:
+        return None
+    axes = tuple(strides.index(s) for s in v.strides)
+    return axes if v.shape == tuple(shape[d] for d in axes) else None
 
 
 def without_ellipsis(idx: tuple, ndim: int) -> tuple:
@@ -105,13 +157,15 @@ def without_ellipsis(idx: tuple, ndim: int) -> tuple:
     return idx[:at] + (slice(None),) * fill + idx[at + 1 :]
 
 
-def view_windows(plan) -> dict:
-    """``{view: Window}`` for the views the plan's view steps make by slicing (slices of
-    slices included), each of the array at the bottom of its chain: an input, or an array a
-    step makes that is not a view of another (its copy, were it strided, would cost a pass).
+def view_windows(plan, contiguous_inputs: bool = False) -> dict:
+    """``{view: Window}`` for the views the plan's view steps make by slicing and transposing
+    (slices of transposes of slices included), each of the array at the bottom of its chain:
+    an input, or an array a step makes that is not a view of another (its copy, were it
+    strided, would cost a pass).
     Of an array the runner may have to copy (an input, a host op's result: a caller's
     Fortran-ordered array, say), only a view of at least half of it: a stencil's interior, not
-    a few rows of a large array."""
+    a few rows of a large array. ``contiguous_inputs``: the runner makes every input
+    C-contiguous anyway (the CUDA target's copy to the device): any view of it is a window."""
     made = {o for st in plan.steps if st.kind == "kernel" for o in st.outputs}
     out, views = {}, set()
     for step in plan.steps:
@@ -121,19 +175,12 @@ def view_windows(plan) -> dict:
             continue
         node = step.nodes[0]
         base = node.inputs[0]
-        if not OPS[node.op].view or "idx" not in node.attrs or not isinstance(base, Var):
+        if not isinstance(base, Var) or (base in views and base not in out):
             continue
-        if base in views and base not in out:
-            continue
-        parent = out.get(base)
-        w = (
-            parent.then(node.attrs["idx"], base.shape)
-            if parent is not None
-            else Window.of(base, node.attrs["idx"], base.shape)
-        )
+        w = _window(node, out.get(base) or Window.of(base, (), base.shape))
         if w is None or w.shape != node.out.shape:
             continue
-        if w.base not in made and 2 * node.out.size < w.base.size:
+        if not contiguous_inputs and w.base not in made and 2 * node.out.size < w.base.size:
             continue  # a copy of the whole base would cost more than reading the view in place
         out[node.out] = w
     return out
