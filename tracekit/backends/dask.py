@@ -131,6 +131,9 @@ class DaskProgram:
                 dtype=v.dtype,
                 meta=np.empty((0,) * len(shape), v.dtype),
             )
+            if any(0 in c for c in out_chunks):  # chunks of the base outside the windows
+                # (dask broadcasts an axis of length 1 only when it is one chunk)
+                env[v] = env[v].rechunk(tuple(tuple(n for n in c if n) or (0,) for c in out_chunks))
         halos = {d: h for d, h in depth.items() if h}
         return (
             f"one task per chunk of %{base.name} with a halo of depth {halos} "
