@@ -35,6 +35,7 @@ from common import fmt_time, load_average  # noqa: E402
 from cpu import WORKLOADS  # noqa: E402
 
 import tracekit as tk  # noqa: E402
+from tracekit.backends.runtime import one_thread  # noqa: E402
 
 
 def l2_norm(x):
@@ -83,15 +84,9 @@ def _median_call(fn, args, batch_s=0.02):
 
 
 def _serial(fn):
-    import numba
-
     def call(*args):
-        threads = numba.get_num_threads()
-        numba.set_num_threads(1)
-        try:
+        with one_thread():
             return fn(*args)
-        finally:
-            numba.set_num_threads(threads)
 
     return call
 

@@ -35,6 +35,7 @@ from ..ir import Graph, Node, Var
 from ..ops import OPS
 from ..pytree import is_dask_array
 from .planner import Step
+from .runtime import one_thread
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 CHUNK_LOCAL_KINDS = ("elementwise", "reduce")
@@ -619,8 +620,6 @@ class ChunkKernel:
         )
 
     def __call__(self, *blocks):
-        import numba
-
         blocks = [b if isinstance(b, float | complex) else np.asarray(b) for b in blocks]
         if getattr(self, "_key", None) is None:
             self._key = self.graph.key()
@@ -633,12 +632,8 @@ class ChunkKernel:
                     compiled = _KERNELS[key] = self._compile(blocks)
         # dask runs chunks in parallel: a kernel's own threads would only compete with them
         # (numba's setting is the calling thread's: the caller's own on dask's sync scheduler)
-        threads = numba.get_num_threads()
-        numba.set_num_threads(1)
-        try:
+        with one_thread():
             return compiled(*blocks)
-        finally:
-            numba.set_num_threads(threads)
 
     def _compile(self, blocks):
         from .. import pytree

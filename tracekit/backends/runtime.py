@@ -3,6 +3,7 @@ checks, whether numba simulates CUDA. Imports nothing of tracekit."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -93,6 +94,24 @@ def other_load() -> int:
                 others = 0
         _load[:] = [now, max(0, others)]
     return _load[1]
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Run the calling thread's kernels on one numba thread inside the block, for callers that
+    are themselves parallel (dask's chunks) or that measure serial speed.
+
+    >>> with one_thread():
+    ...     pass
+    """
+    import numba
+
+    threads = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(threads)
 
 
 def fit_threads():
