@@ -532,7 +532,8 @@ class _Builder:
         self.elsewhere = elsewhere or {}  # Var -> the id drawing it in the other half
         self.runs: dict[tuple, tuple] = {}  # repeated blocks drawn once: first path -> run
         self.copy_of: dict[int, tuple] = {}  # see _find_repeats
-        self.block_of: dict[int, dict] = defaultdict(dict)  # op index -> {run: its block}
+        self.block_size: dict[tuple, int] = {}  # first path -> ops in one block
+        self.in_run: set[int] = set()  # ops of blocks drawn once (the first and the others)
         self.body_of = body_of  # the loop node whose body this graph is
         self.loop_inputs: dict = {}  # a loop's drawn id -> {its input Var: its body input's id}
         self.o = opts
@@ -641,10 +642,10 @@ class _Builder:
                         assigned[i] = key
                 return
             self.runs[run[0]] = tuple(run)
-            for k, p in enumerate(run):
-                for i in members[p]:
-                    self.block_of[i][run[0]] = k
-            for k, p in enumerate(run[1:], 1):
+            self.block_size[run[0]] = len(members[run[0]])
+            for p in run:
+                self.in_run.update(members[p])
+            for p in run[1:]:
                 for first, i in zip(members[run[0]], members[p]):
                     self.copy_of[i] = (first, run[0])
                     assigned[i] = ("copy",)
@@ -730,7 +731,13 @@ class _Builder:
         # consumers: drawn units; ("run", path) for the blocks a repeated block stands for
         consumers = defaultdict(set)
         for i, (n, u) in enumerate(zip(nodes, unit_of)):
-            c = u.id if u is not None else ("run", self.copy_of[i][1]) if i in self.copy_of else None
+            c = (
+                u.id
+                if u is not None
+                else ("run", self.copy_of[i][1])
+                if i in self.copy_of
+                else None
+            )
             for x in n.var_inputs if c is not None else ():
                 consumers[x].add(c)
         read_here = set(consumers)
@@ -832,7 +839,9 @@ class _Builder:
                 dot,
                 src[v],
                 _label(lines + [vl], width),
-                _tooltip([f"{s.kind} input %{v.name}: {_vtype(v)}", s.label, self._pin(src[v], v.name)]),
+                _tooltip(
+                    [f"{s.kind} input %{v.name}: {_vtype(v)}", s.label, self._pin(src[v], v.name)]
+                ),
                 classes,
                 **attrs,
             )
@@ -866,15 +875,17 @@ class _Builder:
             u = unit_of[first]
             if u is None:
                 continue
-            for x in n.inputs:
+            for x, y in zip(n.inputs, nodes[first].inputs):
                 if not isinstance(x, Var) or x in hidden:
                     continue
+                drawn_x = self.rep.get(x, x)
+                if first != i and drawn_x == self.rep.get(y, y):
+                    continue  # the first block's own edge, drawn with it
                 s = src.get(x)
-                carried = self._carried(self.producer_index.get(x), i)
+                carried = first != i and self._in_run(self.producer_index.get(x))
                 if s is None or (s == u.id and not carried):
                     continue
                 head = self.loop_inputs.get(u.id, {}).get(x, u.id)
-                drawn_x = self.rep.get(x, x)
                 key = (s, head, drawn_x, carried)
                 if key in seen:
                     continue
@@ -907,8 +918,13 @@ class _Builder:
                 dot,
                 oid,
                 _label([text], width),
-                _tooltip([f"graph output {oi}: %{v.name}: {_vtype(v)}", text,
-                          self._pin(oid, ("output", oi))]),  # fmt: skip
+                _tooltip(
+                    [
+                        f"graph output {oi}: %{v.name}: {_vtype(v)}",
+                        text,
+                        self._pin(oid, ("output", oi)),
+                    ]
+                ),  # fmt: skip
                 classes,
                 shape="box",
                 style="rounded,bold",
@@ -936,12 +952,9 @@ class _Builder:
                 out[nid] = at
         return out
 
-    def _carried(self, producer, consumer) -> bool:
-        """Whether ``consumer`` reads a value of an earlier block of a run drawn once."""
-        if producer is None or consumer not in self.copy_of:
-            return False
-        mine, theirs = self.block_of[consumer], self.block_of.get(producer, {})
-        return any(r in theirs and theirs[r] != k for r, k in mine.items())
+    def _in_run(self, producer) -> bool:
+        """Whether the op ``producer`` is in a block drawn once (the first or another)."""
+        return producer in self.in_run
 
     def _body_output(self, dot, k, v, src, hidden):
         """Output ``k`` of a loop body: the next value of a carried input (a dashed edge back to
@@ -1027,7 +1040,7 @@ class _Builder:
         run = self.runs[path]
         full = self.root + path
         rid = self.pid("repeat-" + "/".join(full))
-        n_ops = sum(1 for k in self.block_of.values() if k.get(path) == 0)
+        n_ops = self.block_size[path]
         lines = [f"{_base(path[-1])} \u00d7{len(run)}  ({_ops(n_ops)} each, drawn once)"]
         tip = [
             f"{len(run)} identical blocks " + " > ".join(full[:-1]),
@@ -1038,7 +1051,9 @@ class _Builder:
         if own:
             kinds = {s.kind for _, s in own}
             what = "captured" if kinds == {"capture"} else "inputs"
-            lines.append(f"+{len(own)} {what} of the other blocks: " + ", ".join(s.label for _, s in own))
+            lines.append(
+                f"+{len(own)} {what} of the other blocks: " + ", ".join(s.label for _, s in own)
+            )
             tip += [f"{s.kind} %{v.name}: {_vtype(v)} = {s.label}" for v, s in own[:12]]
         self.scene[rid] = "cluster scope repeat"
         sub.attr(
@@ -1404,6 +1419,12 @@ def _draw_rows(dot, bb: _Builder):
         })  # fmt: skip
 
 
+def _drawn_once(graph: Graph) -> int:
+    """How many op nodes draw ``graph`` with its repeated blocks drawn once."""
+    units, _ = _Builder(graph, _Options(collapse_repeats=True)).units()
+    return len(units)
+
+
 def _auto_depth(graph: Graph):
     """For a graph over LARGE_GRAPH ops: the deepest depth drawing <= COLLAPSED_TARGET units."""
     if len(graph.nodes) <= LARGE_GRAPH:
@@ -1490,9 +1511,16 @@ def render(
     notes, auto_repeats = [], []  # auto_repeats: graphs drawn with collapse_repeats by default
 
     def opts_for(g):
+        repeats = collapse_repeats
+        if repeats is None:
+            repeats = len(g.nodes) > REPEATS_ABOVE
+            if repeats:
+                auto_repeats.append(g)
         d = depth
         if d is None:
             d = _auto_depth(g)
+            if d is not None and repeats and _drawn_once(g) <= COLLAPSED_TARGET:
+                d = None  # its repeated blocks drawn once, every op of the rest fits
             if d is not None:
                 notes.append(
                     f"{g.name}: {len(g.nodes):,} ops, drawn with scopes collapsed below depth={d}. "
@@ -1502,11 +1530,6 @@ def render(
             d = None
         elif not isinstance(d, int | np.integer) or d < 0:
             raise ValueError(f"depth must be a non-negative int, 'all' or None; got {depth!r}")
-        repeats = collapse_repeats
-        if repeats is None:
-            repeats = len(g.nodes) > REPEATS_ABOVE
-            if repeats:
-                auto_repeats.append(g)
         return _Options(
             depth=None if d is None else int(d),
             show_shapes=show_shapes,
