@@ -9,7 +9,10 @@ True
 ``render`` accepts a :class:`~tracekit.traced.Traced`, a :class:`~tracekit.ir.Graph`, or anything
 with a ``.graph`` (a compiled object: its ``.kernels`` are drawn as clusters and the refused
 fusions in ``.plan.refusals`` are marked; a backward Traced with ``.forward`` and ``.links``
-is drawn beside its forward graph with ``with_forward=True``). The result is an ordinary
+is drawn beside its forward graph with ``with_forward=True``: each backward op on the row of
+the forward op whose gradient rule made it, the gradients running up beside the forward ops
+running down, and the forward values the backward graph replays drawn once, in the forward
+half). The result is an ordinary
 ``graphviz.Digraph``: ``.source``, ``.pipe(format="svg" | "png")`` and ``.render(path)`` work as
 in the graphviz package, laid out by the engine that :func:`find_engine` picks.
 
@@ -38,7 +41,8 @@ op node                     ``node-<name of its first output Var>``   ``node op 
 graph input                 ``input-<Var name>``                      ``node input <spec kind>``
 result / write-back marker  ``output-<position in graph.outputs>``    ``node return``
 collapsed scope (depth=)    ``scope-<scope path joined by "/">``      ``node scope``
-repeated blocks (xN)        ``repeat-<path of the first block>``      ``node scope repeat``
+repeated blocks (xN)        ``repeat-<path of the first block>``      ``cluster scope repeat``
+                                                                      (c)
 guard marker                ``guard-<index in graph.guards>``         ``node guard``
 scope cluster               ``cluster-<scope path joined by "/">``    ``cluster scope``
 fused kernel cluster        ``kernel-<kernel name>``                  ``cluster kernel``
@@ -54,8 +58,13 @@ edge                        graphviz's own (``edge12``)               ``edge <ed
   reason is in the label and tooltip), ``backward`` (the backward half of ``with_forward=True``).
   A write-back marker also has ``writeback``.
 - (b) <edge kind>: ``data`` (a value flowing; ``data broadcast`` when the consumer broadcasts
-  it), ``guard-link`` (value -> guard), ``writeback`` (marker -> the input it is copied into),
-  ``link`` (forward value -> the backward node that reads it).
+  it; ``data saved`` when the backward half reads a forward value), ``guard-link`` (value ->
+  guard), ``writeback`` (marker -> the input it is copied into), ``carried`` (a loop body's
+  next value -> the input it replaces; in repeated blocks drawn once, a value of one block ->
+  where the next block reads it), ``link`` (forward op -> the backward op on its row).
+- (c) Repeated blocks are a cluster holding the first block's ops (the others' ops are not
+  drawn: ``Digraph.stands_for`` maps their ids to the drawn ones). Where ``depth=`` collapses
+  the blocks themselves, they are one node, ``node scope repeat``.
 - A captured array or constant read only by one collapsed node (``depth=``, ``collapse_repeats``)
   is folded into it (named in its label and tooltip) and has no ``input-`` node of its own;
   arguments are always drawn. Edges from a folded input start at the collapsed node.
@@ -1315,8 +1324,11 @@ class _Builder:
         if from_forward:  # the backward half reads a forward value
             attrs.update({"class": "data saved", "color": "#7f9cc7"})
             self.reads_forward.add((tail, head))
-        if head in self.pins and (from_forward or tail in self.pins):
-            attrs["constraint"] = "false"  # both rows are the forward half's
+        row = self.pins.get(head, (None,))[0]
+        if row is not None and (from_forward or tail in self.pins) and tail != row:
+            if self.pins.get(tail, (None,))[0] != row:
+                attrs["constraint"] = "false"  # both rows are the forward half's
+            # (within one row, a flat edge: it orders the row left to right)
         label = _vtype(v) if self.o.show_shapes else ""
         tip = f"%{v.name}: {_vtype(v)}"
         if consumer is not None and _kind(consumer.op) == "elementwise":
@@ -1477,13 +1489,20 @@ def render(
     show_constants : bool
         Draw constant inputs and literal arguments (``multiply(·, 2)``); ``False`` hides them.
     collapse_repeats : bool or None
-        Draw consecutive identical sibling scopes (the same layer called N times) as one
-        node marked ``×N``. ``None``: for graphs of more than ``REPEATS_ABOVE`` (300) ops,
-        with a note saying so (``False`` draws every block).
+        Draw consecutive identical sibling scopes (the same layer called N times) once: the
+        first block's ops in a cluster marked ``×N``, values entering and leaving it, and a
+        dashed "next block" edge where a block reads what the one before it made. ``None``:
+        for graphs of more than ``REPEATS_ABOVE`` (300) ops, with a note saying so (``False``
+        draws every block); the automatic ``depth`` then applies only if the graph drawn so
+        is still too large.
     max_label_width : int
         Longer label lines are cut with ``…`` (full text in the tooltip).
     with_forward : bool
-        For a backward graph: draw its forward graph on the same canvas, linked by dashed edges.
+        For a backward graph: draw its forward graph on the same canvas. Each backward op
+        is drawn on the row of the forward op whose gradient rule made it (``rank=same``), so
+        the gradients run up beside the forward ops; the forward values it replays are drawn
+        once, in the forward half, and read from there (``data saved``); a light line joins
+        a forward op to its row where no data edge does.
     loops : "roll" or "unroll"
         ``"roll"`` draws a loop's body once in a cluster; ``"unroll"`` draws every iteration, as
         ``tk.trace(..., loops="unroll")`` records them (without a compiled graph's kernels).
