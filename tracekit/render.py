@@ -894,7 +894,7 @@ class _Builder:
                 carried = first != i and self._in_run(self.producer_index.get(x))
                 if s is None or (s == u.id and not carried):
                     continue
-                head = self.loop_inputs.get(u.id, {}).get(x, u.id)
+                head = self.loop_inputs.get(u.id, {}).get(y, u.id)
                 key = (s, head, drawn_x, carried)
                 if key in seen:
                     continue
