@@ -609,6 +609,29 @@ def test_a_real_backward_graph_with_its_forward():
     )
 
 
+def test_a_layout_that_fails_on_the_rows_is_drawn_without_them(tmp_path, monkeypatch):
+    """graphviz's ranking can fail on rank constraints across clusters ("trouble in
+    init_rank"): the forward+backward drawing is then laid out without its rows, with a
+    warning, rather than not at all."""
+    fussy = tmp_path / "dot"
+    fussy.write_text(
+        "#!/bin/sh\n"
+        f'[ "$1" = -V ] && exec {graphviz_pure()} -V\n'
+        "graph=$(cat)\n"
+        'case "$graph" in *"rank=same"*) echo "Error: trouble in init_rank" >&2; exit 1;; esac\n'
+        f'printf "%s" "$graph" | exec {graphviz_pure()} "$@"\n'
+    )
+    fussy.chmod(0o755)
+    monkeypatch.setenv("TRACEKIT_DOT", str(fussy))
+    monkeypatch.setattr(R.Digraph, "dot_binary", None)
+    dot = tk.render(tk.vjp(tk.trace(lambda x: np.sum(np.sin(x)), np.ones(3))), with_forward=True)
+    assert "rank=same" in dot.source
+    with pytest.warns(RuntimeWarning, match="trouble in init_rank.*drawn without the rows"):
+        d = Drawing(dot.pipe(format="svg", encoding="utf-8"))
+    assert {"graph-forward", "graph-backward"} <= set(d.groups) and "rank=same" not in dot.source
+    assert tk.render(mlp_traced()).pipe(format="svg")  # no rows: drawn as it is
+
+
 def rank_groups(source) -> dict:
     """``{rank=same; a; b; ...}`` of a DOT source: first id -> the set of the others."""
     out = {}

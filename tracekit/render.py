@@ -340,6 +340,35 @@ class Digraph(graphviz.Digraph):
     dot_binary: str | None = None
     scene: dict = {}
     stands_for: dict = {}
+    rows: tuple = ()  # the rank=same lines of a forward+backward drawing (see _draw_rows)
+
+    def pipe(self, *args, **kwargs):
+        return self._without_rows_if_needed(super().pipe, *args, **kwargs)
+
+    def render(self, *args, **kwargs):
+        return self._without_rows_if_needed(super().render, *args, **kwargs)
+
+    def _without_rows_if_needed(self, call, *args, **kwargs):
+        """Lay out; if the engine fails on the rows (graphviz's ranking can: "trouble in
+        init_rank"), lay out again without them, with a warning."""
+        try:
+            return call(*args, **kwargs)
+        except subprocess.CalledProcessError as e:
+            if not self.rows or not any(line in self.body for line in self.rows):
+                raise
+            stderr = getattr(e, "stderr", None) or ""
+            if isinstance(stderr, bytes):
+                stderr = stderr.decode(errors="replace")
+            reason = next((r for r in stderr.splitlines() if "Error" in r), "")
+            self.body = [line for line in self.body if line not in self.rows]
+            warnings.warn(
+                "the layout engine could not draw each gradient on its forward op's row"
+                + (f" ({reason.strip()})" if reason else "")
+                + "; drawn without the rows",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return call(*args, **kwargs)
 
     @property
     def _pipe_lines(self):
@@ -749,11 +778,9 @@ class _Builder:
             )
             for x in n.var_inputs if c is not None else ():
                 consumers[x].add(c)
-        read_here = set(consumers)
         # an input read only by values drawn in the other half is not drawn here either
-        hidden = {
-            v for v in g.inputs if v not in read_here and any(v in n.var_inputs for n in nodes)
-        }
+        read = {x for n in nodes for x in n.var_inputs}
+        hidden = {v for v in g.inputs if v in read and v not in consumers}
         if not o.show_constants:
             hidden |= {v for v, s in spec_of.items() if s.kind == "const"}
         src: dict[Var, str] = {v: self.input_id(v) for v in g.inputs}
@@ -891,7 +918,7 @@ class _Builder:
                 if first != i and drawn_x == self.rep.get(y, y):
                     continue  # the first block's own edge, drawn with it
                 s = src.get(x)
-                carried = first != i and self._in_run(self.producer_index.get(x))
+                carried = first != i and self.producer_index.get(x) in self.in_run
                 if s is None or (s == u.id and not carried):
                     continue
                 head = self.loop_inputs.get(u.id, {}).get(y, u.id)
@@ -933,7 +960,7 @@ class _Builder:
                         text,
                         self._pin(oid, ("output", oi)),
                     ]
-                ),  # fmt: skip
+                ),
                 classes,
                 shape="box",
                 style="rounded,bold",
@@ -960,10 +987,6 @@ class _Builder:
             if at is not None and at != nid and nid not in self.drawn:
                 out[nid] = at
         return out
-
-    def _in_run(self, producer) -> bool:
-        """Whether the op ``producer`` is in a block drawn once (the first or another)."""
-        return producer in self.in_run
 
     def _body_output(self, dot, k, v, src, hidden):
         """Output ``k`` of a loop body: the next value of a carried input (a dashed edge back to
@@ -1325,10 +1348,10 @@ class _Builder:
             attrs.update({"class": "data saved", "color": "#7f9cc7"})
             self.reads_forward.add((tail, head))
         row = self.pins.get(head, (None,))[0]
-        if row is not None and (from_forward or tail in self.pins) and tail != row:
-            if self.pins.get(tail, (None,))[0] != row:
-                attrs["constraint"] = "false"  # both rows are the forward half's
-            # (within one row, a flat edge: it orders the row left to right)
+        placed = from_forward or tail in self.pins or head.startswith(self.pid("output-"))
+        if row is not None and placed and self.pins.get(tail, (None,))[0] != row != tail:
+            attrs["constraint"] = "false"  # the forward half's rows place its ends
+        # (an edge within one row is a flat edge: it orders the row left to right)
         label = _vtype(v) if self.o.show_shapes else ""
         tip = f"%{v.name}: {_vtype(v)}"
         if consumer is not None and _kind(consumer.op) == "elementwise":
@@ -1421,7 +1444,8 @@ def _draw_rows(dot, bb: _Builder):
             rows[fid].append(drawn)
     for fid, drawn in rows.items():
         names = " ".join(_quote(i) for i in [fid, *drawn])
-        dot.body.append(f"\t{{rank=same; {names}}}\n")
+        dot.rows += (f"\t{{rank=same; {names}}}\n",)
+        dot.body.append(dot.rows[-1])
         if any((fid, d) in bb.reads_forward for d in drawn):
             continue
         _add_edge(dot, fid, drawn[-1], {
