@@ -12,7 +12,7 @@ import pytest
 import tracekit as tk
 from tracekit import ops
 from tracekit import tracer as T
-from tracekit.autodiff import BackwardTraced
+from tracekit.autodiff import BackwardTraced, backward
 
 RNG = np.random.default_rng(1234)
 
@@ -685,6 +685,31 @@ def test_backward_is_an_ordinary_traced():
     bb = tk.vjp(b)
     assert len(bb(x, w, ct, np.ones((4, 3)), np.ones((3, 2)))) == 3
     json.dumps(b.links)
+
+
+def test_backward_links_and_gradient_of_place_the_rendered_gradients():
+    """What the forward+backward picture draws on each forward op's row: every gradient node
+    links to the op whose rule made it, even a view (broadcast_to) recorded only when a later
+    rule reads it; each output names the forward value it is the gradient (or value) of."""
+    t = tk.trace(lambda x: np.sum(np.exp(np.sin(x) * 2.0)), np.linspace(0, 1, 3))
+    sin, double, exp, total = (n.outputs[0].name for n in t.graph.nodes)
+    b = tk.vjp(t)
+    made_by = {n.outputs[0].name: n.op for n in b.graph.nodes}
+    rules = {}
+    for name, fwd in b.links.items():
+        if name not in made_by or name == fwd:
+            continue  # inputs and replayed forward values
+        rules.setdefault(fwd, []).append(made_by[name])
+    assert rules == {
+        total: ["broadcast_to"],
+        exp: ["multiply"],
+        double: ["multiply"],
+        sin: ["cos", "multiply"],
+    }
+    assert b.gradient_of == ("x",)
+    assert tk.optimize(b).gradient_of == ("x",)
+    t2 = tk.trace(lambda x, y: np.sum(x * y), np.ones(2), np.ones(2))
+    assert backward(t2, [1], with_value=True).gradient_of == (t2.graph.outputs[0].name, "y")
 
 
 def test_vjp_of_captured_weights_and_constants():

@@ -324,6 +324,12 @@ def test_backward_view(traced):
     assert 'id="graph&#45;backward"' in w.svg
     b = tk.vjp(traced)
     assert w.n_steps == len(b.graph.nodes)
+    # the forward values the backward graph replays are shown by the forward half
+    replayed = [n for n in b.graph.nodes if f"fwd-node-{n.outputs[0].name}" in ids]
+    assert replayed
+    for n in replayed:
+        rec = next(r for r in w.nodes if r["id"] == f"node-{n.outputs[0].name}")
+        assert rec["unit"] == f"fwd-node-{n.outputs[0].name}"
     last = b.graph.nodes[-1]
     w.select(last)
     assert last.op in w.details_text()
@@ -396,9 +402,14 @@ def test_large_graph_collapses_and_selection_maps_to_the_group():
     by_default = tk.explore(t)
     assert "repeated blocks drawn once" in by_default.message
     rec = next(r for r in by_default.nodes if r["id"] == f"node-{node.outputs[0].name}")
-    assert rec["unit"] == "repeat-big/block"
-    group = next(r for r in by_default.nodes if r["id"] == rec["unit"])
-    assert rec["id"] in group["members"]
+    first = t.graph.nodes[801 % 4]  # the same op of the first block, drawn for all 400
+    assert first.op == node.op and rec["unit"] == f"node-{first.outputs[0].name}"
+    assert 'id="{}"'.format(rec["unit"].replace("-", "&#45;")) in by_default.svg
+    group = next(r for r in by_default.nodes if r["id"] == "repeat-big/block")
+    assert group["type"] == "cluster" and group["kind"] == "repeat"
+    assert rec["id"] in group["members"] and len(group["members"]) == 1600
+    by_default.select(node)
+    assert node.op in by_default.details_text()
 
 
 # ---------------------------------------------------------------------- compare

@@ -121,18 +121,32 @@ def draw(x, **kw):
     return Drawing(tk.render(x, **kw).pipe(format="svg"))
 
 
-def expected_data_edges(g, prefix=""):
-    """(tail id, head id) for every value flowing in ``g``, ids per the SVG contract."""
-    src = {v: f"{prefix}input-{v.name}" for v in g.inputs}
+def drawn_ids(g, prefix=""):
+    """Var name -> the id of the element drawing it, per the SVG contract."""
+    src = {v.name: f"{prefix}input-{v.name}" for v in g.inputs}
     for n in g.nodes:
         for o in n.outputs:
-            src[o] = f"{prefix}node-{n.outputs[0].name}"
+            src[o.name] = f"{prefix}node-{n.outputs[0].name}"
+    return src
+
+
+def expected_data_edges(g, prefix="", forward=None):
+    """(tail id, head id) for every value flowing in ``g``, ids per the SVG contract.
+
+    ``forward``: ``g`` is a backward graph drawn beside this forward graph, whose half draws
+    the values ``g`` replays under their forward names (and ``g``'s ops computing them not)."""
+    src = drawn_ids(g, prefix)
+    replayed = set()
+    if forward is not None:
+        fsrc = drawn_ids(forward, "fwd-")
+        replayed = {i for i, n in enumerate(g.nodes) if all(o.name in fsrc for o in n.outputs)}
+        src.update((k, fsrc[k]) for k in list(src) if k in fsrc)
     edges = set()
-    for n in g.nodes:
-        for x in n.var_inputs:
-            edges.add((src[x], f"{prefix}node-{n.outputs[0].name}"))
+    for i, n in enumerate(g.nodes):
+        for x in n.var_inputs if i not in replayed else ():
+            edges.add((src[x.name], f"{prefix}node-{n.outputs[0].name}"))
     for i, o in enumerate(g.outputs):
-        edges.add((src[o], f"{prefix}output-{i}"))
+        edges.add((src[o.name], f"{prefix}output-{i}"))
     return edges
 
 
@@ -245,18 +259,65 @@ def test_depth_collapses_scopes_into_summary_nodes():
     assert len(draw(t, depth=1).ids("op")) == len(t.graph.nodes)
 
 
-def test_collapse_repeats_draws_identical_blocks_once_marked_xN():
+def test_collapse_repeats_draws_one_block_inside_a_cluster_marked_xN():
+    """The block's ops are drawn once, inside a cluster labelled ×N; values go in and out of
+    that copy, and what one block hands the next is a dashed "next block" edge."""
     t = deep_traced()
     d = draw(t, collapse_repeats=True)
-    assert not d.ids("op")
     [rep] = d.ids("repeat")
-    assert rep == "repeat-deep/layer"
+    assert rep == "repeat-deep/layer" and "cluster" in d.classes(rep)
     assert "layer \u00d712" in d.text(rep) and "3 ops each" in d.text(rep)
+    matmul, tanh, add = (f"node-{n.outputs[0].name}" for n in t.graph.nodes[:3])
+    assert sorted(d.ids("op")) == sorted([matmul, tanh, add])  # the first block, once
+    assert all(d.inside(i, rep) for i in (matmul, tanh, add))
     x, w = (f"input-{v.name}" for v in t.graph.inputs)
-    assert sorted(d.edges("data")) == sorted([(x, rep), (w, rep), (rep, "output-0")])
+    assert sorted(d.edges("data")) == sorted(
+        [(x, matmul), (w, matmul), (matmul, tanh), (tanh, add), (x, add), (add, "output-0")]
+    )
+    # layer k+1 reads layer k's sum twice: in its matmul and in its residual add
+    assert sorted(d.edges("carried")) == sorted([(add, matmul), (add, add)])
     assert d.ids("input") == [x, w]  # arguments are always drawn
+    stands_for = tk.render(t, collapse_repeats=True).stands_for
+    for k, n in enumerate(t.graph.nodes[3:]):
+        assert stands_for[f"node-{n.outputs[0].name}"] == [matmul, tanh, add][k % 3]
     full = draw(t)
     assert len(full.ids("op")) == 36 and len(full.ids("scope")) == 12
+
+
+def test_collapsed_repeats_nest_and_the_dot_holds_one_copy():
+    """Blocks repeated inside a repeated block: the inner run is drawn once inside the outer
+    copy (the DOT has one node per op of the innermost block)."""
+
+    def inner(x):
+        return np.sin(x) * 2.0
+
+    def outer(x):
+        for _ in range(3):
+            x = inner(x)
+        return x + 1.0
+
+    def net(x):
+        for _ in range(4):
+            x = outer(x)
+        return x
+
+    t = tk.trace(net, np.ones(3), loops="unroll")
+    dot = tk.render(t, collapse_repeats=True)
+    sin, mul, add = (f"node-{t.graph.nodes[i].outputs[0].name}" for i in (0, 1, 6))
+    assert t.graph.nodes[6].op == "add"
+    # one copy: sin, multiply (inner, once) and add (outer, once)
+    assert sorted(re.findall(r'^\s*"(node-[^"]+)" \[', dot.source, re.M)) == sorted([sin, mul, add])
+    assert {"repeat-net/outer", "repeat-net/outer/inner"} == {
+        k for k, v in dot.scene.items() if "repeat" in v.split()
+    }
+    assert "outer \u00d74" in dot.source and "inner \u00d73" in dot.source
+    d = Drawing(dot.pipe(format="svg"))
+    assert d.inside(sin, "repeat-net/outer/inner") and d.inside(mul, "repeat-net/outer/inner")
+    assert d.inside(add, "repeat-net/outer") and not d.inside(add, "repeat-net/outer/inner")
+    assert sorted(d.edges("data")) == sorted(
+        [("input-x", sin), (sin, mul), (mul, add), (add, "output-0")]
+    )
+    assert sorted(d.edges("carried")) == sorted([(mul, sin), (add, sin)])
 
 
 def test_large_graphs_draw_repeated_blocks_once_by_default():
@@ -269,7 +330,7 @@ def test_large_graphs_draw_repeated_blocks_once_by_default():
     with pytest.warns(UserWarning, match="repeated blocks drawn once.*collapse_repeats=False"):
         d = draw(t)
     [rep] = d.ids("repeat")
-    assert f"layer \u00d7{R.REPEATS_ABOVE // 3 + 1}" in d.text(rep) and not d.ids("op")
+    assert f"layer \u00d7{R.REPEATS_ABOVE // 3 + 1}" in d.text(rep) and len(d.ids("op")) == 3
     assert len(draw(t, collapse_repeats=False).ids("op")) == len(t.graph.nodes)
     assert not draw(deep_traced()).ids("repeat")  # a small graph: every block
 
@@ -281,7 +342,7 @@ def test_collapse_repeats_leaves_different_blocks_alone():
     assert len(d.ids("op")) == len(t.graph.nodes)
 
 
-def test_collapse_repeats_folds_per_block_weights_into_the_xN_node():
+def test_collapse_repeats_names_the_other_blocks_weights_on_the_xN_cluster():
     class Block:
         def __init__(self, rng):
             self.w = rng.standard_normal((4, 4))
@@ -299,10 +360,9 @@ def test_collapse_repeats_folds_per_block_weights_into_the_xN_node():
 
     d = draw(tk.trace(net, np.ones((2, 4))), collapse_repeats=True)
     [rep] = d.ids("repeat")
-    assert d.ids("input") == ["input-x"]
-    assert "Block.__call__ \u00d75" in d.text(rep) and "+5 captured: closure:blocks[0].w" in d.text(
-        rep
-    )
+    assert d.ids("input") == ["input-x", "input-closure_blocks_0_w"]  # the drawn block's own
+    assert "Block.__call__ \u00d75" in d.text(rep)
+    assert "+4 captured of the other blocks: closure:blocks[1].w" in d.text(rep)
 
 
 def test_collapse_repeats_with_depth_collapses_the_repeated_summaries():
@@ -528,17 +588,106 @@ def test_backward_with_forward_on_one_canvas_linked_by_dashed_edges():
 
 
 def test_a_real_backward_graph_with_its_forward():
+    """The forward values the backward graph replays are drawn once, in the forward half; the
+    backward ops read them from there."""
     t = mlp_traced()
     b = tk.vjp(t)
-    d = draw(b, with_forward=True)
+    dot = tk.render(b, with_forward=True)
+    d = Drawing(dot.pipe(format="svg"))
     assert set(d.edges("data")) == expected_data_edges(t.graph, "fwd-") | expected_data_edges(
-        b.graph
+        b.graph, forward=t.graph
     )
+    forward_names = set(drawn_ids(t.graph))
+    replayed = [n for n in b.graph.nodes if n.outputs[0].name in forward_names]
+    assert replayed and not any(f"node-{n.outputs[0].name}" in d.groups for n in replayed)
+    for n in replayed:
+        assert dot.stands_for[f"node-{n.outputs[0].name}"] == f"fwd-node-{n.outputs[0].name}"
+    assert d.edges("saved") and all(tail.startswith("fwd-") for tail, _ in d.edges("saved"))
     links = set(d.edges("link"))
     assert links and all(
         tail.startswith("fwd-") and not head.startswith("fwd-") for tail, head in links
     )
-    assert len(links) <= len(b.links)
+
+
+def test_a_layout_that_fails_on_the_rows_is_drawn_without_them(tmp_path, monkeypatch):
+    """graphviz's ranking can fail on rank constraints across clusters ("trouble in
+    init_rank"): the forward+backward drawing is then laid out without its rows, with a
+    warning, rather than not at all."""
+    fussy = tmp_path / "dot"
+    fussy.write_text(
+        "#!/bin/sh\n"
+        f'[ "$1" = -V ] && exec {graphviz_pure()} -V\n'
+        "graph=$(cat)\n"
+        'case "$graph" in *"rank=same"*) echo "Error: trouble in init_rank" >&2; exit 1;; esac\n'
+        f'printf "%s" "$graph" | exec {graphviz_pure()} "$@"\n'
+    )
+    fussy.chmod(0o755)
+    monkeypatch.setenv("TRACEKIT_DOT", str(fussy))
+    monkeypatch.setattr(R.Digraph, "dot_binary", None)
+    dot = tk.render(tk.vjp(tk.trace(lambda x: np.sum(np.sin(x)), np.ones(3))), with_forward=True)
+    assert "rank=same" in dot.source
+    with pytest.warns(RuntimeWarning, match="trouble in init_rank.*drawn without the rows"):
+        d = Drawing(dot.pipe(format="svg", encoding="utf-8"))
+    assert {"graph-forward", "graph-backward"} <= set(d.groups) and "rank=same" not in dot.source
+    assert tk.render(mlp_traced()).pipe(format="svg")  # no rows: drawn as it is
+
+
+def rank_groups(source) -> dict:
+    """``{rank=same; a; b; ...}`` of a DOT source: first id -> the set of the others."""
+    out = {}
+    for body in re.findall(r"\{rank=same; ([^}]*)\}", source):
+        first, *rest = re.findall(r'"([^"]+)"', body)
+        out[first] = set(rest)
+    return out
+
+
+def test_each_gradient_is_drawn_on_the_row_of_its_forward_op(engine):
+    """sum(exp(2 sin x)): the forward ops in one column, the backward ops beside them running
+    up, each on the row of the forward op whose gradient rule made it; the links and the edges
+    between rows do not rank anything."""
+    t = tk.trace(lambda x: np.sum(np.exp(np.sin(x) * 2.0)), np.linspace(0, 1, 3))
+    b = tk.vjp(t)
+    sin, double, exp, total = (f"fwd-node-{n.outputs[0].name}" for n in t.graph.nodes)
+    dot = tk.render(b, with_forward=True)
+    backward_only = [n for n in b.graph.nodes if n.outputs[0].name not in drawn_ids(t.graph)]
+    assert len(b.graph.nodes) - len(backward_only) == 3  # sin, multiply, exp replayed
+    assert set(dot.scene) >= {f"node-{n.outputs[0].name}" for n in backward_only}
+    assert not set(dot.scene) & {f"node-{n.outputs[0].name}" for n in b.graph.nodes[:3]}
+    grad = {n.op: f"node-{n.outputs[0].name}" for n in backward_only}
+    by_op = {}
+    for n in backward_only:
+        by_op.setdefault(n.op, []).append(f"node-{n.outputs[0].name}")
+    mul_exp, mul_two, mul_sin = by_op["multiply"]
+    assert rank_groups(dot.source) == {
+        "fwd-input-x": {"output-0"},  # the gradient with respect to x, beside x
+        sin: {grad["cos"], mul_sin},
+        double: {mul_two},
+        exp: {mul_exp},
+        total: {"input-d3", grad["broadcast_to"]},  # the cotangent of the sum starts there
+    }
+    rows = rank_groups(dot.source)
+    row_of = {i: first for first, rest in rows.items() for i in [first, *rest]}
+    edges = re.findall(r'^\s*"([^"]+)" -> "([^"]+)" \[(.*)\]$', dot.source, re.M)
+    assert len(edges) == dot.source.count(" -> ")
+    kinds = set()
+    for tail, head, attrs in edges:
+        if 'class="link"' in attrs or (head in row_of and tail in row_of and head not in rows):
+            # an edge between two rows ranks nothing; one within a row orders it left to right
+            same_row = row_of[tail] == row_of[head] and 'class="link"' not in attrs
+            assert ('constraint="false"' in attrs) != same_row, (tail, head)
+            kinds.add(same_row)
+    assert kinds == {True, False}
+    d = Drawing(dot.pipe(format="svg"))
+    assert (exp, mul_exp) in d.edges("saved") and ("fwd-input-x", grad["cos"]) in d.edges("saved")
+    assert {tail for tail, _ in d.edges("link")} <= {"fwd-input-x", sin, double, total}
+
+    def row(gid):
+        x0, y0, x1, y1 = d.box(gid)
+        return round((y0 + y1) / 2)
+
+    for first, rest in rank_groups(dot.source).items():
+        assert {row(first)} == {row(i) for i in rest}, first  # laid out as asked, by this engine
+    assert row(sin) < row(double) < row(exp) < row(total)
 
 
 # ---------------------------------------------------------------------- engines

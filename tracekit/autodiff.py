@@ -57,16 +57,23 @@ class BackwardTraced(Traced):
 
     forward: Traced = None
     links: dict = None
+    gradient_of: tuple = ()  # per output: the forward Var name it is the value or gradient of
 
     def with_graph(self, graph, history_entry=None) -> BackwardTraced:
         t = super().with_graph(graph, history_entry)
         b = BackwardTraced(
             t.graph, t.in_tree, t.out_tree, t.capture_getters, t.example_leaves, t.fn
         )
-        b.history, b.forward = t.history, self.forward
+        b.history, b.forward, b.gradient_of = t.history, self.forward, self.gradient_of
         names = {v.name for v in graph.inputs} | {o.name for n in graph.nodes for o in n.outputs}
         b.links = {k: v for k, v in self.links.items() if k in names}
         return b
+
+
+class _Where(tuple):
+    """(source, scope), and the forward Var a view taken there is linked to when it is read."""
+
+    link: str | None = None
 
 
 class _BackwardContext(T.TraceContext):
@@ -83,7 +90,19 @@ class _BackwardContext(T.TraceContext):
         self._k = 0
 
     def where(self):
-        return self.at
+        at = _Where(self.at)
+        at.link = self.link_to
+        return at
+
+    def emit_var(self, op, inputs, attrs, like, where=None):
+        """A view read later (under another node's rule) keeps the link of where it was taken."""
+        if not isinstance(where, _Where):
+            return super().emit_var(op, inputs, attrs, like, where)
+        now, self.link_to = self.link_to, where.link
+        try:
+            return super().emit_var(op, inputs, attrs, like, where)
+        finally:
+            self.link_to = now
 
     def emit(self, op, inputs, attrs=None, **options):
         if OPS[op].kind != "opaque":
@@ -276,11 +295,13 @@ def backward(t: Traced, wrt=None, *, seed: bool = False, with_value: bool = Fals
     # outputs: the forward results (with_value), then one gradient per wrt leaf
     ctx.at = (None, ())
     outputs = [env[o].ir_var for o in results] if with_value else []
+    gradient_of = [o.name for o in results] if with_value else []
     for k in wrt:
         v = g.inputs[arg_pos[k]]
         ctx.link_to = v.name
         c = ct.get(v)
         outputs.append((c if c is not None else _zeros(ctx, v)).ir_var)
+        gradient_of.append(v.name)
 
     guards = [Guard(env[gd.var].ir_var, gd.value, gd.how, gd.source) for gd in g.guards]
     rank = {"arg": 0, "capture": 1, "const": 2}
@@ -320,7 +341,7 @@ def backward(t: Traced, wrt=None, *, seed: bool = False, with_value: bool = Fals
     out_tree = (tuple, (t.out_tree, grads_tree)) if with_value else grads_tree
     examples = list(t.example_leaves[: len(arg_pos)]) + [c._value for c in ct_args]
     b = BackwardTraced(graph, in_tree, out_tree, [by_var.get(v) for v in inputs], examples)
-    b.forward = t
+    b.forward, b.gradient_of = t, tuple(gradient_of)
     names = {v.name for v in graph.inputs} | {o.name for n in graph.nodes for o in n.outputs}
     links = {
         rename.get(k, k): v

@@ -360,10 +360,15 @@ def _nodes_meta(d: _Drawn, svg_classes: dict, kernels=None, plan_notes=None) -> 
             path = tuple(rest[len("repeat-") :].split("/"))
             repeat_groups[(path[:-1], _base(path[-1]))] = sid
 
+    stands_for = getattr(svg_classes, "stands_for", {})
+
     def unit_of(nid, scope):
-        """The drawn element showing this op: itself, or the collapsed group holding it."""
+        """The drawn element showing this op: itself, the one drawn for it (the first of
+        repeated blocks, a forward value the backward graph replays), or its collapsed group."""
         if nid in svg_classes:
             return nid
+        if nid in stands_for:
+            return stands_for[nid]
         scope = tuple(scope)
         for k in range(len(scope), 0, -1):
             path = scope[:k]
@@ -494,6 +499,13 @@ def _nodes_meta(d: _Drawn, svg_classes: dict, kernels=None, plan_notes=None) -> 
             path = rest[len("cluster-") :].split("/")
             members = by_prefix.get(tuple(path), [])
             out.append(_group_record(sid, "cluster", path, members, d.title))
+        elif rest.startswith("repeat-") and "cluster" in classes:  # blocks drawn once
+            path = rest[len("repeat-") :].split("/")
+            drawn = set(by_prefix.get(tuple(path), []))
+            members = [r["id"] for r in out if r["type"] == "op" and r["unit"] in drawn]
+            rec = _group_record(sid, "cluster", path, members, d.title)
+            rec["kind"] = "repeat"
+            out.append(rec)
         elif (rest.startswith("scope-") or rest.startswith("repeat-")) and "node" in classes:
             head = "scope-" if rest.startswith("scope-") else "repeat-"
             path = rest[len(head) :].split("/")
@@ -519,6 +531,14 @@ def _nodes_meta(d: _Drawn, svg_classes: dict, kernels=None, plan_notes=None) -> 
             }
         )
     return out
+
+
+class _Scene(dict):
+    """A drawing's scene (drawn id -> classes) and its ``stands_for`` (see tracekit.render)."""
+
+    def __init__(self, scene, stands_for):
+        super().__init__(scene)
+        self.stands_for = dict(stands_for)
 
 
 def _group_record(sid, type_, path, members, title) -> dict:
@@ -940,7 +960,10 @@ class Explorer(anywidget.AnyWidget):
             svg, scene = self._svg(("pass", i, "after"), after)
             svg_before, scene_before = self._svg(("pass", i, "before"), before)
             svg_before = _prefix_ids(svg_before, "b4-")
-            scene_before = {f"b4-{k}": v for k, v in scene_before.items()}
+            scene_before = _Scene(
+                {f"b4-{k}": v for k, v in scene_before.items()},
+                {f"b4-{k}": f"b4-{v}" for k, v in scene_before.stands_for.items()},
+            )
             d_after = self._drawn_for(after, "", f"after {rec.name}")
             d_before = self._drawn_for(before, "b4-", f"before {rec.name}")
             drawn = [d_after, d_before]
@@ -1000,7 +1023,7 @@ class Explorer(anywidget.AnyWidget):
                     dot.attr(newrank="true")
                     svg = dot.pipe(format="svg", encoding="utf-8")
             notes = [str(w.message) for w in caught]
-            self._cache[key] = (svg, dot.scene, notes)
+            self._cache[key] = (svg, _Scene(dot.scene, dot.stands_for), notes)
         svg, scene, notes = self._cache[key]
         self._notes += notes
         return svg, scene

@@ -9,7 +9,10 @@ True
 ``render`` accepts a :class:`~tracekit.traced.Traced`, a :class:`~tracekit.ir.Graph`, or anything
 with a ``.graph`` (a compiled object: its ``.kernels`` are drawn as clusters and the refused
 fusions in ``.plan.refusals`` are marked; a backward Traced with ``.forward`` and ``.links``
-is drawn beside its forward graph with ``with_forward=True``). The result is an ordinary
+is drawn beside its forward graph with ``with_forward=True``: each backward op on the row of
+the forward op whose gradient rule made it, the gradients running up beside the forward ops
+running down, and the forward values the backward graph replays drawn once, in the forward
+half). The result is an ordinary
 ``graphviz.Digraph``: ``.source``, ``.pipe(format="svg" | "png")`` and ``.render(path)`` work as
 in the graphviz package, laid out by the engine that :func:`find_engine` picks.
 
@@ -38,7 +41,8 @@ op node                     ``node-<name of its first output Var>``   ``node op 
 graph input                 ``input-<Var name>``                      ``node input <spec kind>``
 result / write-back marker  ``output-<position in graph.outputs>``    ``node return``
 collapsed scope (depth=)    ``scope-<scope path joined by "/">``      ``node scope``
-repeated blocks (xN)        ``repeat-<path of the first block>``      ``node scope repeat``
+repeated blocks (xN)        ``repeat-<path of the first block>``      ``cluster scope repeat``
+                                                                      (c)
 guard marker                ``guard-<index in graph.guards>``         ``node guard``
 scope cluster               ``cluster-<scope path joined by "/">``    ``cluster scope``
 fused kernel cluster        ``kernel-<kernel name>``                  ``cluster kernel``
@@ -54,8 +58,13 @@ edge                        graphviz's own (``edge12``)               ``edge <ed
   reason is in the label and tooltip), ``backward`` (the backward half of ``with_forward=True``).
   A write-back marker also has ``writeback``.
 - (b) <edge kind>: ``data`` (a value flowing; ``data broadcast`` when the consumer broadcasts
-  it), ``guard-link`` (value -> guard), ``writeback`` (marker -> the input it is copied into),
-  ``link`` (forward value -> the backward node that reads it).
+  it; ``data saved`` when the backward half reads a forward value), ``guard-link`` (value ->
+  guard), ``writeback`` (marker -> the input it is copied into), ``carried`` (a loop body's
+  next value -> the input it replaces; in repeated blocks drawn once, a value of one block ->
+  where the next block reads it), ``link`` (forward op -> the backward op on its row).
+- (c) Repeated blocks are a cluster holding the first block's ops (the others' ops are not
+  drawn: ``Digraph.stands_for`` maps their ids to the drawn ones). Where ``depth=`` collapses
+  the blocks themselves, they are one node, ``node scope repeat``.
 - A captured array or constant read only by one collapsed node (``depth=``, ``collapse_repeats``)
   is folded into it (named in its label and tooltip) and has no ``input-`` node of its own;
   arguments are always drawn. Edges from a folded input start at the collapsed node.
@@ -324,10 +333,42 @@ def _crash_fallback(exe: str, error) -> str | None:
 class Digraph(graphviz.Digraph):
     """A ``graphviz.Digraph`` laid out by :func:`find_engine`'s command; its Jupyter SVG scales.
 
-    Set ``.dot_binary`` to force a command for this object.
+    Set ``.dot_binary`` to force a command for this object. ``render`` sets ``.scene`` (drawn
+    id -> classes) and ``.stands_for`` (id of an op not drawn -> the id drawn for it).
     """
 
     dot_binary: str | None = None
+    scene: dict = {}
+    stands_for: dict = {}
+    rows: tuple = ()  # the rank=same lines of a forward+backward drawing (see _draw_rows)
+
+    def pipe(self, *args, **kwargs):
+        return self._without_rows_if_needed(super().pipe, *args, **kwargs)
+
+    def render(self, *args, **kwargs):
+        return self._without_rows_if_needed(super().render, *args, **kwargs)
+
+    def _without_rows_if_needed(self, call, *args, **kwargs):
+        """Lay out; if the engine fails on the rows (graphviz's ranking can: "trouble in
+        init_rank"), lay out again without them, with a warning."""
+        try:
+            return call(*args, **kwargs)
+        except subprocess.CalledProcessError as e:
+            if not self.rows or not any(line in self.body for line in self.rows):
+                raise
+            stderr = getattr(e, "stderr", None) or ""
+            if isinstance(stderr, bytes):
+                stderr = stderr.decode(errors="replace")
+            reason = next((r for r in stderr.splitlines() if "Error" in r), "")
+            self.body = [line for line in self.body if line not in self.rows]
+            warnings.warn(
+                "the layout engine could not draw each gradient on its forward op's row"
+                + (f" ({reason.strip()})" if reason else "")
+                + "; drawn without the rows",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return call(*args, **kwargs)
 
     @property
     def _pipe_lines(self):
@@ -519,8 +560,18 @@ class _Builder:
     """Adds one graph's nodes, clusters and edges to a DOT graph (or a subgraph)."""
 
     def __init__(self, graph: Graph, opts: _Options, prefix="", values=None, kernels=None,
-                 refusals=None, backward=False, body_of=None, offsets=None):  # fmt: skip
+                 refusals=None, backward=False, body_of=None, offsets=None,
+                 elsewhere=None, pin_to=None):  # fmt: skip
         self.g = graph
+        # the backward half beside its forward: what to draw on the row of which forward node
+        self.pin_to = pin_to or {}  # Var name or ("output", k) -> (forward id, tooltip line)
+        self.pins: dict[str, tuple] = {}  # drawn id -> (forward id of its row, why)
+        self.reads_forward: set = set()  # (forward id, drawn id) of the data edges between
+        self.elsewhere = elsewhere or {}  # Var -> the id drawing it in the other half
+        self.runs: dict[tuple, tuple] = {}  # repeated blocks drawn once: first path -> run
+        self.copy_of: dict[int, tuple] = {}  # see _find_repeats
+        self.block_size: dict[tuple, int] = {}  # first path -> ops in one block
+        self.in_run: set[int] = set()  # ops of blocks drawn once (the first and the others)
         self.body_of = body_of  # the loop node whose body this graph is
         self.loop_inputs: dict = {}  # a loop's drawn id -> {its input Var: its body input's id}
         self.o = opts
@@ -546,7 +597,11 @@ class _Builder:
 
     # ------------------------------------------------------------------ grouping
     def units(self):
-        """Group the ops into drawn units: depth collapse, repeat collapse, kernels."""
+        """Group the ops into drawn units: depth collapse, repeat collapse, kernels.
+
+        ``unit_of[i]`` is None for an op not drawn: a replayed forward value drawn in the
+        forward half (``elsewhere``), or an op of a repeated block after the first, which
+        stands for it (``copy_of``)."""
         nodes, rel, o = self.g.nodes, self.rel, self.o
         assigned: dict[int, tuple] = {}
         repeat_info: dict[tuple, tuple] = {}
@@ -559,8 +614,11 @@ class _Builder:
                     assigned[i] = ("scope", r[: depth + 1])
         kernel_of = self._kernel_map()
         units: dict[tuple, _Unit] = {}
-        unit_of: list[_Unit] = []
+        unit_of: list[_Unit | None] = []
         for i, n in enumerate(nodes):
+            if i in self.copy_of or all(v in self.elsewhere for v in n.outputs):
+                unit_of.append(None)
+                continue
             key = assigned.get(i, ("op", i))
             u = units.get(key)
             if u is None:
@@ -587,6 +645,10 @@ class _Builder:
         return list(units.values()), unit_of
 
     def _find_repeats(self, depth, assigned, repeat_info):
+        """Runs of identical consecutive sibling blocks. A run at the depth limit becomes one
+        ``×N`` node (``repeat_info``, ``assigned``); any other is drawn once, its first block
+        in a cluster marked ``×N`` (``self.runs``), the ops of the other blocks standing for
+        the first block's (``self.copy_of``: op index -> (first block's op index, block))."""
         rel = self.rel
         limit = 10**9 if depth is None else depth + 1
         members: dict[tuple, list[int]] = defaultdict(list)
@@ -607,18 +669,28 @@ class _Builder:
                 sig_cache[p] = self._signature(p, members[p])
             return sig_cache[p]
 
+        def flush(run):
+            if len(run) < 2:
+                return
+            if depth is not None and len(run[0]) > depth:
+                key = ("repeat", run[0])
+                repeat_info[key] = tuple(run)
+                for p in run:
+                    for i in members[p]:
+                        assigned[i] = key
+                return
+            self.runs[run[0]] = tuple(run)
+            self.block_size[run[0]] = len(members[run[0]])
+            for p in run:
+                self.in_run.update(members[p])
+            for p in run[1:]:
+                for first, i in zip(members[run[0]], members[p]):
+                    self.copy_of[i] = (first, run[0])
+                    assigned[i] = ("copy",)
+
         for parent in sorted(children, key=len):
             sibs = sorted(children[parent], key=lambda p: members[p][0])
             run: list = []
-
-            def flush(run):
-                if len(run) >= 2:
-                    key = ("repeat", run[0])
-                    repeat_info[key] = tuple(run)
-                    for p in run:
-                        for i in members[p]:
-                            assigned[i] = key
-
             for p in sibs:
                 if members[p][0] in assigned or not contiguous(members[p]):
                     flush(run)
@@ -635,6 +707,11 @@ class _Builder:
                     flush(run)
                     run = [p]
             flush(run)
+        for i in self.copy_of:  # a block inside a repeated block: the first of the first
+            first, block = self.copy_of[i]
+            while first in self.copy_of:
+                first = self.copy_of[first][0]
+            self.copy_of[i] = (first, block)
 
     def _signature(self, path, idxs):
         local: dict = {}
@@ -678,38 +755,67 @@ class _Builder:
         """Draw into ``dot``; return Var -> the DOT name of the node that shows it."""
         g, o, width = self.g, self.o, self.width
         units, unit_of = self.units()
-        self.unit_list = units
+        self.unit_list, self.unit_of = units, unit_of
+        nodes = g.nodes
+        self.producer_index = {v: i for i, n in enumerate(nodes) for v in n.outputs}
+        self.rep: dict[Var, Var] = {}  # a value of a block drawn once -> the drawn block's
+        for i, (first, _) in self.copy_of.items():
+            self.rep.update(zip(nodes[i].outputs, nodes[first].outputs))
         producer_unit = {}
-        for n, u in zip(g.nodes, unit_of):
-            for v in n.outputs:
+        for n, u in zip(nodes, unit_of):
+            for v in n.outputs if u is not None else ():
                 producer_unit[v] = u
         spec_of = dict(zip(g.inputs, g.specs))
-        hidden = set()
+        # consumers: drawn units; ("run", path) for the blocks a repeated block stands for
+        consumers = defaultdict(set)
+        for i, (n, u) in enumerate(zip(nodes, unit_of)):
+            c = (
+                u.id
+                if u is not None
+                else ("run", self.copy_of[i][1])
+                if i in self.copy_of
+                else None
+            )
+            for x in n.var_inputs if c is not None else ():
+                consumers[x].add(c)
+        # an input read only by values drawn in the other half is not drawn here either
+        read = {x for n in nodes for x in n.var_inputs}
+        hidden = {v for v in g.inputs if v in read and v not in consumers}
         if not o.show_constants:
-            hidden = {v for v, s in spec_of.items() if s.kind == "const"}
+            hidden |= {v for v, s in spec_of.items() if s.kind == "const"}
         src: dict[Var, str] = {v: self.input_id(v) for v in g.inputs}
         for v, u in producer_unit.items():
             src[v] = u.id
+        src.update(self.elsewhere)
+        self.elsewhere_ids = set(self.elsewhere.values())
+        for v, w in self.rep.items():
+            src[v] = src[w]
         # captured arrays and constants read by one collapsed node only are folded into it
-        consumers = defaultdict(set)
-        for u in units:
-            for n in u.nodes:
-                for x in n.var_inputs:
-                    consumers[x].add(u.id)
         by_id = {u.id: u for u in units}
         guard_vars = {gd.var for gd in g.guards}
+        self.run_absorbed: dict[tuple, list] = defaultdict(list)
         absorbed = {}
         for v, s in spec_of.items():
-            if s.kind == "arg" or v in guard_vars or v in set(g.outputs):
+            if s.kind == "arg" or v in guard_vars or v in set(g.outputs) or v in hidden:
                 continue
             cs = consumers.get(v, ())
-            if len(cs) == 1 and by_id[next(iter(cs))].kind != "op":
-                absorbed[v] = by_id[next(iter(cs))]
+            if len(cs) != 1:
+                continue
+            (c,) = cs
+            if isinstance(c, tuple):  # read by the blocks drawn as the first one only
+                self.run_absorbed[c[1]].append((v, s))
+                absorbed[v] = None
+                src[v] = None
+            elif by_id[c].kind != "op":
+                absorbed[v] = by_id[c]
                 absorbed[v].absorbed.append((v, s))
                 src[v] = absorbed[v].id
         self.src = src
         self.drawn: set[str] = set()
-        self._guards_drawn: set[str] = set()
+        # guards on values drawn in the other half are drawn there
+        self._guards_drawn = {
+            self.pid(f"guard-{gi}") for gi, gd in enumerate(g.guards) if gd.var in self.elsewhere
+        }
 
         refused = {}
         for r in self.refusals:
@@ -741,7 +847,7 @@ class _Builder:
 
         # ---- inputs
         for v in g.inputs:
-            if v in hidden or v in absorbed:
+            if v in hidden or v in absorbed or v in self.elsewhere:
                 continue
             s = spec_of[v]
             fill, border = INPUT_COLORS.get(s.kind, INPUT_COLORS["arg"])
@@ -769,7 +875,9 @@ class _Builder:
                 dot,
                 src[v],
                 _label(lines + [vl], width),
-                _tooltip([f"{s.kind} input %{v.name}: {_vtype(v)}", s.label]),
+                _tooltip(
+                    [f"{s.kind} input %{v.name}: {_vtype(v)}", s.label, self._pin(src[v], v.name)]
+                ),
                 classes,
                 **attrs,
             )
@@ -798,20 +906,35 @@ class _Builder:
 
         # ---- edges
         seen = set()
-        for u in units:
-            for n in u.nodes:
-                for x in n.inputs:
-                    if not isinstance(x, Var) or x in hidden:
-                        continue
-                    s = src.get(x)
-                    if s is None or s == u.id:
-                        continue
-                    head = self.loop_inputs.get(u.id, {}).get(x, u.id)
-                    key = (s, head, x)
-                    if key in seen:
-                        continue
-                    seen.add(key)
-                    self._data_edge(dot, s, head, x, n if u.kind == "op" else None)
+        for i, n in enumerate(nodes):
+            first = self.copy_of.get(i, (i,))[0]
+            u = unit_of[first]
+            if u is None:
+                continue
+            for x, y in zip(n.inputs, nodes[first].inputs):
+                if not isinstance(x, Var) or x in hidden:
+                    continue
+                drawn_x = self.rep.get(x, x)
+                if first != i and drawn_x == self.rep.get(y, y):
+                    continue  # the first block's own edge, drawn with it
+                s = src.get(x)
+                carried = first != i and self.producer_index.get(x) in self.in_run
+                if s is None or (s == u.id and not carried):
+                    continue
+                head = self.loop_inputs.get(u.id, {}).get(y, u.id)
+                key = (s, head, drawn_x, carried)
+                if key in seen:
+                    continue
+                seen.add(key)
+                if carried:
+                    _add_edge(dot, s, head, {
+                        "class": "carried", "style": "dashed", "color": "#2e75b6",
+                        "constraint": "false", "arrowhead": "vee", "label": "next block",
+                        "fontcolor": "#2e75b6", "fontsize": "8",
+                        "tooltip": f"%{drawn_x.name} of one block is read by the next block",
+                    })  # fmt: skip
+                else:
+                    self._data_edge(dot, s, head, drawn_x, nodes[first] if u.kind == "op" else None)
         # ---- outputs
         for oi, v in enumerate(g.outputs):
             oid = self.pid(f"output-{oi}")
@@ -831,7 +954,13 @@ class _Builder:
                 dot,
                 oid,
                 _label([text], width),
-                _tooltip([f"graph output {oi}: %{v.name}: {_vtype(v)}", text]),
+                _tooltip(
+                    [
+                        f"graph output {oi}: %{v.name}: {_vtype(v)}",
+                        text,
+                        self._pin(oid, ("output", oi)),
+                    ]
+                ),
                 classes,
                 shape="box",
                 style="rounded,bold",
@@ -845,6 +974,19 @@ class _Builder:
                 tip = f"copied into {spec_of[target].label} after each call"
                 _back_edge(dot, oid, src[target], "writeback", "#c0504d", tip)
         return {v: s for v, s in src.items() if s in self.drawn}
+
+    def stands_for(self) -> dict:
+        """The id of each op or input not drawn -> the id of what is drawn for it: the first
+        block's op (repeated blocks drawn once), the forward half's (a replayed value)."""
+        out = {self.input_id(v): s for v, s in self.elsewhere.items() if v in self.g.inputs}
+        for i, n in enumerate(self.g.nodes):
+            first = self.copy_of.get(i, (i,))[0]
+            u = self.unit_of[first]
+            at = u.id if u is not None else self.elsewhere.get(n.outputs[0])
+            nid = self.pid(f"node-{n.outputs[0].name}")
+            if at is not None and at != nid and nid not in self.drawn:
+                out[nid] = at
+        return out
 
     def _body_output(self, dot, k, v, src, hidden):
         """Output ``k`` of a loop body: the next value of a carried input (a dashed edge back to
@@ -907,6 +1049,9 @@ class _Builder:
             )
             return
         full = self.root + path
+        if path in self.runs:
+            self._run_attrs(sub, path)
+            return
         self.scene[self.pid("cluster-" + "/".join(full))] = "cluster scope"
         sub.attr(
             id=self.pid("cluster-" + "/".join(full)),
@@ -919,6 +1064,42 @@ class _Builder:
             fontsize="11",
             labeljust="l",
             _attributes={"class": "scope"},
+        )
+
+    def _run_attrs(self, sub, path):
+        """The cluster of a run of identical blocks drawn once: the first block's ops, marked
+        ``×N``; what the other blocks read alone (their own weights) is named in its label."""
+        run = self.runs[path]
+        full = self.root + path
+        rid = self.pid("repeat-" + "/".join(full))
+        n_ops = self.block_size[path]
+        lines = [f"{_base(path[-1])} \u00d7{len(run)}  ({_ops(n_ops)} each, drawn once)"]
+        tip = [
+            f"{len(run)} identical blocks " + " > ".join(full[:-1]),
+            "drawn once (the first); the others compute the same ops on their own inputs:",
+            ", ".join(p[-1] for p in run),
+        ]
+        own = self.run_absorbed.get(path, [])
+        if own:
+            kinds = {s.kind for _, s in own}
+            what = "captured" if kinds == {"capture"} else "inputs"
+            lines.append(
+                f"+{len(own)} {what} of the other blocks: " + ", ".join(s.label for _, s in own)
+            )
+            tip += [f"{s.kind} %{v.name}: {_vtype(v)} = {s.label}" for v, s in own[:12]]
+        self.scene[rid] = "cluster scope repeat"
+        sub.attr(
+            id=rid,
+            label=_label(lines, self.width * 2),
+            tooltip=_tooltip(tip),
+            style="filled,rounded,bold",
+            fillcolor=SCOPE_FILL[len(path) % 2],
+            color="#595959",
+            fontcolor="#262626",
+            fontsize="11",
+            penwidth="2",
+            labeljust="l",
+            _attributes={"class": "scope repeat"},
         )
 
     def _loop(self, dot, u: _Unit, node):
@@ -1063,7 +1244,7 @@ class _Builder:
         if self.backward:
             classes.append("backward")
             fill = BACKWARD_FILL
-        tip = [format_node(n, comment=False), f"kind: {kind}"]
+        tip = [format_node(n, comment=False), f"kind: {kind}", self._pin(u.id, n.outputs[0].name)]
         if n.source is not None:
             where = f"{n.source.file}:{n.source.line}"
             tip.append(f"{where}  {n.source.text}".rstrip())
@@ -1151,8 +1332,26 @@ class _Builder:
                 },
             )
 
+    def _pin(self, drawn_id, key) -> str:
+        """Draw ``drawn_id`` on the row of the forward node ``pin_to`` names for ``key``;
+        returns the line its tooltip gets (empty if it has no row)."""
+        at = self.pin_to.get(key)
+        if at is None:
+            return ""
+        self.pins[drawn_id] = at
+        return at[1]
+
     def _data_edge(self, dot, tail, head, v: Var, consumer):
         attrs = {"class": "data"}
+        from_forward = tail in self.elsewhere_ids
+        if from_forward:  # the backward half reads a forward value
+            attrs.update({"class": "data saved", "color": "#7f9cc7"})
+            self.reads_forward.add((tail, head))
+        row = self.pins.get(head, (None,))[0]
+        placed = from_forward or tail in self.pins or head.startswith(self.pid("output-"))
+        if row is not None and placed and self.pins.get(tail, (None,))[0] != row != tail:
+            attrs["constraint"] = "false"  # the forward half's rows place its ends
+        # (an edge within one row is a flat edge: it orders the row left to right)
         label = _vtype(v) if self.o.show_shapes else ""
         tip = f"%{v.name}: {_vtype(v)}"
         if consumer is not None and _kind(consumer.op) == "elementwise":
@@ -1179,6 +1378,87 @@ def _graph_of(x) -> Graph:
     raise TypeError(
         f"render() takes a Traced, a Graph or an object with a .graph; got {type(x).__name__}"
     )
+
+
+def _replayed(graph: Graph, fgraph: Graph, links: dict, fby: dict) -> dict:
+    """The backward graph's inputs and replayed forward ops that the forward half draws
+    (same name, same op, same inputs) -> the forward half's id for them."""
+    finputs = {v.name for v in fgraph.inputs}
+    fnode = {o.name: n for n in fgraph.nodes for o in n.outputs}
+    out = {
+        v: fby[v.name]
+        for v in graph.inputs
+        if links.get(v.name) == v.name and v.name in finputs and v.name in fby
+    }
+    const = {v for v, s in zip(graph.inputs, graph.specs) if s.kind == "const"}
+    for n in graph.nodes:
+        f = fnode.get(n.outputs[0].name)
+        if (
+            f is None
+            or f.op != n.op
+            or [o.name for o in f.outputs] != [o.name for o in n.outputs]
+            or any(links.get(o.name) != o.name or o.name not in fby for o in n.outputs)
+            or len(f.inputs) != len(n.inputs)
+        ):
+            continue
+        if all(
+            b in const or (b in out and isinstance(a, Var) and a.name == b.name)
+            for a, b in zip(f.inputs, n.inputs)
+            if isinstance(b, Var)
+        ):
+            out.update((o, fby[o.name]) for o in n.outputs)
+    return out
+
+
+def _rows(graph: Graph, fgraph: Graph, links: dict, fby: dict, gradient_of) -> dict:
+    """Where each backward value is drawn: on the row of the forward node whose gradient rule
+    computed it (a cotangent of an output: on that output's row; a gradient: on its input's)."""
+    fnode = {o.name: n for n in fgraph.nodes for o in n.outputs}
+    inputs = {v.name for v in graph.inputs}
+    out: dict = {}
+    for b, f in links.items():
+        if f not in fby or b == f:
+            continue
+        if b in inputs:
+            text = f"cotangent of %{f}: where the gradient of it starts"
+        elif f in fnode:
+            text = "in the gradient of " + format_node(fnode[f], comment=False)
+        else:
+            text = f"in the gradient of input %{f}"
+        out[b] = (fby[f], text)
+    finputs = {v.name for v in fgraph.inputs}
+    for k, f in enumerate(gradient_of):
+        if f in fby:
+            what = f"the gradient with respect to %{f}" if f in finputs else f"the value %{f}"
+            out[("output", k)] = (fby[f], what)
+    return out
+
+
+def _draw_rows(dot, bb: _Builder):
+    """Each backward node on the row of its forward node (``rank=same``), and one light link
+    from the forward node to the last of them (the gradient leaving the row), unless a data
+    edge already joins the forward node to the row."""
+    rows: dict = defaultdict(list)
+    for drawn, (fid, _) in bb.pins.items():
+        if drawn in bb.drawn:
+            rows[fid].append(drawn)
+    for fid, drawn in rows.items():
+        names = " ".join(_quote(i) for i in [fid, *drawn])
+        dot.rows += (f"\t{{rank=same; {names}}}\n",)
+        dot.body.append(dot.rows[-1])
+        if any((fid, d) in bb.reads_forward for d in drawn):
+            continue
+        _add_edge(dot, fid, drawn[-1], {
+            "class": "link", "style": "dashed", "color": "#bfbfbf", "penwidth": "0.8",
+            "arrowhead": "none", "constraint": "false",
+            "tooltip": bb.pins[drawn[-1]][1],
+        })  # fmt: skip
+
+
+def _drawn_once(graph: Graph) -> int:
+    """How many op nodes draw ``graph`` with its repeated blocks drawn once."""
+    units, _ = _Builder(graph, _Options(collapse_repeats=True)).units()
+    return len(units)
 
 
 def _auto_depth(graph: Graph):
@@ -1233,13 +1513,20 @@ def render(
     show_constants : bool
         Draw constant inputs and literal arguments (``multiply(·, 2)``); ``False`` hides them.
     collapse_repeats : bool or None
-        Draw consecutive identical sibling scopes (the same layer called N times) as one
-        node marked ``×N``. ``None``: for graphs of more than ``REPEATS_ABOVE`` (300) ops,
-        with a note saying so (``False`` draws every block).
+        Draw consecutive identical sibling scopes (the same layer called N times) once: the
+        first block's ops in a cluster marked ``×N``, values entering and leaving it, and a
+        dashed "next block" edge where a block reads what the one before it made. ``None``:
+        for graphs of more than ``REPEATS_ABOVE`` (300) ops, with a note saying so (``False``
+        draws every block); the automatic ``depth`` then applies only if the graph drawn so
+        is still too large.
     max_label_width : int
         Longer label lines are cut with ``…`` (full text in the tooltip).
     with_forward : bool
-        For a backward graph: draw its forward graph on the same canvas, linked by dashed edges.
+        For a backward graph: draw its forward graph on the same canvas. Each backward op
+        is drawn on the row of the forward op whose gradient rule made it (``rank=same``), so
+        the gradients run up beside the forward ops; the forward values it replays are drawn
+        once, in the forward half, and read from there (``data saved``); a light line joins
+        a forward op to its row where no data edge does.
     loops : "roll" or "unroll"
         ``"roll"`` draws a loop's body once in a cluster; ``"unroll"`` draws every iteration, as
         ``tk.trace(..., loops="unroll")`` records them (without a compiled graph's kernels).
@@ -1267,9 +1554,16 @@ def render(
     notes, auto_repeats = [], []  # auto_repeats: graphs drawn with collapse_repeats by default
 
     def opts_for(g):
+        repeats = collapse_repeats
+        if repeats is None:
+            repeats = len(g.nodes) > REPEATS_ABOVE
+            if repeats:
+                auto_repeats.append(g)
         d = depth
         if d is None:
             d = _auto_depth(g)
+            if d is not None and repeats and _drawn_once(g) <= COLLAPSED_TARGET:
+                d = None  # its repeated blocks drawn once, every op of the rest fits
             if d is not None:
                 notes.append(
                     f"{g.name}: {len(g.nodes):,} ops, drawn with scopes collapsed below depth={d}. "
@@ -1279,11 +1573,6 @@ def render(
             d = None
         elif not isinstance(d, int | np.integer) or d < 0:
             raise ValueError(f"depth must be a non-negative int, 'all' or None; got {depth!r}")
-        repeats = collapse_repeats
-        if repeats is None:
-            repeats = len(g.nodes) > REPEATS_ABOVE
-            if repeats:
-                auto_repeats.append(g)
         return _Options(
             depth=None if d is None else int(d),
             show_shapes=show_shapes,
@@ -1335,40 +1624,28 @@ def render(
                   fontcolor="#44546a", fontsize="13")  # fmt: skip
         fb = _Builder(fgraph, opts_for(fgraph), prefix="fwd-", values=fvalues)
         fsrc = fb.build(fsub)
+        fby = {v.name: s for v, s in fsrc.items()}
+        links = {str(b): str(f) for b, f in dict(links).items()}
         bsub = graphviz.Digraph(name="cluster_backward")
-        bsub.attr(id="graph-backward", label="backward", style="rounded", color="#c0504d",
-                  fontcolor="#c0504d", fontsize="13")  # fmt: skip
+        bsub.attr(id="graph-backward", label="backward (gradients flow up)", style="rounded",
+                  color="#c0504d", fontcolor="#c0504d", fontsize="13")  # fmt: skip
+        gradient_of = getattr(x, "gradient_of", None) or ()
         bb = _Builder(graph, opts_for(graph), values=values, kernels=kernels, refusals=refusals,
-                      backward=True, offsets=offsets)  # fmt: skip
-        bsrc = bb.build(bsub)
+                      backward=True, offsets=offsets,
+                      elsewhere=_replayed(graph, fgraph, links, fby),
+                      pin_to=_rows(graph, fgraph, links, fby, gradient_of))  # fmt: skip
+        bb.build(bsub)
         dot.subgraph(fsub)
         dot.subgraph(bsub)
         dot.scene = {**fb.scene, **bb.scene}
-        fby = {v.name: s for v, s in fsrc.items()}
-        bby = {v.name: s for v, s in bsrc.items()}
-        for bname, fname in dict(links).items():
-            tail, head = fby.get(str(fname)), bby.get(str(bname))
-            if tail is None or head is None or tail == head:
-                continue
-            _add_edge(
-                dot,
-                tail,
-                head,
-                {
-                    "class": "link",
-                    "style": "dashed",
-                    "color": "#a6a6a6",
-                    "penwidth": "0.8",
-                    "arrowhead": "empty",
-                    "constraint": "false",
-                    "tooltip": f"forward %{fname} -> backward %{bname}",
-                },
-            )
+        dot.stands_for = {**fb.stands_for(), **bb.stands_for()}
+        _draw_rows(dot, bb)
     else:
         b = _Builder(graph, opts_for(graph), values=values, kernels=kernels, refusals=refusals,
                      offsets=offsets)  # fmt: skip
         b.build(dot)
         dot.scene = b.scene
+        dot.stands_for = b.stands_for()
 
     if auto_repeats and any("repeat" in c.split() for c in dot.scene.values()):
         g = auto_repeats[0]
