@@ -288,7 +288,8 @@ def backward(
         rule = OPS[node.op].vjp
         where = f" at {node.source} `{node.source.text}`" if node.source else ""
         if node in saved:
-            rule = functools.partial(_loop_rule, node, saved[node], ctx)
+            running = _running_totals(node, saved[node], ct)
+            rule = functools.partial(_loop_rule, node, saved[node], ctx, running)
         if rule is None:
             raise TraceError(f"op {node.op!r} has no gradient rule (in: {node}){where}")
         ctx.at = (node.source, node.scope)
@@ -373,10 +374,23 @@ def backward(
     return b
 
 
-def _loop_rule(node, saved, ctx, g, outs, *ins, **attrs):
+def _loop_rule(node, saved, ctx, running, g, outs, *ins, **attrs):
     """The gradient rule of a loop, called as the op table's rules are."""
     gs = list(g) if len(node.outputs) > 1 else [g]
-    return loop_grad.loop_vjp(ctx, node, gs, list(ins), saved)
+    return loop_grad.loop_vjp(ctx, node, gs, list(ins), saved, running)
+
+
+def _running_totals(node, saved, ct: dict) -> dict:
+    """``{position: cotangent}``: the cotangents that loop ``node``'s invariants have so far
+    (taken out of ``ct``), from which its reverse loop's sums start (their gradients then
+    include them): a loop inside a reverse loop adds into its total instead of into zeros
+    added to it after."""
+    running = {}
+    for i in saved.totals:
+        x = node.inputs[i]
+        if isinstance(x, Var) and x in ct and node.inputs.index(x) == i and not x.weak:
+            running[i] = _dense(ct.pop(x))
+    return running
 
 
 def _stores_late(nodes: list) -> list:

@@ -254,10 +254,12 @@ def _like(v: Var, name: str, taken: set) -> Var:
 
 
 # ---------------------------------------------------------------------- the reverse loop
-def loop_vjp(ctx, node: Node, gs: list, ins: list, saved: Saved) -> list:
+def loop_vjp(ctx, node: Node, gs: list, ins: list, saved: Saved, running=None) -> list:
     """Cotangents of loop ``node``'s inputs (``ins``, traced in ``ctx``; None where none) from
     those of its outputs (``gs``, None where none): a reverse loop over the rows that
-    :func:`replay` saved."""
+    :func:`replay` saved. ``running``: ``{position: cotangent}`` of invariants whose sums
+    start there (their cotangents returned include it), not at zero."""
+    running = running or {}
     body, c, trips = node.attrs["body"], node.attrs["carried"], node.attrs["trips"]
     n_in, n_out = len(body.inputs), len(body.outputs)
     plain = n_out - node.attrs.get("stacked", 0)
@@ -305,7 +307,7 @@ def loop_vjp(ctx, node: Node, gs: list, ins: list, saved: Saved) -> list:
     # the reverse loop in the backward trace
     start = [gs[i] if gs[i] is not None else _zeros(ctx, body.outputs[i]) for i in d_state]
     start += [gs[j] for j in d_plain]
-    start += [_zeros(ctx, sums[i]) for i in sums]
+    start += [running[i] if i in running else _zeros(ctx, sums[i]) for i in sums]
     loop_ins = start + list(saved.rows) + list(ins[c:]) + [gs[s] for s in d_rows]
     loop_ins += saved.consts
     attrs = {"body": reverse, "trips": trips, "carried": carried, "stacked": 0}
