@@ -19,14 +19,22 @@ before running it backwards. Memory holds ``trips / S`` states and ``S`` iterati
 residuals instead of ``trips`` iterations' residuals, for one more forward pass.
 
 An index that moves with the forward loop (``a[t]``, ``out[t] = ...``) moves the other way in
-the reverse loop. Split into segments, such a loop's segment counts its iterations from where
-it starts (its ``start``: ``S * j`` in segment ``j``, an index moving with the loop over
-segments), and so does the reverse loop of a segment, backwards (``-S * j``); the rows of the
-residuals a reverse loop reads are counted from 0 in each segment (a ``local``
-:class:`~tracekit.ir.Affine`). A while loop is differentiated as the loop its traced
-iterations were (:func:`~tracekit.loops.unroll.fixed_trips`: its condition guarded true in
-each iteration but the last), so data that needs another count fails a guard, and ``tk.grad``
-traces again.
+the reverse loop, and an iteration of it works on the slices it indexes, not on the arrays they
+are in: the gradient of ``a[t]`` is zero but in row ``t`` (:class:`~tracekit.ops.Scattered`),
+and the body's backward graph adds it into the running sum of ``a``'s gradient that the reverse
+loop carries (an input of that graph: ``totals`` of :func:`tracekit.autodiff.backward`) at row
+``t`` alone; the gradient of ``out[t] = v`` reads row ``t`` of the cotangent of ``out``, then
+clears it (a store the CPU runner makes in place).
+
+Split into segments, such a loop's segment counts its iterations from where it starts (its
+``start``: ``S * j`` in segment ``j``, an index moving with the loop over segments), and so
+does the reverse loop of a segment, backwards (``-S * j``); the rows of the residuals a reverse
+loop reads are counted from 0 in each segment (a ``local`` :class:`~tracekit.ir.Affine`); the
+reverse loop of a segment starts its sums from the running totals of the loop over segments.
+
+A while loop is differentiated as the loop its traced iterations were
+(:func:`~tracekit.loops.unroll.fixed_trips`: its condition guarded true in each iteration but
+the last), so data that needs another count fails a guard, and ``tk.grad`` traces again.
 
 >>> import numpy as np, tracekit as tk
 >>> def f(x):
