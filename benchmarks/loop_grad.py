@@ -12,6 +12,12 @@ their offsets.
     .venv/bin/python benchmarks/loop_grad.py                 # 1,000 steps on a 256x256 state
     .venv/bin/python benchmarks/loop_grad.py --steps 100 --size 64
     .venv/bin/python benchmarks/loop_grad.py --program moving
+    .venv/bin/python benchmarks/loop_grad.py --before /tmp/old   # and another checkout's rows
+
+``--before DIR``: the tracekit rows again with the tracekit of another checkout at ``DIR`` (an
+earlier revision, ``git archive REV | tar -x -C DIR``), in the same run. ``--rounds N``: every
+row N times, the rows interleaved (a loaded machine slows them alike); build and first call
+are the first round's, warm ms the median of the rounds' medians.
 """
 
 from __future__ import annotations
@@ -79,8 +85,11 @@ def _with_fori(steps, kind):
     return with_fori
 
 
-def run_one(how: str, steps: int, size: int, repeats: int, kind: str = "plain") -> dict:
-    """In this process: build the gradient function, call it ``repeats`` times; the numbers."""
+def run_one(
+    how: str, steps: int, size: int, repeats: int, kind: str = "plain", root: Path = ROOT
+) -> dict:
+    """In this process: build the gradient function, call it ``repeats`` times; the numbers
+    (tracekit imported from the checkout at ``root``)."""
     args = _data(size, steps, kind)
     if how == "jax":
         import jax
@@ -95,7 +104,7 @@ def run_one(how: str, steps: int, size: int, repeats: int, kind: str = "plain") 
         def call():
             return np.asarray(fn(*on_device).block_until_ready())
     else:
-        sys.path.insert(0, str(ROOT))
+        sys.path.insert(0, str(root))
         import tracekit as tk
 
         checkpoint = None if how == "residuals" else int(how.split("=")[1])
@@ -117,7 +126,7 @@ def run_one(how: str, steps: int, size: int, repeats: int, kind: str = "plain") 
         start = time.perf_counter()
         call()
         times.append(time.perf_counter() - start)
-    np.save(f"/tmp/loop_grad_{kind}_{how.replace('=', '')}.npy", grad)
+    np.save(_saved(kind, how, root), grad)
     return {
         "how": how,
         "build_s": build,
@@ -128,42 +137,65 @@ def run_one(how: str, steps: int, size: int, repeats: int, kind: str = "plain") 
     }
 
 
+def _other(root) -> bool:
+    """``root`` is another checkout than this one (``--before``)."""
+    return Path(root).resolve() != ROOT
+
+
+def _saved(kind: str, how: str, root: Path) -> str:
+    where = "_before" if _other(root) else ""
+    return f"/tmp/loop_grad_{kind}_{how.replace('=', '')}{where}.npy"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--size", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--program", choices=("plain", "moving"), default="plain")
+    ap.add_argument("--before", type=Path, help="another checkout: its tracekit rows too")
+    ap.add_argument("--rounds", type=int, default=1, help="each row this many times, interleaved")
     ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
-        print(json.dumps(run_one(args.one, args.steps, args.size, args.repeats, args.program)))
+        row = run_one(args.one, args.steps, args.size, args.repeats, args.program, args.root)
+        print(json.dumps(row))
         return
     segment = max(1, int(round(args.steps**0.5)))
-    hows = ["residuals", "checkpoint=1", f"checkpoint={segment}", "jax"]
+    hows = ["residuals", "checkpoint=1", f"checkpoint={segment}"]
+    runs = [(how, ROOT) for how in hows]
+    if args.before is not None:
+        runs += [(how, args.before) for how in hows]
+    runs.append(("jax", ROOT))
     state_mb = args.size * args.size * 8 / 2**20
     what = "loop" if args.program == "plain" else "loop whose indices move"
     print(
         f"gradient of a {args.steps}-step {what} on a {args.size}x{args.size} float64 state "
         f"({state_mb:.2f} MB a state; {args.steps} states: {args.steps * state_mb:.0f} MB)"
     )
-    rows = []
-    for how in hows:
-        cmd = [sys.executable, __file__, "--one", how, "--steps", str(args.steps)]
-        cmd += ["--size", str(args.size), "--repeats", str(args.repeats)]
-        cmd += ["--program", args.program]
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True)
-        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    rows = [{"how": how, "root": str(root), "warm": []} for how, root in runs]
+    for _ in range(args.rounds):
+        for r in rows:
+            cmd = [sys.executable, __file__, "--one", r["how"], "--steps", str(args.steps)]
+            cmd += ["--size", str(args.size), "--repeats", str(args.repeats)]
+            cmd += ["--program", args.program, "--root", r["root"]]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+            got = json.loads(out.stdout.strip().splitlines()[-1])
+            r["warm"].append(got["warm_ms"])
+            r.update({k: v for k, v in got.items() if k not in r})  # the first round's
     ref = np.load(f"/tmp/loop_grad_{args.program}_jax.npy")
     head = ["build s", "first call s", "warm ms", "peak RSS MB", "growth MB", "max |g - jax|"]
-    print(f"{'':16s} " + " ".join(f"{h:>13s}" for h in head))
+    print(f"{'':23s} " + " ".join(f"{h:>13s}" for h in head))
     for r in rows:
-        g = np.load(f"/tmp/loop_grad_{args.program}_{r['how'].replace('=', '')}.npy")
+        g = np.load(_saved(args.program, r["how"], r["root"]))
         diff = float(np.max(np.abs(g - ref)))
         growth = r["peak_rss_mb"] - r["rss_before_mb"]
-        cells = [f"{r['build_s']:13.2f}", f"{r['first_s']:13.2f}", f"{r['warm_ms']:13.1f}"]
+        warm = float(np.median(r["warm"]))
+        cells = [f"{r['build_s']:13.2f}", f"{r['first_s']:13.2f}", f"{warm:13.1f}"]
         cells += [f"{r['peak_rss_mb']:13.0f}", f"{growth:13.0f}", f"{diff:13.2e}"]
-        print(f"{r['how']:16s} " + " ".join(cells))
+        label = f"before {r['how']}" if _other(r["root"]) else r["how"]
+        print(f"{label:23s} " + " ".join(cells))
 
 
 if __name__ == "__main__":

@@ -771,3 +771,34 @@ def test_compiled_backward_equals_interpreted(name, target):
     ct = np.ones(())
     for got, want in zip(c(*args, ct), b(*args, ct)):
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+def _slices_read(x):
+    return np.sum(np.sin(x[0]) * x[1]) + np.sum(x[1:3] ** 2) + np.sum(x[3, ::2])
+
+
+def _slices_and_whole_read(x):
+    return _slices_read(x) + np.sum(x * 0.5)
+
+
+@pytest.mark.parametrize("fn", [_slices_read, _slices_and_whole_read])
+def test_gradients_of_slices_add_into_one_cotangent_at_their_slices(fn):
+    """The gradient of ``x[0]`` (of ``x[1:3]``, ``x[3, ::2]``) is zero but in its slice: it
+    adds into the cotangent ``x`` already has there alone (a read, a sum and a store of the
+    slice), not as an array of zeros of ``x``'s shape, written at the slice, added whole. One
+    array of zeros where no whole-array gradient comes; the result is NumPy's."""
+    x = U((4, 6))
+    b = tk.vjp(tk.trace(fn, x))
+    whole = [n for n in b.graph.nodes if n.out.shape == x.shape and not ops.OPS[n.op].store]
+    assert not [n for n in whole if n.op == "add"], str(b.graph)
+    zeros = [n for n in whole if n.op == "full"]
+    assert len(zeros) == (1 if fn is _slices_read else 0), str(b.graph)
+    want = np.zeros_like(x)
+    want[0] += np.cos(x[0]) * x[1]
+    want[1] += np.sin(x[0])
+    want[1:3] += 2 * x[1:3]
+    want[3, ::2] += 1
+    want += 0.5 if fn is _slices_and_whole_read else 0.0
+    c = tk.compile(b, target="cpu", progress=False)
+    for (got,) in (b(x, np.ones(())), c(x, np.ones(()))):
+        np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-15)

@@ -1146,6 +1146,29 @@ def test_a_loop_whose_indices_move_differentiates_as_a_reverse_loop_like_jax():
         np.testing.assert_allclose(g, np.asarray(e), rtol=1e-10, atol=1e-12)
 
 
+def test_the_reverse_loop_of_moving_indices_works_on_their_rows_alone():
+    """In the reverse loop, the gradient of ``a[i]`` and ``a[i + 1, ::-1]`` adds into the
+    running total of ``a``'s gradient at those rows alone, and that of ``out[i, 1:] = ...``
+    clears a row of the cotangent of ``out``: no value of ``a``'s or ``out``'s whole shape
+    is made in an iteration but by those stores into the carried cotangents, each after the
+    reads of the buffer it writes (so a runner stores in place, not into a copy)."""
+    args = MOVING["driven"][1](0)
+    with quiet():
+        b = tk.vjp(tk.trace(_driven, *_copies(args)))
+    reverse = [n for n in b.graph.nodes if OPS[n.op].kind == "control"][-1]
+    body = reverse.attrs["body"]
+    cotangents = set(body.inputs[: reverse.attrs["carried"]])  # and the stores into them
+    stores = 0
+    for i, n in enumerate(body.nodes):
+        if any(o.shape == args[0].shape for o in n.outputs):  # a's and out's: (61, 9)
+            assert OPS[n.op].store and n.inputs[0] in cotangents, str(body)
+            later = body.nodes[i + 1 :]
+            assert not any(n.inputs[0] in m.inputs for m in later), str(body)
+            cotangents.add(n.out)
+            stores += 1
+    assert stores == 3, str(body)  # a's total at rows i and i + 1, out's cotangent at row i
+
+
 def window_sums(x, a, steps=23):
     for t in range(steps):
         x = np.sin(x + a[t : t + 3].sum(axis=0)) * 0.8  # a window moving with the loop

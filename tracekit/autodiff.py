@@ -36,7 +36,7 @@ from .ir import Graph, Guard, Var
 from .loops import grad as loop_grad
 from .loops import unroll
 from .loops.unroll import fixed_trips
-from .ops import NON_DIFFERENTIABLE, OPS, sum_to
+from .ops import NON_DIFFERENTIABLE, OPS, Scattered, sum_to
 from .passes import dce
 from .pyop import tracing_workspace
 from .saving import as_traced
@@ -141,15 +141,36 @@ def _literal(ctx, x, consts):
 
 def _fit(c, v: Var, ref):
     """Cotangent ``c`` summed over broadcast axes and cast to ``v``'s shape and dtype."""
+    if isinstance(c, Scattered):
+        return c.cast(lambda x: _cast(x, v.dtype))  # (of ``v``'s shape)
     if not isinstance(c, T.TracedArray):
         c = ref._ctx.lift(np.asarray(c))
     if c.shape != v.shape:
         c = sum_to(c, v.shape)
-    if c.dtype.kind == "c" and v.dtype.kind != "c":
+    return _cast(c, v.dtype)
+
+
+def _cast(c, dtype):
+    if c.dtype.kind == "c" and dtype.kind != "c":
         c = np.real(c)
-    if c.dtype != v.dtype:
-        c = T.astype(c, v.dtype, False)
+    if c.dtype != dtype:
+        c = T.astype(c, dtype, False)
     return c
+
+
+def _sum(a, b):
+    """Two cotangents of one value added: a :class:`~tracekit.ops.Scattered` one into the
+    other at its slice alone."""
+    if isinstance(b, Scattered):
+        a, b = b, a
+    if not isinstance(a, Scattered):
+        return a + b
+    return a.added_to(_dense(b))
+
+
+def _dense(c):
+    """Cotangent ``c`` as an array (None stays None)."""
+    return c.dense() if isinstance(c, Scattered) else c
 
 
 def _zeros(ctx, v: Var):
@@ -161,7 +182,15 @@ def _leaf_args(graph: Graph) -> list:
     return [i for i, s in enumerate(graph.specs) if s.kind == "arg"]
 
 
-def backward(t: Traced, wrt=None, *, seed: bool = False, with_value: bool = False, checkpoint=None):
+def backward(
+    t: Traced,
+    wrt=None,
+    *,
+    seed: bool = False,
+    with_value: bool = False,
+    checkpoint=None,
+    totals=(),
+):
     """The backward Traced of ``t`` (see :func:`vjp`).
 
     ``wrt``: positions of the argument leaves to differentiate (default: every float or complex
@@ -169,6 +198,9 @@ def backward(t: Traced, wrt=None, *, seed: bool = False, with_value: bool = Fals
     ``with_value``: the forward results come first in the outputs, then the gradients.
     ``checkpoint``: loops save their state every that many iterations (see
     :mod:`tracekit.loops.grad`) instead of their residuals in every iteration.
+    ``totals``: positions of ``wrt`` whose gradient is added to a running total, an input after
+    the output cotangents (a reverse loop's sum over its iterations): a gradient that is zero
+    but in a slice adds into the total there alone.
     """
     # a loop's gradient is a reverse loop (tracekit.loops.grad), or it is unrolled; a while
     # loop is first the loop of its traced count (its condition guarded)
@@ -177,8 +209,8 @@ def backward(t: Traced, wrt=None, *, seed: bool = False, with_value: bool = Fals
     if checkpoint is not None and checkpoint > 1:
         g, recompute = loop_grad.segmented(g, checkpoint)
 
-    def body_backward(body_traced, body_wrt):
-        return backward(body_traced, body_wrt, checkpoint=checkpoint)
+    def body_backward(body_traced, body_wrt, body_totals):
+        return backward(body_traced, body_wrt, checkpoint=checkpoint, totals=body_totals)
 
     arg_pos = _leaf_args(g)
     if wrt is None:
@@ -241,7 +273,7 @@ def backward(t: Traced, wrt=None, *, seed: bool = False, with_value: bool = Fals
 
     def accumulate(v, c):
         c = _fit(c, v, env[v])
-        ct[v] = c if v not in ct else ct[v] + c
+        ct[v] = c if v not in ct else _sum(ct[v], c)
 
     ctx.at = (None, ())
     for o in results:
@@ -256,6 +288,13 @@ def backward(t: Traced, wrt=None, *, seed: bool = False, with_value: bool = Fals
             ct_args.append(c)
         if o in active:
             accumulate(o, c)
+    for k in totals:
+        v = g.inputs[arg_pos[k]]
+        ctx.link_to = v.name
+        name = ctx.fresh(f"sum_d{v.name}")
+        total = ctx.add_input(np.zeros(v.shape, v.dtype), "arg", name, name=name)
+        ct_args.append(total)
+        accumulate(v, total)
 
     # reverse sweep
     for node in reversed(g.nodes):
@@ -268,11 +307,13 @@ def backward(t: Traced, wrt=None, *, seed: bool = False, with_value: bool = Fals
         rule = OPS[node.op].vjp
         where = f" at {node.source} `{node.source.text}`" if node.source else ""
         if node in saved:
-            rule = functools.partial(_loop_rule, node, saved[node], ctx)
+            running = _running_totals(node, saved[node], ct)
+            rule = functools.partial(_loop_rule, node, saved[node], ctx, running)
         if rule is None:
             raise TraceError(f"op {node.op!r} has no gradient rule (in: {node}){where}")
         ctx.at = (node.source, node.scope)
         ctx.link_to = node.out.name
+        gs = [_dense(x) for x in gs]
         ins = [env[x] if isinstance(x, Var) else _literal(ctx, x, consts) for x in node.inputs]
         outs = [env[o] for o in node.outputs]
         single = len(node.outputs) == 1
@@ -299,7 +340,7 @@ def backward(t: Traced, wrt=None, *, seed: bool = False, with_value: bool = Fals
     for k in wrt:
         v = g.inputs[arg_pos[k]]
         ctx.link_to = v.name
-        c = ct.get(v)
+        c = _dense(ct.get(v))
         outputs.append((c if c is not None else _zeros(ctx, v)).ir_var)
         gradient_of.append(v.name)
 
@@ -318,7 +359,9 @@ def backward(t: Traced, wrt=None, *, seed: bool = False, with_value: bool = Fals
         writebacks=[],
         name=f"{g.name}_backward" if g.name.isidentifier() else "backward",
     )
-    graph, rename = _renumber(dce(graph), ctx.generated, ctx.taken - ctx.generated)
+    graph = dce(graph)
+    graph = graph.replace(nodes=_stores_late(graph.nodes))
+    graph, rename = _renumber(graph, ctx.generated, ctx.taken - ctx.generated)
     graph.check()
 
     # calling convention: (*primal args, *one cotangent per result) -> gradients
@@ -352,10 +395,46 @@ def backward(t: Traced, wrt=None, *, seed: bool = False, with_value: bool = Fals
     return b
 
 
-def _loop_rule(node, saved, ctx, g, outs, *ins, **attrs):
+def _loop_rule(node, saved, ctx, running, g, outs, *ins, **attrs):
     """The gradient rule of a loop, called as the op table's rules are."""
     gs = list(g) if len(node.outputs) > 1 else [g]
-    return loop_grad.loop_vjp(ctx, node, gs, list(ins), saved)
+    return loop_grad.loop_vjp(ctx, node, gs, list(ins), saved, running)
+
+
+def _running_totals(node, saved, ct: dict) -> dict:
+    """``{position: cotangent}``: the cotangents that loop ``node``'s invariants have so far
+    (taken out of ``ct``), from which its reverse loop's sums start (their gradients then
+    include them): a loop inside a reverse loop adds into its total instead of into zeros
+    added to it after."""
+    running = {}
+    for i in saved.totals:
+        x = node.inputs[i]
+        if isinstance(x, Var) and x in ct and node.inputs.index(x) == i and not x.weak:
+            running[i] = _dense(ct.pop(x))
+    return running
+
+
+def _stores_late(nodes: list) -> list:
+    """``nodes`` with each ``store`` (a functionalised write, as the gradient of ``x[t] = v``
+    clearing ``g[t]``) moved to just before the first node reading its result: after the reads
+    of the old contents of its base (``g[t]``, the gradient of ``v``), so that a runner writes
+    into the base's buffer instead of a copy of it."""
+    placed, waiting = [], {}
+
+    def place(n):
+        for x in n.var_inputs:
+            if x in waiting:
+                place(waiting.pop(x))
+        placed.append(n)
+
+    for n in nodes:
+        if OPS[n.op].store:
+            waiting.update((o, n) for o in n.outputs)
+        else:
+            place(n)
+    while waiting:
+        place(waiting.pop(next(iter(waiting))))
+    return placed
 
 
 def _renumber(graph: Graph, generated: set, reserved: set):

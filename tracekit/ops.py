@@ -1222,17 +1222,55 @@ def _pad_vjp(g, y, x, pad_width, constant_value):
 
 
 # -- indexing
+@dataclass(frozen=True)
+class Scattered:
+    """A cotangent of shape ``shape`` that is zero but at ``[idx]`` (with index ``arrays``),
+    where it is ``value``: what the gradient of an index gives. The engine adds it into a
+    cotangent it already has at ``[idx]`` alone (:meth:`added_to`: work of the slice, not of
+    the whole array, in each iteration of a loop reading ``a[t]``) and makes the whole array
+    (:meth:`dense`) only where it is the first cotangent of its value and is read."""
+
+    value: Tracer
+    arrays: tuple
+    idx: tuple
+    shape: tuple
+
+    @property
+    def dtype(self):
+        return self.value.dtype
+
+    def dense(self):
+        """The cotangent as an array: zeros, ``value`` written at ``[idx]``."""
+        z = _zeros(self.value, self.shape, self.value.dtype)
+        return self.added_to(z, zero_there=True)
+
+    def added_to(self, total, zero_there: bool = False):
+        """``total`` with ``value`` added at ``[idx]``: a read of the slice, a sum and a
+        store into it (a runner stores in place where ``total`` is not read again); a
+        scatter-add where index arrays may repeat a position. ``zero_there``: ``total`` is
+        zero at ``[idx]``, the store alone does."""
+        g = self.value
+        if self.arrays:
+            return _emit("index_add", [total, g, *self.arrays], g, idx=self.idx)
+        if not zero_there:
+            g = _emit("index", [total], g, idx=self.idx) + g
+        return _emit("index_update", [total, g], g, idx=self.idx)
+
+    def cast(self, fit):
+        """This cotangent with ``fit`` (a cast, a real part) applied to its value."""
+        return Scattered(fit(self.value), self.arrays, self.idx, self.shape)
+
+
 @defvjp("index")
 def _index_vjp(g, y, x, *arrays, idx):
-    z = _zeros(g, x.shape, g.dtype)
-    op = "index_add" if arrays else "index_update"
-    return (_emit(op, [z, g, *arrays], g, idx=idx),) + (None,) * len(arrays)
+    return (Scattered(g, tuple(arrays), tuple(idx), tuple(x.shape)),) + (None,) * len(arrays)
 
 
 @defvjp("index_update")
 def _index_update_vjp(g, y, x, value, *arrays, idx):
-    gx = _emit("index_update", [g, 0, *arrays], g, idx=idx)
+    # the read of g[idx] first: a runner then clears g[idx] in place, not in a copy of g
     gv = _emit("index", [g, *arrays], g, idx=idx) if _diff(value) else None
+    gx = _emit("index_update", [g, 0, *arrays], g, idx=idx)
     return (gx, gv) + (None,) * len(arrays)
 
 

@@ -19,14 +19,22 @@ before running it backwards. Memory holds ``trips / S`` states and ``S`` iterati
 residuals instead of ``trips`` iterations' residuals, for one more forward pass.
 
 An index that moves with the forward loop (``a[t]``, ``out[t] = ...``) moves the other way in
-the reverse loop. Split into segments, such a loop's segment counts its iterations from where
-it starts (its ``start``: ``S * j`` in segment ``j``, an index moving with the loop over
-segments), and so does the reverse loop of a segment, backwards (``-S * j``); the rows of the
-residuals a reverse loop reads are counted from 0 in each segment (a ``local``
-:class:`~tracekit.ir.Affine`). A while loop is differentiated as the loop its traced
-iterations were (:func:`~tracekit.loops.unroll.fixed_trips`: its condition guarded true in
-each iteration but the last), so data that needs another count fails a guard, and ``tk.grad``
-traces again.
+the reverse loop, and an iteration of it works on the slices it indexes, not on the arrays they
+are in: the gradient of ``a[t]`` is zero but in row ``t`` (:class:`~tracekit.ops.Scattered`),
+and the body's backward graph adds it into the running sum of ``a``'s gradient that the reverse
+loop carries (an input of that graph: ``totals`` of :func:`tracekit.autodiff.backward`) at row
+``t`` alone; the gradient of ``out[t] = v`` reads row ``t`` of the cotangent of ``out``, then
+clears it (a store the CPU runner makes in place).
+
+Split into segments, such a loop's segment counts its iterations from where it starts (its
+``start``: ``S * j`` in segment ``j``, an index moving with the loop over segments), and so
+does the reverse loop of a segment, backwards (``-S * j``); the rows of the residuals a reverse
+loop reads are counted from 0 in each segment (a ``local`` :class:`~tracekit.ir.Affine`); the
+reverse loop of a segment starts its sums from the running totals of the loop over segments.
+
+A while loop is differentiated as the loop its traced iterations were
+(:func:`~tracekit.loops.unroll.fixed_trips`: its condition guarded true in each iteration but
+the last), so data that needs another count fails a guard, and ``tk.grad`` traces again.
 
 >>> import numpy as np, tracekit as tk
 >>> def f(x):
@@ -88,8 +96,9 @@ def _inexact(v: Var) -> bool:
 class Saved:
     """What a loop's forward pass keeps for its reverse loop."""
 
-    backward: Graph  # the body's: (body inputs, a cotangent per output, constants) -> grads
+    backward: Graph  # the body's: (body inputs, a cotangent per output, totals, constants)
     wrt: list  # the body inputs it differentiates
+    totals: list  # the invariants among them: their gradients add into running totals
     kept: list  # the values of ``backward`` the forward loop stacks, one row per iteration
     rows: list  # those stacks, traced
     consts: list  # the traced inputs of ``backward``'s constants
@@ -99,18 +108,19 @@ def replay(ctx, node: Node, ins: list, backward, recompute: bool = False):
     """Emit loop ``node`` on ``ins`` in the backward trace ``ctx``, also stacking in every
     iteration what the reverse loop reads: the residuals, the body's values its backward graph
     reads (``recompute``: the carried state only, from which the reverse loop replays the
-    body). ``backward(traced, wrt)`` builds the body's backward graph. Returns (the loop's
-    outputs, :class:`Saved`)."""
+    body). ``backward(traced, wrt, totals)`` builds the body's backward graph. Returns (the
+    loop's outputs, :class:`Saved`)."""
     body, c = node.attrs["body"], node.attrs["carried"]
     n_in, n_out = len(body.inputs), len(body.outputs)
     wrt = [i for i in range(n_in) if _inexact(body.inputs[i])]
-    gb = _body_backward(body, ins, backward, wrt)
-    consts = gb.inputs[n_in + n_out :]
+    totals = [i for i in wrt if i >= c]
+    gb = _body_backward(body, ins, backward, wrt, totals)
+    consts = gb.inputs[n_in + n_out + len(totals) :]
     const_ins = [ctx.add_input(np.array(gb.constants[v]), "const", "const") for v in consts]
     if recompute:
         kept, computing = list(gb.inputs[:c]), []
     else:
-        kept, computing = _residuals(gb, n_in, n_out, c)
+        kept, computing = _residuals(gb, n_in, n_out + len(totals), c)
     ctx.taken |= {v.name for v in body.inputs} | value_names(body.nodes)
     made = _Body(ctx, body.name)
     made.inputs, made.nodes = list(body.inputs), list(body.nodes)
@@ -124,10 +134,10 @@ def replay(ctx, node: Node, ins: list, backward, recompute: bool = False):
     n = len(node.outputs)
     res = ctx.emit("loop", list(ins) + const_ins, attrs, n_out=n + len(kept))
     res = [res] if n + len(kept) == 1 else list(res)
-    return res[:n], Saved(gb, wrt, kept, res[n:], const_ins)
+    return res[:n], Saved(gb, wrt, totals, kept, res[n:], const_ins)
 
 
-def _body_backward(body: Graph, ins: list, backward, wrt: list) -> Graph:
+def _body_backward(body: Graph, ins: list, backward, wrt: list, totals: list) -> Graph:
     from ..traced import Traced
 
     examples = [x._value if hasattr(x, "_value") else x for x in ins]
@@ -138,11 +148,12 @@ def _body_backward(body: Graph, ins: list, backward, wrt: list) -> Graph:
         [None] * len(body.inputs),
         examples,
     )
-    return backward(t, wrt).graph
+    return backward(t, wrt, totals).graph
 
 
 def _residuals(gb: Graph, n_in: int, n_out: int, carried: int):
-    """(the residuals, the nodes computing them) of a body's backward graph ``gb``.
+    """(the residuals, the nodes computing them) of a body's backward graph ``gb``, whose
+    ``n_out`` inputs after the body's ``n_in`` are cotangents.
 
     The reverse loop reads values that depend on the carried state and not on a cotangent.
     Those an elementwise op or a view makes are computed again there from what they are made
@@ -251,15 +262,18 @@ def _like(v: Var, name: str, taken: set) -> Var:
 
 
 # ---------------------------------------------------------------------- the reverse loop
-def loop_vjp(ctx, node: Node, gs: list, ins: list, saved: Saved) -> list:
+def loop_vjp(ctx, node: Node, gs: list, ins: list, saved: Saved, running=None) -> list:
     """Cotangents of loop ``node``'s inputs (``ins``, traced in ``ctx``; None where none) from
     those of its outputs (``gs``, None where none): a reverse loop over the rows that
-    :func:`replay` saved."""
+    :func:`replay` saved. ``running``: ``{position: cotangent}`` of invariants whose sums
+    start there (their cotangents returned include it), not at zero."""
+    running = running or {}
     body, c, trips = node.attrs["body"], node.attrs["carried"], node.attrs["trips"]
     n_in, n_out = len(body.inputs), len(body.outputs)
     plain = n_out - node.attrs.get("stacked", 0)
     gb, wrt = saved.backward, saved.wrt
-    consts = gb.inputs[n_in + n_out :]
+    n_cot = n_out + len(saved.totals)
+    consts = gb.inputs[n_in + n_cot :]
     made = _Body(ctx, f"{body.name}  (reverse)")
     # carried: the cotangents of the state and of the plain outputs, the invariants' sums
     d_state = {i: made.input(body.outputs[i], "d") for i in range(c) if i in wrt}
@@ -268,7 +282,7 @@ def loop_vjp(ctx, node: Node, gs: list, ins: list, saved: Saved) -> list:
         for j in range(c, plain)
         if _inexact(body.outputs[j]) and gs[j] is not None
     }
-    sums = {i: made.input(body.inputs[i], "sum_d", weak=False) for i in wrt if i >= c}
+    sums = {i: made.input(body.inputs[i], "sum_d", weak=False) for i in saved.totals}
     carried = len(made.inputs)
     # invariants: the saved rows, the loop's invariants, the stacked outputs' cotangents
     rows = [made.input(_stack_of(v, trips), f"{v.name}[]") for v in saved.kept]
@@ -290,17 +304,18 @@ def loop_vjp(ctx, node: Node, gs: list, ins: list, saved: Saved) -> list:
             env[v] = made.node("index", [d_rows[j]], back, like=v)
         else:
             env[v] = made.zeros(v)
+    env.update(zip(gb.inputs[n_in + n_out : n_in + n_cot], sums.values()))
     env.update(zip(consts, const_vars))
     made.inline(_needed(gb.nodes, list(gb.outputs), set(env)), env, trips)
     grads = {i: env[o] for i, o in zip(wrt, gb.outputs)}
     nexts = [grads[i] for i in d_state]
     nexts += [made.zeros(d) for d in d_plain.values()]  # the last iteration's only
-    nexts += [made.node("add", [sums[i], grads[i]], {}, like=sums[i]) for i in sums]
+    nexts += [grads[i] for i in sums]  # (the body's backward added its gradient to sums[i])
     reverse = made.graph(nexts)
     # the reverse loop in the backward trace
     start = [gs[i] if gs[i] is not None else _zeros(ctx, body.outputs[i]) for i in d_state]
     start += [gs[j] for j in d_plain]
-    start += [_zeros(ctx, sums[i]) for i in sums]
+    start += [running[i] if i in running else _zeros(ctx, sums[i]) for i in sums]
     loop_ins = start + list(saved.rows) + list(ins[c:]) + [gs[s] for s in d_rows]
     loop_ins += saved.consts
     attrs = {"body": reverse, "trips": trips, "carried": carried, "stacked": 0}
