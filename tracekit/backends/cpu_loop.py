@@ -347,6 +347,17 @@ class _Driver:
     def _fill(self, dest, value, shape):
         self._loops(shape, lambda ix: f"{dest}[{ix}] = {value}")
 
+    def _row_store(self, stack: str, o: Var) -> list[str]:
+        """The lines storing body output ``o`` as row ``k`` of ``stack``: element loops (numba
+        compiles ``stack[k] = value`` through its generic slice assignment, seconds cold)."""
+        value = self.names[o]
+        if o in self.scalars or not o.shape:
+            return [f"{stack}[k] = {value}" if o in self.scalars else f"{stack}[k] = {value}[()]"]
+        names = [f"q{d}" for d in range(o.ndim)]
+        loops = ["    " * d + f"for {q} in range({n}):" for d, (q, n) in enumerate(zip(names, o.shape))]
+        ix = ", ".join(names)
+        return loops + ["    " * o.ndim + f"{stack}[k, {ix}] = {value}[{ix}]"]
+
     def _loops(self, shape, statement):
         if not shape:
             self.lines.append(statement("()"))
@@ -392,7 +403,7 @@ class _Driver:
         body = _unread_views_dropped(self.lines, self.view_lines, read_after)
         lines += ["        " + ln for ln in body]
         for s, o in enumerate(g.outputs[plain:]):
-            lines.append(f"        r_{s}[k] = {self.names[o]}")
+            lines += ["        " + ln for ln in self._row_store(f"r_{s}", o)]
         if c:
             lines.append(f"        {', '.join(state)}, = {', '.join(nexts)},")
         results = state + outs[c:plain] + [f"r_{s}" for s in range(stacked)]
