@@ -35,11 +35,6 @@ class Scope:
         self.name, self.frame, self.suppress, self.label = name, frame, suppress, name
 
 
-def _same(a: tuple, b: list) -> bool:
-    """Whether two sequences hold the same objects (identity: frames compare no other way)."""
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
-
-
 class TraceContext:
     """Everything one trace accumulates."""
 
@@ -71,7 +66,7 @@ class TraceContext:
         self._frame_names: dict = {}  # id(frame) -> (frame, name) for frames on the stack
         self._name_counts: dict = {}
         self._scope_counts: dict = {}
-        self._last_where = None  # (user frames, scopes, callers' lines and sources, scope path)
+        self._last_where = None  # (user frame, its callers, scopes, their lines, sources, scope path)
         self._producers: dict = {}  # Var -> the node computing it, for self.nodes[:_n_produced]
         self._n_produced = 0
 
@@ -84,7 +79,8 @@ class TraceContext:
     # -- where are we in the user's code
     def where(self):
         """(source, scope) of the op being recorded now."""
-        chain = []
+        callers = []  # the user's frames around the innermost one, innermost first
+        inner = None
         f = sys._getframe(2)
         stop, known = self.stop_code, USER_FILES
         while f is not None:
@@ -95,31 +91,36 @@ class TraceContext:
             if user is None:
                 user = is_user_frame(f)
             if user:
-                chain.append(f)
+                if inner is None:
+                    inner = f
+                else:
+                    callers.append(f)
             f = f.f_back
-        chain.reverse()
-        if not chain:
+        if inner is None:
             self.last_stack = ()
-            return None, self._scope_path(chain)
-        src = source_of(chain[-1])
+            return None, self._scope_path([])
+        src = source_of(inner)
+        callers.reverse()
+        outer_frames = tuple(callers)
+        lines = tuple([g.f_lineno for g in callers]) if callers else ()
         last = self._last_where
-        lines = tuple(g.f_lineno for g in chain[:-1])
-        # the same frames (held, so none is another object at a reused address) under the same
-        # scopes have the same scope path, and, their callers at the same lines (a generator's
-        # caller may resume it from another), the same call stack: a loop records thousands of
-        # ops from one frame
+        # the same frames (held, so none is another object at a reused address; frames and
+        # scopes compare by identity) under the same scopes have the same scope path, and,
+        # their callers at the same lines (a generator's caller may resume it from another),
+        # the same call stack: a loop records thousands of ops from one frame
         if (
             last is not None
-            and _same(last[0], chain)
-            and _same(last[1], self.scopes)
-            and last[2] == lines
+            and last[0] is inner
+            and last[1] == outer_frames
+            and last[2] == self.scopes
+            and last[3] == lines
         ):
-            self.last_stack = last[3] + (src,)
-            return src, last[4]
-        outer = tuple(source_of(g) for g in chain[:-1])
+            self.last_stack = last[4] + (src,)
+            return src, last[5]
+        outer = tuple([source_of(g) for g in callers])
         self.last_stack = outer + (src,)  # for rolling loops in callees
-        path = self._scope_path(chain)
-        self._last_where = (tuple(chain), tuple(self.scopes), lines, outer, path)
+        path = self._scope_path([*callers, inner])
+        self._last_where = (inner, outer_frames, list(self.scopes), lines, outer, path)
         return src, path
 
     def _scope_path(self, chain):
