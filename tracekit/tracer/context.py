@@ -177,17 +177,18 @@ class TraceContext:
 
     def emit(self, op, inputs, attrs=None, *, n_out=1, weak=False, view=False):
         """Compute ``op`` on the real values and record it; returns TracedArray(s)."""
-        attrs = FrozenDict(attrs or ())  # the node's own (a Node keeps a FrozenDict as it is)
-        tins = [self.lift(x) for x in inputs]
-        vals = [x._value if isinstance(x, TracedArray) else x for x in tins]
+        attrs = FrozenDict(attrs) if attrs else _NO_ATTRS  # a Node keeps a FrozenDict as it is
+        tins = [x if type(x) is TracedArray and x._ctx is self else self.lift(x) for x in inputs]
+        vals = [x._value if type(x) is TracedArray else x for x in tins]
         # an index moving with a loop (a loop body's backward pass is built from its first
         # iteration's values): computed where it is then, recorded as it moves
-        now = at_iteration(attrs, 0) if moves(attrs) else attrs
+        now = at_iteration(attrs, 0) if attrs and moves(attrs) else attrs
+        spec = OPS[op]
         try:
-            if self.lazy and OPS[op].whole_array:
+            if self.lazy and spec.whole_array:
                 out = _one_task(op, vals, now, n_out)
             else:
-                out = OPS[op].impl(*vals, **now)
+                out = spec.impl(*vals, **now)
         except TraceError:
             raise
         except Exception as e:
@@ -203,8 +204,13 @@ class TraceContext:
                 self.note_layout_choice(op, attrs, base, res)
                 return res
         outs = [out] if n_out == 1 else list(out)
-        vars_ = [self.new_var(np.shape(v), dtype_of(v), weak) for v in outs]
-        ins = [x.ir_var if isinstance(x, TracedArray) else x for x in tins]
+        vars_ = [
+            self.new_var(v.shape, v.dtype, weak)
+            if type(v) is np.ndarray
+            else self.new_var(np.shape(v), dtype_of(v), weak)
+            for v in outs
+        ]
+        ins = [x.ir_var if type(x) is TracedArray else x for x in tins]
         self.record(op, ins, attrs, vars_)
         res = [
             TracedArray(self, Buffer(v), (), (np.asarray(o).item() if weak else o))
@@ -389,6 +395,9 @@ class TraceContext:
         warnings.warn_explicit(
             msg, TracerWarning, src.file if src else "<unknown>", src.line if src else 0
         )
+
+
+_NO_ATTRS = FrozenDict()  # the attributes of every node without any (immutable: shared)
 
 
 def identifier(label: str) -> str:
