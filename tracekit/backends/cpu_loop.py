@@ -358,7 +358,9 @@ class _Driver:
         if o in self.scalars or not o.shape:
             return [f"{stack}[k] = {value}" if o in self.scalars else f"{stack}[k] = {value}[()]"]
         names = [f"q{d}" for d in range(o.ndim)]
-        loops = ["    " * d + f"for {q} in range({n}):" for d, (q, n) in enumerate(zip(names, o.shape))]
+        loops = [
+            "    " * d + f"for {q} in range({n}):" for d, (q, n) in enumerate(zip(names, o.shape))
+        ]
         ix = ", ".join(names)
         return loops + ["    " * o.ndim + f"{stack}[k, {ix}] = {value}[{ix}]"]
 
@@ -625,14 +627,20 @@ def driver_signature(body, shifted: bool = False, counted: bool = False):
     and the count the loop starts from; ``counted``: and its :func:`trip_count`)."""
     import numba
 
-    return tuple(
-        numba.typeof(np.asarray(0, v.dtype).item())
-        if v.weak
-        else numba.types.Array(numba.from_dtype(v.dtype), v.ndim, "C")
-        for v in body.inputs
-    ) + ((numba.int64,) if shifted else ()) + ((numba.int64,) if counted else ())
+    return (
+        tuple(
+            numba.typeof(np.asarray(0, v.dtype).item())
+            if v.weak
+            else numba.types.Array(numba.from_dtype(v.dtype), v.ndim, "C")
+            for v in body.inputs
+        )
+        + ((numba.int64,) if shifted else ())
+        + ((numba.int64,) if counted else ())
+    )
 
 
 def trip_count(node) -> int:
     """The iterations loop ``node``'s driver runs: its trips, a while loop's most."""
-    return node.attrs["max_iterations"] if node.attrs.get("cond") is not None else node.attrs["trips"]
+    return (
+        node.attrs["max_iterations"] if node.attrs.get("cond") is not None else node.attrs["trips"]
+    )

@@ -66,7 +66,9 @@ class TraceContext:
         self._frame_names: dict = {}  # id(frame) -> (frame, name) for frames on the stack
         self._name_counts: dict = {}
         self._scope_counts: dict = {}
-        self._last_where = None  # (user frame, its callers, scopes, their lines, sources, scope path)
+        self._last_where = (
+            None  # (user frame, its callers, scopes, their lines, sources, scope path)
+        )
         self._producers: dict = {}  # Var -> the node computing it, for self.nodes[:_n_produced]
         self._n_produced = 0
 
