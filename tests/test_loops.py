@@ -377,6 +377,46 @@ def test_a_stacked_element_of_the_state_runs_in_the_driver():
         np.testing.assert_allclose(g, w, rtol=1e-13)
 
 
+def stacks_matrices_and_sums(x, steps):
+    rows, sums = [], []
+    for _ in range(steps):
+        x = np.tanh(x) * 0.9 + 0.05
+        rows.append(x)  # a 2-d row of the stacked output
+        sums.append(x.sum())  # a 0-d one
+    return np.stack(rows), np.stack(sums)
+
+
+def test_stacked_rows_of_any_rank_are_stored_by_the_driver():
+    x = _r(6, 5, 3)
+    with quiet():
+        c = tk.compile(tk.trace(stacks_matrices_and_sums, x, 60), target="cpu", progress=False)
+    (run,) = c.program.loops.values()
+    assert run.how == "one numba function"
+    for g, w in zip(c(x, 60), stacks_matrices_and_sums(x, 60)):
+        np.testing.assert_allclose(g, w, rtol=1e-12)
+
+
+def damped(x, steps):
+    for _ in range(steps):
+        x = np.tanh(x) * 0.9 + 0.1
+    return x
+
+
+def test_one_loop_driver_serves_every_trip_count():
+    """The driver takes its trip count as an argument: the same loop traced for another
+    number of iterations compiles to the same source (and reuses its machine code)."""
+    x = np.linspace(-1.0, 1.0, 64)
+    sources = []
+    for steps in (50, 70, 300):
+        with quiet():
+            c = tk.compile(tk.trace(damped, x, steps), target="cpu", progress=False)
+        (run,) = c.program.loops.values()
+        assert run.how == "one numba function"
+        sources.append(run.source)
+        np.testing.assert_allclose(c(x, steps), damped(x, steps), rtol=1e-12)
+    assert sources[0] == sources[1] == sources[2]
+
+
 def hands_back_an_invariant(x, w, steps=40):
     for _ in range(steps):
         x, y = x * 0.5 + w, w  # y is the invariant w in every iteration

@@ -1255,3 +1255,25 @@ def test_returned_dicts_keep_the_functions_key_order():
         assert_same(got, f(x))
     t2 = tk.trace(lambda d: d["b"] - d["a"], {"b": x, "a": x})  # arguments: any key order
     assert_same(t2({"a": x, "b": x * 3}), x * 2)
+
+
+def test_tracing_collects_garbage_rarely_and_restores_the_collector():
+    """While tracing, the garbage collector's first threshold is raised (a trace keeps nearly
+    everything it makes); afterwards, and after a traced function that raises, it is back."""
+    import gc
+
+    seen = []
+
+    def f(x):
+        seen.append(gc.get_threshold()[0])
+        return x * 2.0
+
+    def fails(x):
+        raise ValueError("from the user's code")
+
+    before = gc.get_threshold()
+    tk.trace(f, np.ones(3))
+    assert seen[0] >= tk.traced.TRACING_GC_THRESHOLD and gc.get_threshold() == before
+    with pytest.raises(ValueError, match="user's code"):
+        tk.trace(fails, np.ones(3))
+    assert gc.get_threshold() == before

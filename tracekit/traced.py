@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import inspect
 import linecache
 import sys
@@ -91,22 +92,41 @@ def trace(
     slots: list = []
     ctx.capture_index = T.scan_captures(fn, slots=slots)
     ctx.stop_code = _call_user.__code__
-    try:
-        T.install_captures(ctx, slots)
-        result = _call_user(ctx, fn, pytree.unflatten(in_tree, args))
-    except BaseException:
-        T.restore_captures(ctx, slots, record=False)
-        raise
-    T.restore_captures(ctx, slots)
-    graph, out_tree, notes = _finish(
-        ctx, result, len(args), name or _fn_name(fn), loops, max_iterations
-    )
+    with _rare_collections():
+        try:
+            T.install_captures(ctx, slots)
+            result = _call_user(ctx, fn, pytree.unflatten(in_tree, args))
+        except BaseException:
+            T.restore_captures(ctx, slots, record=False)
+            raise
+        T.restore_captures(ctx, slots)
+        graph, out_tree, notes = _finish(
+            ctx, result, len(args), name or _fn_name(fn), loops, max_iterations
+        )
     ctx._last_where = None  # it holds a frame of the user's, with its locals
     traced = Traced(graph, in_tree, out_tree, ctx.capture_getters, leaves, fn=fn)
     traced.notes = [str(n) for n in notes]
     if keep_values:
         traced.values = traced.run_values(*example_args)
     return traced
+
+
+# young objects between the cyclic garbage collector's passes while tracing: a trace keeps
+# nearly every object it makes (nodes, values, their tuples), so each pass would walk objects
+# that all survive; a loop's thousands of recorded ops spent a third of their time there
+TRACING_GC_THRESHOLD = 100_000
+
+
+@contextlib.contextmanager
+def _rare_collections():
+    """The garbage collector's first threshold raised to ``TRACING_GC_THRESHOLD`` for the
+    duration (restored after; collections still happen, rarely)."""
+    before = gc.get_threshold()
+    gc.set_threshold(max(before[0], TRACING_GC_THRESHOLD), *before[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
 
 
 def _call_user(ctx, fn, args):

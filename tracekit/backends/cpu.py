@@ -26,7 +26,14 @@ from ..pyop import check_results
 from . import cache
 from . import scalar as S
 from .control import loop_runner, prepared
-from .cpu_loop import NoDriver, driver_signature, driver_source, input_preparer, prepared_argument
+from .cpu_loop import (
+    NoDriver,
+    driver_signature,
+    driver_source,
+    input_preparer,
+    prepared_argument,
+    trip_count,
+)
 from .emit_cpu import PARALLEL_MIN_WORK, PARALLEL_MIN_WORK_BESIDE_BLAS
 from .offsets import fuse_at_offsets
 from .planner import Plan, blas_out, escaping, handed_over, in_place_updates
@@ -532,7 +539,7 @@ class Runner:
                     prepared_argument, dtype=b.dtype, shape=b.shape, carried=k < carried
                 )
                 args.append(f"{prep}({name})")
-        call = f"{drv}({', '.join(args + ([start] if start else []))})"
+        call = f"{drv}({', '.join(args + ([start] if start else []) + [str(trip_count(node))])})"
         return f"{call}[0]" if len(node.outputs) == 1 else call
 
 
@@ -567,7 +574,7 @@ def whole_graph_source(plan: Plan, program: CpuProgram) -> str | None:
     attrs = {"body": g, "trips": 1, "carried": 0, "stacked": 0}
     node = Node("loop", tuple(g.inputs), attrs, tuple(g.outputs))
     try:
-        source, _ = driver_source(node, plan, program, "whole_graph")
+        source, _ = driver_source(node, plan, program, "whole_graph", counted=False)
     except NoDriver:
         return None
     return source
@@ -617,15 +624,16 @@ def compile_loop(node, math: str, disk: bool):
     program.load(disk=disk)
     driver = program.module.loop_driver
     try:
-        driver.compile(driver_signature(g, shifted=node.attrs.get("start", 0) != 0))
+        driver.compile(driver_signature(g, node.attrs.get("start", 0) != 0, counted=True))
     except Exception as e:
         raise CompileError(_describe_failure("loop_driver", [], e, program.source)) from e
     single, until = len(node.outputs) == 1, node.attrs.get("cond") is not None
     prepare = input_preparer(g, node.attrs["carried"])
     shifted = node.attrs.get("start", 0) != 0
+    count = trip_count(node)
 
     def run(*inputs, handed=(), start=0):
-        out = driver(*prepare(inputs, handed), *((start,) if shifted else ()))
+        out = driver(*prepare(inputs, handed), *((start,) if shifted else ()), count)
         if until:  # a while loop's driver says last whether its condition became false
             if not out[-1]:
                 raise GuardError(not_converged(node.attrs))

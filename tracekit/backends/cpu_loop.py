@@ -41,23 +41,25 @@ class NoDriver(Exception):
     """A body step without a numba form: the loop runs its body from Python."""
 
 
-def driver_source(node, plan, program, name: str, remake=None):
-    """``(source, program)``: the source of ``name(carried..., invariants...)`` running loop
-    ``node`` whose body was planned as ``plan`` and compiled as ``program`` (its segments), and
-    the program it calls: ``remake(out_windows, scalar_results)`` when kernels write their
-    results straight into the regions that stores would copy them to, or return 0-d results
-    as scalars. Raises :class:`NoDriver`."""
-    d = _Driver(node, plan, program, name, remake)
+def driver_source(node, plan, program, name: str, remake=None, counted=True):
+    """``(source, program)``: the source of ``name(carried..., invariants..., [start,] count)``
+    running loop ``node`` whose body was planned as ``plan`` and compiled as ``program`` (its
+    segments), and the program it calls: ``remake(out_windows, scalar_results)`` when kernels
+    write their results straight into the regions that stores would copy them to, or return
+    0-d results as scalars. ``count`` (:func:`trip_count`; none where ``counted`` is false:
+    then the loop's own, written in) is an argument, so that one machine code serves a loop
+    traced for any number of iterations. Raises :class:`NoDriver`."""
+    d = _Driver(node, plan, program, name, remake, counted)
     d.program.callees.update({callee: fn for callee, (fn, _) in d.callees.items()})
     return d.source, d.program
 
 
 class _Driver:
-    def __init__(self, node, plan, program, name, remake=None):
+    def __init__(self, node, plan, program, name, remake=None, counted=True):
         self.node, self.plan, self.program = node, plan, program
+        self.count = "n_trips" if counted else str(trip_count(node))
         g = plan.graph
         self.body, self.carried = g, node.attrs["carried"]
-        self.trips = node.attrs["trips"]
         # a loop counting from another start takes it last (``k0``): its indices move from there
         self.k0 = "k0" if node.attrs.get("start", 0) != 0 else None
         self.remake = remake
@@ -77,6 +79,7 @@ class _Driver:
         ):
             raise NoDriver("a dtype numba has no arrays of (float16)")
         params = [self._name(v) for v in g.inputs] + ([self.k0] if self.k0 else [])
+        params += [self.count] if counted else []
         for v in g.inputs:
             if v.weak:
                 self.scalars.add(v)
@@ -208,6 +211,7 @@ class _Driver:
         start = n.attrs.get("start", 0)
         if start != 0:  # where its count starts: an int, or moving with this loop
             args.append(_int(start, self.k0))
+        args.append(str(trip_count(n)))
         outs = []
         for o in n.outputs:
             outs.append(self._name(o))
@@ -347,6 +351,19 @@ class _Driver:
     def _fill(self, dest, value, shape):
         self._loops(shape, lambda ix: f"{dest}[{ix}] = {value}")
 
+    def _row_store(self, stack: str, o: Var) -> list[str]:
+        """The lines storing body output ``o`` as row ``k`` of ``stack``: element loops (numba
+        compiles ``stack[k] = value`` through its generic slice assignment, seconds cold)."""
+        value = self.names[o]
+        if o in self.scalars or not o.shape:
+            return [f"{stack}[k] = {value}" if o in self.scalars else f"{stack}[k] = {value}[()]"]
+        names = [f"q{d}" for d in range(o.ndim)]
+        loops = [
+            "    " * d + f"for {q} in range({n}):" for d, (q, n) in enumerate(zip(names, o.shape))
+        ]
+        ix = ", ".join(names)
+        return loops + ["    " * o.ndim + f"{stack}[k, {ix}] = {value}[{ix}]"]
+
     def _loops(self, shape, statement):
         if not shape:
             self.lines.append(statement("()"))
@@ -381,18 +398,18 @@ class _Driver:
         ]
         lines += ["    " + b for b in self.before]
         for s, o in enumerate(g.outputs[plain:]):
-            lines.append(f"    r_{s} = np.empty({(self.trips, *o.shape)!r}, np.{o.dtype.name})")
+            shape = ", ".join([self.count, *map(str, o.shape)])
+            lines.append(f"    r_{s} = np.empty(({shape},), np.{o.dtype.name})")
         cond = self.node.attrs.get("cond")
         if cond is None:
-            lines.append(f"    for k in range({self.trips}):")
+            lines.append(f"    for k in range({self.count}):")
         else:  # a while loop: returns whether its condition became false in time
-            most = self.node.attrs["max_iterations"]
-            lines += ["    done = False", f"    for k in range({most}):"]
+            lines += ["    done = False", f"    for k in range({self.count}):"]
         read_after = {self.names[o] for o in g.outputs}  # stacked, carried on, returned
         body = _unread_views_dropped(self.lines, self.view_lines, read_after)
         lines += ["        " + ln for ln in body]
         for s, o in enumerate(g.outputs[plain:]):
-            lines.append(f"        r_{s}[k] = {self.names[o]}")
+            lines += ["        " + ln for ln in self._row_store(f"r_{s}", o)]
         if c:
             lines.append(f"        {', '.join(state)}, = {', '.join(nexts)},")
         results = state + outs[c:plain] + [f"r_{s}" for s in range(stacked)]
@@ -605,14 +622,25 @@ def input_preparer(body, carried: int):
     return prepare
 
 
-def driver_signature(body, shifted: bool = False):
+def driver_signature(body, shifted: bool = False, counted: bool = False):
     """numba types of a driver's arguments (what :func:`input_preparer` gives; ``shifted``:
-    and the count the loop starts from)."""
+    and the count the loop starts from; ``counted``: and its :func:`trip_count`)."""
     import numba
 
-    return tuple(
-        numba.typeof(np.asarray(0, v.dtype).item())
-        if v.weak
-        else numba.types.Array(numba.from_dtype(v.dtype), v.ndim, "C")
-        for v in body.inputs
-    ) + ((numba.int64,) if shifted else ())
+    return (
+        tuple(
+            numba.typeof(np.asarray(0, v.dtype).item())
+            if v.weak
+            else numba.types.Array(numba.from_dtype(v.dtype), v.ndim, "C")
+            for v in body.inputs
+        )
+        + ((numba.int64,) if shifted else ())
+        + ((numba.int64,) if counted else ())
+    )
+
+
+def trip_count(node) -> int:
+    """The iterations loop ``node``'s driver runs: its trips, a while loop's most."""
+    return (
+        node.attrs["max_iterations"] if node.attrs.get("cond") is not None else node.attrs["trips"]
+    )

@@ -154,6 +154,8 @@ def _roll_once(nodes, live_out, ctx) -> list:
         if sources not in memo:
             memo[sources] = _inside(_enclosing(sources), ctx.within)
         loops.append(memo[sources])
+    numbered: dict = {}  # each loops tuple object: a small int, so windows of them compare fast
+    chain_ids = [numbered.setdefault(id(chain), len(numbered)) for chain in loops]
     at_loose, at_strict = _positions(loose), _positions(strict)
     last_use: dict = {}
     for i, n in enumerate(nodes):
@@ -164,7 +166,7 @@ def _roll_once(nodes, live_out, ctx) -> list:
     while i < n_nodes:
         tried = None
         for sigs, at in ((loose, at_loose), (strict, at_strict)):
-            best = _best_run(i, sigs, loops, at) if loops[i] else None
+            best = _best_run(i, sigs, (loops, chain_ids), at) if loops[i] else None
             if best is not None:
                 tried = _attempt(nodes, i, best, sigs, uses, ctx)
                 if not isinstance(tried[1], str) or sigs is strict:
@@ -216,8 +218,11 @@ def _attempt(nodes, i, best, sigs, uses, ctx):
     return shift, made, run, end, trips, loop
 
 
-def _best_run(i, sigs, loops, at):
-    """(period, trips, loop) of the longest run of repeats starting at node ``i``, or None."""
+def _best_run(i, sigs, chains, at):
+    """(period, trips, loop) of the longest run of repeats starting at node ``i``, or None.
+    ``chains``: each node's loops, and a small int per loops object (equal windows of them
+    have equal common loops)."""
+    loops, chain_ids = chains
     same = at[sigs[i]]
     k = bisect.bisect_right(same, i)
     best = None
@@ -228,9 +233,10 @@ def _best_run(i, sigs, loops, at):
         loop = _common_loop(loops[i : i + period])
         if loop is None:
             continue
-        window, trips = sigs[i:j], 1
+        window, chain_window, trips = sigs[i:j], chain_ids[i:j], 1
         while sigs[i + trips * period : i + (trips + 1) * period] == window:
-            if _common_loop(loops[i + trips * period : i + (trips + 1) * period]) != loop:
+            a, b = i + trips * period, i + (trips + 1) * period
+            if chain_ids[a:b] != chain_window and _common_loop(loops[a:b]) != loop:
                 break
             trips += 1
         if trips >= 2 and (best is None or trips * period > best[0] * best[1]):
@@ -306,32 +312,56 @@ def _signature(n: Node, ids: dict) -> tuple[int, int]:
     return ids.setdefault((n.op, tuple(ins), attrs, outs, src), len(ids)), strict
 
 
-_PLAIN = (int, float, bool, str, type(None))
-
-
-def _attrs_key(n: Node) -> str | None:
-    """A node's attributes as a string equal for equal attributes (an index's integers by
-    their sign only: :func:`_moving` matches them), None if one holds a Var."""
+def _attrs_key(n: Node) -> tuple | str | None:
+    """A node's attributes as a key equal for equal attributes (an index's integers by their
+    sign only: :func:`_moving` matches them), None if one holds a Var."""
     attrs = n.attrs
     if not attrs:
         return ""
     if _may_move(n):  # an index may move with the loop: its integers are matched in _moving
         attrs = {**attrs, "idx": _skeleton(attrs["idx"])}
-    if all(_is_plain(v) for v in attrs.values()):  # repr tells these apart, and quickly
-        return repr(sorted(attrs.items()))
+    plain = _plain_key(attrs)
+    if plain is not None:
+        return plain
     if _has_var_attr(attrs):
         return None
     return json.dumps(_canonical(attrs, graph=_body_key))
 
 
-def _is_plain(x) -> bool:
-    if type(x) in _PLAIN or x is Ellipsis:
-        return True
-    if type(x) is tuple:
-        return all(_is_plain(e) for e in x)
-    if type(x) is slice:
-        return _is_plain(x.start) and _is_plain(x.stop) and _is_plain(x.step)
-    return False
+_SLICE = object()  # tags a slice in a plain key (no attribute value is this object)
+
+
+def _plain_key(attrs: dict) -> tuple | None:
+    """``attrs`` as a hashable tuple equal only for equal attributes, where every value is
+    plain (numbers, strings, None, Ellipsis, and tuples and slices of them), else None: a
+    key built without ``repr`` or JSON, as each traced node of a loop needs one."""
+    out = []
+    for name in sorted(attrs):
+        key = _plain(attrs[name])
+        if key is _NOT_PLAIN:
+            return None
+        out.append((name, key))
+    return tuple(out)
+
+
+_NOT_PLAIN = object()
+
+
+def _plain(x):
+    """A hashable form of ``x`` that tells apart what ``==`` does not (1, 1.0, True; 0.0 and
+    -0.0), or ``_NOT_PLAIN``."""
+    t = type(x)
+    if t is int or t is str or x is None or x is Ellipsis:
+        return x
+    if t is slice:
+        ends = (_plain(x.start), _plain(x.stop), _plain(x.step))
+        return _NOT_PLAIN if _NOT_PLAIN in ends else (_SLICE, *ends)
+    if t is tuple:
+        items = tuple(_plain(e) for e in x)
+        return _NOT_PLAIN if _NOT_PLAIN in items else items
+    if t is bool or t is float:
+        return (t, repr(x))
+    return _NOT_PLAIN
 
 
 def _may_move(n: Node) -> bool:
@@ -882,6 +912,7 @@ def _like(v: Var, name: str) -> Var:
 
 
 def _common_prefix(scopes) -> tuple:
+    scopes = list({id(s): s for s in scopes}.values())  # the nodes of a line share one tuple
     first = scopes[0]
     n = len(first)
     for s in scopes[1:]:

@@ -35,11 +35,6 @@ class Scope:
         self.name, self.frame, self.suppress, self.label = name, frame, suppress, name
 
 
-def _same(a: tuple, b: list) -> bool:
-    """Whether two sequences hold the same objects (identity: frames compare no other way)."""
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
-
-
 class TraceContext:
     """Everything one trace accumulates."""
 
@@ -71,7 +66,9 @@ class TraceContext:
         self._frame_names: dict = {}  # id(frame) -> (frame, name) for frames on the stack
         self._name_counts: dict = {}
         self._scope_counts: dict = {}
-        self._last_where = None  # (user frames, scopes, callers' lines and sources, scope path)
+        self._last_where = (
+            None  # (user frame, its callers, scopes, their lines, sources, scope path)
+        )
         self._producers: dict = {}  # Var -> the node computing it, for self.nodes[:_n_produced]
         self._n_produced = 0
 
@@ -84,7 +81,8 @@ class TraceContext:
     # -- where are we in the user's code
     def where(self):
         """(source, scope) of the op being recorded now."""
-        chain = []
+        callers = []  # the user's frames around the innermost one, innermost first
+        inner = None
         f = sys._getframe(2)
         stop, known = self.stop_code, USER_FILES
         while f is not None:
@@ -95,31 +93,36 @@ class TraceContext:
             if user is None:
                 user = is_user_frame(f)
             if user:
-                chain.append(f)
+                if inner is None:
+                    inner = f
+                else:
+                    callers.append(f)
             f = f.f_back
-        chain.reverse()
-        if not chain:
+        if inner is None:
             self.last_stack = ()
-            return None, self._scope_path(chain)
-        src = source_of(chain[-1])
+            return None, self._scope_path([])
+        src = source_of(inner)
+        callers.reverse()
+        outer_frames = tuple(callers)
+        lines = tuple([g.f_lineno for g in callers]) if callers else ()
         last = self._last_where
-        lines = tuple(g.f_lineno for g in chain[:-1])
-        # the same frames (held, so none is another object at a reused address) under the same
-        # scopes have the same scope path, and, their callers at the same lines (a generator's
-        # caller may resume it from another), the same call stack: a loop records thousands of
-        # ops from one frame
+        # the same frames (held, so none is another object at a reused address; frames and
+        # scopes compare by identity) under the same scopes have the same scope path, and,
+        # their callers at the same lines (a generator's caller may resume it from another),
+        # the same call stack: a loop records thousands of ops from one frame
         if (
             last is not None
-            and _same(last[0], chain)
-            and _same(last[1], self.scopes)
-            and last[2] == lines
+            and last[0] is inner
+            and last[1] == outer_frames
+            and last[2] == self.scopes
+            and last[3] == lines
         ):
-            self.last_stack = last[3] + (src,)
-            return src, last[4]
-        outer = tuple(source_of(g) for g in chain[:-1])
+            self.last_stack = last[4] + (src,)
+            return src, last[5]
+        outer = tuple([source_of(g) for g in callers])
         self.last_stack = outer + (src,)  # for rolling loops in callees
-        path = self._scope_path(chain)
-        self._last_where = (tuple(chain), tuple(self.scopes), lines, outer, path)
+        path = self._scope_path([*callers, inner])
+        self._last_where = (inner, outer_frames, list(self.scopes), lines, outer, path)
         return src, path
 
     def _scope_path(self, chain):
@@ -176,17 +179,18 @@ class TraceContext:
 
     def emit(self, op, inputs, attrs=None, *, n_out=1, weak=False, view=False):
         """Compute ``op`` on the real values and record it; returns TracedArray(s)."""
-        attrs = FrozenDict(attrs or ())  # the node's own (a Node keeps a FrozenDict as it is)
-        tins = [self.lift(x) for x in inputs]
-        vals = [x._value if isinstance(x, TracedArray) else x for x in tins]
+        attrs = FrozenDict(attrs) if attrs else _NO_ATTRS  # a Node keeps a FrozenDict as it is
+        tins = [x if type(x) is TracedArray and x._ctx is self else self.lift(x) for x in inputs]
+        vals = [x._value if type(x) is TracedArray else x for x in tins]
         # an index moving with a loop (a loop body's backward pass is built from its first
         # iteration's values): computed where it is then, recorded as it moves
-        now = at_iteration(attrs, 0) if moves(attrs) else attrs
+        now = at_iteration(attrs, 0) if attrs and moves(attrs) else attrs
+        spec = OPS[op]
         try:
-            if self.lazy and OPS[op].whole_array:
+            if self.lazy and spec.whole_array:
                 out = _one_task(op, vals, now, n_out)
             else:
-                out = OPS[op].impl(*vals, **now)
+                out = spec.impl(*vals, **now)
         except TraceError:
             raise
         except Exception as e:
@@ -202,8 +206,13 @@ class TraceContext:
                 self.note_layout_choice(op, attrs, base, res)
                 return res
         outs = [out] if n_out == 1 else list(out)
-        vars_ = [self.new_var(np.shape(v), dtype_of(v), weak) for v in outs]
-        ins = [x.ir_var if isinstance(x, TracedArray) else x for x in tins]
+        vars_ = [
+            self.new_var(v.shape, v.dtype, weak)
+            if type(v) is np.ndarray
+            else self.new_var(np.shape(v), dtype_of(v), weak)
+            for v in outs
+        ]
+        ins = [x.ir_var if type(x) is TracedArray else x for x in tins]
         self.record(op, ins, attrs, vars_)
         res = [
             TracedArray(self, Buffer(v), (), (np.asarray(o).item() if weak else o))
@@ -388,6 +397,9 @@ class TraceContext:
         warnings.warn_explicit(
             msg, TracerWarning, src.file if src else "<unknown>", src.line if src else 0
         )
+
+
+_NO_ATTRS = FrozenDict()  # the attributes of every node without any (immutable: shared)
 
 
 def identifier(label: str) -> str:

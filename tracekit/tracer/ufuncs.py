@@ -37,6 +37,11 @@ def array_ufunc(ufunc, method, inputs, kwargs):
 
 
 def call_ufunc(ufunc, inputs, kwargs, weak=False):
+    if not kwargs and type(inputs[0]) is TracedArray:  # the common call: no out=, no dtype=
+        op = _op_of(ufunc)
+        if op is not None:
+            ctx = inputs[0]._ctx
+            return ctx.emit(op, [ctx.lift(x) for x in inputs], weak=weak)
     for is_theirs, call in FOREIGN_UFUNCS:
         if is_theirs(ufunc):
             return call(ufunc, inputs, kwargs)
@@ -63,6 +68,24 @@ def call_ufunc(ufunc, inputs, kwargs, weak=False):
     ufunc(*vals, out=target._value)  # NumPy's own casting rules and errors, on the real values
     target._write(conform(res, target))
     return target
+
+
+_OP_OF_UFUNC: dict = {}  # a NumPy ufunc -> the op declaring it (one output), or None
+
+
+def _op_of(ufunc) -> str | None:
+    """The op whose ufunc ``ufunc`` is (the op table names it so), or None."""
+    try:
+        return _OP_OF_UFUNC[ufunc]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable ufunc-like object
+        return None
+    name = getattr(ufunc, "__name__", None)
+    spec = OPS.get(name) if isinstance(name, str) else None
+    ok = spec is not None and spec.ufunc is ufunc and getattr(ufunc, "nout", 0) == 1
+    _OP_OF_UFUNC[ufunc] = op = name if ok else None
+    return op
 
 
 def _cast_to_loop(ufunc, inputs, dtype):
