@@ -146,6 +146,8 @@ def load(source: str, disk: bool = True) -> types.ModuleType:
             return mod
     mod = None
     if disk and os.environ.get("TRACEKIT_DISABLE_DISK_CACHE") != "1":
+        if FAST_MATH_CALL in source:
+            _cache_fast_math()
         try:
             mod = _load_from_disk(key, source)
         except Exception as e:  # a broken cache must never break a computation
@@ -163,6 +165,24 @@ def load(source: str, disk: bool = True) -> types.ModuleType:
             old, _ = _modules.popitem(last=False)
             sys.modules.pop(f"tracekit_kernels_{old}", None)
     return mod
+
+
+FAST_MATH_CALL = "_fast_math()"  # in a generated module that calls fast-math functions
+_fast_math_cached = []
+
+
+def _cache_fast_math():
+    """Once per process: the fast-math functions (:mod:`.fastmath`) in the disk cache too, so
+    that each is compiled once per machine rather than once per process (the first kernel
+    calling ``sin`` would otherwise wait about a second for it in every new process)."""
+    with _lock:
+        if _fast_math_cached:
+            return
+        _fast_math_cached.append(True)
+    from . import fastmath
+
+    if not fastmath.cache_in(os.path.join(cache_dir(), "fastmath")):
+        warn_once("fastmath", f"tracekit cannot cache its fast-math functions in {cache_dir()}")
 
 
 def discard(source: str):
