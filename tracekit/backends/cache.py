@@ -172,17 +172,18 @@ _fast_math_cached = []
 
 
 def _cache_fast_math():
-    """Once per process: the fast-math functions (:mod:`.fastmath`) in the disk cache too, so
-    that each is compiled once per machine rather than once per process (the first kernel
-    calling ``sin`` would otherwise wait about a second for it in every new process)."""
+    """Once per process: the fast-math functions (:mod:`.fastmath`) in the disk cache too (in
+    the cache directory of the first module that calls one), so that each is compiled once per
+    machine rather than once per process (the first kernel calling ``sin`` would otherwise wait
+    about a second for it in every new process)."""
     with _lock:
         if _fast_math_cached:
             return
         _fast_math_cached.append(True)
     from . import fastmath
 
-    if not fastmath.cache_in(os.path.join(cache_dir(), "fastmath")):
-        warn_once("fastmath", f"tracekit cannot cache its fast-math functions in {cache_dir()}")
+    # (a folder numba cannot use: compiled in this process only; the kernels' own warning says so)
+    fastmath.cache_in(os.path.join(cache_dir(), "fastmath"))
 
 
 def discard(source: str):

@@ -1,9 +1,10 @@
 """The numba CPU target: a plan's kernels as ``numba.njit(parallel=True)`` code, and a runner.
 
-Consecutive kernels form one *segment*, compiled as one numba function (numba's cost is per
-function). The runner is generated Python too: it allocates outputs and temporaries with NumPy
-(outside the kernels; temporaries are reused across calls, per thread), calls BLAS through
-NumPy for matmuls, and calls the segments.
+Each kernel is one *segment*: one numba function, compiled and cached on its own, keyed by its
+own source and argument types (:class:`KernelModule`), so graphs share kernels and an edit
+recompiles only the kernels it changed. The runner is generated Python too: it allocates outputs
+and temporaries with NumPy (outside the kernels; temporaries are reused across calls, per
+thread), calls BLAS through NumPy for matmuls, and calls the segments.
 """
 
 from __future__ import annotations
@@ -40,21 +41,12 @@ class CompileError(RuntimeError):
 
 
 def _segments(plan: Plan) -> list:
-    """Group consecutive kernel steps: ``[(index of first step, [kernel steps])...]``."""
-    segs, cur, made = [], None, set()
-    for i, step in enumerate(plan.steps):
-        if step.kind != "kernel":
-            cur = None
-            continue
-        # a one-element value is passed to a segment by value, read before the segment runs:
-        # a kernel reading one that an earlier kernel makes starts a new segment
-        if cur is None or any(v.size <= 1 and v in made for v in step.inputs):
-            cur = (i, [])
-            segs.append(cur)
-            made = set()
-        cur[1].append(step)
-        made.update(step.outputs)
-    return segs
+    """The numba functions of a plan, ``[(index of its step, [its kernel step])...]``: one per
+    kernel, each compiled and cached on its own (:class:`KernelModule`), so that an edit of one
+    line of a function recompiles only the kernels it changed, and a kernel another graph shares
+    is compiled once. (One function holding several kernels compiled a little faster from
+    nothing, but was compiled again whole for an edit of any of them.)"""
+    return [(i, [step]) for i, step in enumerate(plan.steps) if step.kind == "kernel"]
 
 
 # The kernels of a segment are prange loops in the order the plan needs: a later one may read what
@@ -213,7 +205,6 @@ class CpuProgram:
                 progress(done, total, time.perf_counter() - start)
         self.module = mod
         return mod
-
 
     def _segment_function(self, mod, name):
         """(the dispatcher of segment ``name``, its KernelModule or None), bound into ``mod``

@@ -1914,11 +1914,27 @@ def _folder_cache(folder: str):
         def get_cache_path(self):
             return folder
 
+        @classmethod
+        def from_function(cls, py_func, py_file):
+            return cls(py_func, py_file)  # the folder is made on the first save
+
     class Impl(caching.CompileResultCacheImpl):
         _locator_classes = [Locator]
 
     class FolderCache(caching.FunctionCache):
         _impl_class = Impl
+
+        def load_overload(self, sig, target_context):
+            try:
+                return super().load_overload(sig, target_context)
+            except Exception:  # a damaged or vanished entry: compiled again, and rewritten
+                return None
+
+        def save_overload(self, sig, data):
+            try:
+                super().save_overload(sig, data)
+            except Exception:  # an unwritable folder: the function stays in this process only
+                pass
 
     return FolderCache
 
