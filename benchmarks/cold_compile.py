@@ -14,8 +14,8 @@ compile, run. Three situations:
 ``new process``: the first compile of the process (numba's own first-use costs included) with
 nothing cached, the fast-math functions included; ``warm process``: the same after another
 small graph compiled in that process; ``fast-math cached``: a warm process whose cache
-directory holds only the fast-math functions (compiled once per machine, kept in the cache
-directory since this benchmark was written): what a new or edited graph costs a notebook.
+directory holds only the fast-math functions (compiled once per machine and kept in the cache
+directory): what a new or edited graph costs a notebook.
 
 ``edit``: in one process, the k-means step compiled, then the same step with one constant
 edited: the edit's compile time and how many of the five kernels it compiled again.
