@@ -212,6 +212,48 @@ def test_a_read_only_cache_dir_compiles_with_at_most_one_warning(tmp_path):
         ro.chmod(0o700)
 
 
+def _kmeans_step(points, centers):  # five kernels around a matmul
+    d = ((points[:, None, :] - centers[None, :, :]) ** 2).sum(axis=-1)
+    onehot = (d.argmin(axis=1)[:, None] == np.arange(centers.shape[0])).astype(np.float64)
+    return (onehot.T @ points + centers) / (onehot.sum(axis=0)[:, None] + 1.0)
+
+
+def _kmeans_step_edited(points, centers):  # one node changed: 2.0 for 1.0
+    d = ((points[:, None, :] - centers[None, :, :]) ** 2).sum(axis=-1)
+    onehot = (d.argmin(axis=1)[:, None] == np.arange(centers.shape[0])).astype(np.float64)
+    return (onehot.T @ points + centers) / (onehot.sum(axis=0)[:, None] + 2.0)
+
+
+def _compiled_kernels(c) -> int:
+    return sum(
+        len(srcs) for (*_, srcs), o in zip(c.program.segments, c.program.origins) if o == "compiled"
+    )
+
+
+@pytest.mark.parametrize("disk", [True, False], ids=["disk", "memory"])
+def test_an_edit_of_one_node_recompiles_only_its_kernel(monkeypatch, tmp_path, disk):
+    """Kernels are cached by their own source and types, not the graph's: the edited graph
+    reuses the four kernels the edit left alone, whatever lines they came from."""
+    from tracekit.backends import cache
+
+    monkeypatch.setattr(cache, "_modules", type(cache._modules)())  # nothing from other tests
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path))
+    rng = np.random.default_rng(3)
+    points, centers = rng.standard_normal((50, 2)), rng.standard_normal((4, 2))
+    with quiet():
+        first = tk.compile(tk.trace(_kmeans_step, points, centers), progress=False, cache=disk)
+        edited = tk.compile(
+            tk.trace(_kmeans_step_edited, points, centers), progress=False, cache=disk
+        )
+    assert len(first.program.segments) == 5 and _compiled_kernels(first) == 5
+    assert _compiled_kernels(edited) == 1, edited.program.origins
+    assert edited.program.origins.count("memory") == 4
+    np.testing.assert_allclose(first(points, centers), _kmeans_step(points, centers), rtol=1e-12)
+    np.testing.assert_allclose(
+        edited(points, centers), _kmeans_step_edited(points, centers), rtol=1e-12
+    )
+
+
 # ---------------------------------------------------------------------- tk.jit
 def test_jit_retraces_on_new_shapes_and_dtypes_and_explains_why():
     calls = []
@@ -620,7 +662,7 @@ def test_compile_progress_counts_the_plans_kernels_and_writes_lines_to_logs(monk
     )
     x = np.linspace(0, 1, 64).reshape(8, 8)
     c = tk.compile(tk.trace(lambda x: np.exp(x).sum(0) + x.sum(1), x), cache=False)
-    assert len(c.kernels) == 3 and len(c.program.segments) == 1  # one numba function
+    assert len(c.kernels) == 3 and len(c.program.segments) == 3  # one numba function each
     assert reports[-1][:2] == (3, 3)
     monkeypatch.undo()
     report = backends._progress_reporter(None, "f (cpu)")

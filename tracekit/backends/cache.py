@@ -146,6 +146,8 @@ def load(source: str, disk: bool = True) -> types.ModuleType:
             return mod
     mod = None
     if disk and os.environ.get("TRACEKIT_DISABLE_DISK_CACHE") != "1":
+        if FAST_MATH_CALL in source:
+            _cache_fast_math()
         try:
             mod = _load_from_disk(key, source)
         except Exception as e:  # a broken cache must never break a computation
@@ -163,6 +165,25 @@ def load(source: str, disk: bool = True) -> types.ModuleType:
             old, _ = _modules.popitem(last=False)
             sys.modules.pop(f"tracekit_kernels_{old}", None)
     return mod
+
+
+FAST_MATH_CALL = "_fast_math()"  # in a generated module that calls fast-math functions
+_fast_math_cached = []
+
+
+def _cache_fast_math():
+    """Once per process: the fast-math functions (:mod:`.fastmath`) in the disk cache too (in
+    the cache directory of the first module that calls one), so that each is compiled once per
+    machine rather than once per process (the first kernel calling ``sin`` would otherwise wait
+    about a second for it in every new process)."""
+    with _lock:
+        if _fast_math_cached:
+            return
+        _fast_math_cached.append(True)
+    from . import fastmath
+
+    # (a folder numba cannot use: compiled in this process only; the kernels' own warning says so)
+    fastmath.cache_in(os.path.join(cache_dir(), "fastmath"))
 
 
 def discard(source: str):

@@ -1,9 +1,10 @@
 """The numba CPU target: a plan's kernels as ``numba.njit(parallel=True)`` code, and a runner.
 
-Consecutive kernels form one *segment*, compiled as one numba function (numba's cost is per
-function). The runner is generated Python too: it allocates outputs and temporaries with NumPy
-(outside the kernels; temporaries are reused across calls, per thread), calls BLAS through
-NumPy for matmuls, and calls the segments.
+Each kernel is one *segment*: one numba function, compiled and cached on its own, keyed by its
+own source and argument types (:class:`KernelModule`), so graphs share kernels and an edit
+recompiles only the kernels it changed. The runner is generated Python too: it allocates outputs
+and temporaries with NumPy (outside the kernels; temporaries are reused across calls, per
+thread), calls BLAS through NumPy for matmuls, and calls the segments.
 """
 
 from __future__ import annotations
@@ -47,21 +48,12 @@ class CompileError(RuntimeError):
 
 
 def _segments(plan: Plan) -> list:
-    """Group consecutive kernel steps: ``[(index of first step, [kernel steps])...]``."""
-    segs, cur, made = [], None, set()
-    for i, step in enumerate(plan.steps):
-        if step.kind != "kernel":
-            cur = None
-            continue
-        # a one-element value is passed to a segment by value, read before the segment runs:
-        # a kernel reading one that an earlier kernel makes starts a new segment
-        if cur is None or any(v.size <= 1 and v in made for v in step.inputs):
-            cur = (i, [])
-            segs.append(cur)
-            made = set()
-        cur[1].append(step)
-        made.update(step.outputs)
-    return segs
+    """The numba functions of a plan, ``[(index of its step, [its kernel step])...]``: one per
+    kernel, each compiled and cached on its own (:class:`KernelModule`), so that an edit of one
+    line of a function recompiles only the kernels it changed, and a kernel another graph shares
+    is compiled once. (One function holding several kernels compiled a little faster from
+    nothing, but was compiled again whole for an edit of any of them.)"""
+    return [(i, [step]) for i, step in enumerate(plan.steps) if step.kind == "kernel"]
 
 
 # The kernels of a segment are prange loops in the order the plan needs: a later one may read what
@@ -105,6 +97,7 @@ class CpuProgram:
         min_parallel = PARALLEL_MIN_WORK_BESIDE_BLAS if blas else PARALLEL_MIN_WORK
         views = frozenset(o for st in plan.steps if st.kind == "view" for o in st.outputs)
         windows = {**view_windows(plan), **(out_windows or {})}
+        segment_lines = {}
         for k, (first, steps) in enumerate(_segments(plan)):
             name = f"segment{k}"
             read_here = {v for s in steps for v in s.inputs}  # stay arrays: read in the segment
@@ -128,6 +121,7 @@ class CpuProgram:
             lines.append(f"    return ({', '.join(returned)},)" if returned else "    return 0")
             parts.append("\n\n" + "\n".join(lines) + "\n")
             self.segments.append((name, first, steps, srcs))
+            segment_lines[name] = lines
         self.pyops = {
             S.pyop_name(n): n.attrs["pyop"].fn
             for ks in self.kernel_sources.values()
@@ -139,6 +133,9 @@ class CpuProgram:
             f"{name} = None  # numba python op, bound at load\n" for name in sorted(self.pyops)
         )
         parts[1] = _helper_imports(body) + _fastmath_imports(body) + pyops
+        self.kernel_modules = {
+            name: KernelModule(lines, name, self.pyops) for name, lines in segment_lines.items()
+        }
         self.source = "\n".join(parts)
         self.module = None
 
@@ -156,9 +153,11 @@ class CpuProgram:
         except CompileError:
             if not getattr(mod, "_TRACEKIT_DISK_CACHE", False):
                 raise
-        # numba's cache files for this module may be corrupt (truncated, overwritten): drop the
-        # entry and compile again (a kernel numba cannot compile fails the same way twice)
+        # numba's cache files for these modules may be corrupt (truncated, overwritten): drop the
+        # entries and compile again (a kernel numba cannot compile fails the same way twice)
         cache.discard(self.source)
+        for kernel in self.kernel_modules.values():
+            cache.discard(kernel.source)
         mod = self._compile(cache.load(self.source, disk=disk), progress)
         cache.warn_once("numba-cache", "a corrupt entry in tracekit's disk cache was recompiled")
         return mod
@@ -192,7 +191,7 @@ class CpuProgram:
         self.origins = []
         for name, _, steps, srcs in self.segments:
             done += len(srcs)
-            disp = getattr(mod, name)
+            disp, kernel = self._segment_function(mod, name)
             sig = tuple(
                 _numba_type(v, owner, whole)
                 for ks in srcs
@@ -202,7 +201,8 @@ class CpuProgram:
             try:
                 disp.compile(sig)
             except Exception as e:
-                raise CompileError(_describe_failure(name, steps, e, self.source)) from e
+                source, names = (kernel.source, kernel.original) if kernel else (self.source, {})
+                raise CompileError(_describe_failure(name, steps, e, source, names)) from e
             if len(disp.overloads) == known:
                 self.origins.append("memory")
             else:
@@ -212,6 +212,51 @@ class CpuProgram:
                 progress(done, total, time.perf_counter() - start)
         self.module = mod
         return mod
+
+    def _segment_function(self, mod, name):
+        """(the dispatcher of segment ``name``, its KernelModule or None), bound into ``mod``
+        (the loop drivers in it call the segment by name): the kernel module's, shared by
+        every program with the same segment, unless the segment calls a function this program
+        binds at load (:attr:`callees`)."""
+        kernel = self.kernel_modules[name]
+        if any(re.search(rf"\b{callee}\(", kernel.source) for callee in self.callees):
+            return getattr(mod, name), None
+        kmod = cache.load(kernel.source, disk=self.disk)
+        for pyop, fn in self.pyops.items():
+            if hasattr(kmod, pyop):
+                setattr(kmod, pyop, fn)
+        setattr(mod, name, kmod.segment)
+        return kmod.segment, kernel
+
+
+# Kernel-local names (parameters, loop indices, temporaries): the kernel's name and a suffix.
+_KERNEL_NAME = re.compile(r"\bk\d+_\w*")
+
+
+class KernelModule:
+    """A segment as a module of its own, for the cache (:func:`cache.load`): its function named
+    ``segment``, its kernel-local names numbered by first use, its comments (which name the
+    user's lines) dropped. Another graph, or an edit of this one, that makes the same segment
+    reuses its machine code, in this process or from the disk cache, and an edit recompiles
+    only the segments it changed. numba's cache keys the machine code by the argument types."""
+
+    def __init__(self, lines: list, name: str, pyops: dict):
+        names: dict = {}
+
+        def canonical(m):
+            return names.setdefault(m.group(0), f"k_{len(names)}")
+
+        code = [ln for ln in "\n".join(lines).splitlines() if not ln.lstrip().startswith("#")]
+        code[1] = code[1].replace(f"def {name}(", "def segment(", 1)
+        text = "\n".join(_KERNEL_NAME.sub(canonical, ln) for ln in code) + "\n"
+        self.original = {new: old for old, new in names.items()}  # for error messages
+        bound = "".join(
+            f"{p} = None  # numba python op, bound at load\n"
+            for p in sorted(pyops)
+            if re.search(rf"\b{p}\(", text)
+        )
+        header = _helper_imports(text) + _fastmath_imports(text) + bound
+        self.source = f"{MODULE_HEADER}\n{header}\n\n{text}"
 
 
 def _numba_type(v: Var, ks, whole=False):
@@ -266,8 +311,9 @@ def _fastmath_imports(source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _failing_node(steps, e, source):
-    """The node whose generated statement numba rejected (numba names the line), or None."""
+def _failing_node(steps, e, source, names=None):
+    """The node whose generated statement numba rejected (numba names the line), or None.
+    ``names``: the kernel-local names of a :class:`KernelModule`'s source, to the original ones."""
     m = re.search(r'File "[^"]*(?:tk_\w+\.py|<tracekit \w+>)", line (\d+)', str(e))
     lines = source.splitlines()
     if m and 0 < int(m.group(1)) <= len(lines):
@@ -276,6 +322,8 @@ def _failing_node(steps, e, source):
         m = re.search(r"name '(\w+)' is not defined", str(e))
         found = [s for s in lines if m and re.search(rf"\b{m.group(1)}\(", s)]
         line = found[0] if found else ""
+    if names:
+        line = re.sub(r"\bk_\d+\b", lambda m: names.get(m.group(0), m.group(0)), line)
     st = re.match(r"\s*(k\d+)_(?:t_)?(\w+)(?:\[[^=]*\])? = ", line)
     for step in steps if st else ():
         if step.group is not None and step.group.name == st.group(1):
@@ -285,8 +333,8 @@ def _failing_node(steps, e, source):
     return None
 
 
-def _describe_failure(name, steps, e, source="") -> str:
-    bad = _failing_node(steps, e, source)
+def _describe_failure(name, steps, e, source="", names=None) -> str:
+    bad = _failing_node(steps, e, source, names)
     lines = []
     if bad is not None:
         where = f" at {bad.source} `{bad.source.text}`" if bad.source else ""
