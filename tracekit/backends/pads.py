@@ -37,6 +37,8 @@ from ..passes.dce import dce
 from .planner import Plan
 from .windows import Window, read_through, view_windows
 
+READ_IN_PLACE = True  # False: blocks stay NumPy calls (benchmarks/stencils.py's "before")
+
 
 @dataclass(frozen=True)
 class PadRead:
@@ -65,6 +67,8 @@ class PadRead:
 def pads_of_blocks(graph: Graph) -> Graph:
     """``graph`` with each ``index_update(full(c), g, idx)`` whose index is slices of step 1
     covering ``g`` whole as ``pad(g, pad_width, c)`` (the same result Var)."""
+    if not READ_IN_PLACE:
+        return graph
     made = {o: n for n in graph.nodes for o in n.outputs}
     nodes = [_as_pad(n, made, graph.constants) or n for n in graph.nodes]
     if all(a is b for a, b in zip(nodes, graph.nodes)):
