@@ -382,3 +382,21 @@ def test_a_block_written_into_ones_is_read_with_its_fill_and_slices_of_it():
         read = [d for d in c.plan.offsets if isinstance(d, pads.PadRead)]
         assert read and all(d.fused for d in read), str(c.plan)
         np.testing.assert_allclose(c(a, a + 1), fn(a, a + 1), rtol=1e-13)
+
+
+def test_a_block_written_into_after_its_pad_is_read_keeps_its_values():
+    """The kernel reading a pad reads the block's buffer: a later write into the block (an
+    in-place update where nothing reads the block after it) must come after that kernel."""
+
+    def fn(u):
+        g = u * 2.0
+        z = np.zeros((u.shape[0] + 2, u.shape[1]))
+        z[1:-1] = g
+        g[0] = 7.0
+        return z[1:] * z[:-1] + z[:-1], g
+
+    u = np.random.default_rng(6).standard_normal((5, 4))
+    c = _compile(fn, u)
+    assert any(isinstance(d, pads.PadRead) and d.fused for d in c.plan.offsets), str(c.plan)
+    for got, want in zip(c(u), fn(u)):
+        np.testing.assert_allclose(got, want, rtol=1e-13)
