@@ -1129,18 +1129,29 @@ class _Gen:
         if a is None:
             return None
         x, rng = regs[a], self.rng
-        fns = ["add", "subtract", "multiply"] + ([] if self.profile == "grad" else ["maximum"])
-        chain = rng.random() < 0.5  # a second stage reading the first's value at two offsets
+        # the second stage's draws of their own: a seed's programs without one stay as they were
+        staged = np.random.default_rng([self.seed, 3, len(self.prog["steps"]), self.depth])
+        chain = staged.random() < 0.5  # a second stage reading the first's value at two offsets
         i1, i2, j1, j2, at = [], [], [], [], []
+
+        def offset(idx, halo, draw):
+            o = int(draw.integers(0, halo + 1))
+            idx.append(["s", o, o - halo if o < halo else None, None])
+
         for n in x.shape:
-            d = int(rng.integers(0, min(3, n)))  # the halo: the slices are n - d long
-            d2 = int(rng.integers(0, min(3, n - d))) if chain else 0
-            for idx, halo in ((i1, d), (i2, d), (j1, d2), (j2, d2), (at, d + d2)):
-                o = int(rng.integers(0, halo + 1))
-                idx.append(["s", o, o - halo if o < halo else None, None])
+            d = int(rng.integers(0, 3 if n > 2 else 2))  # the halo: the slices are n - d long
+            for idx in (i1, i2, at):
+                offset(idx, d, rng)
+            if chain:
+                d2 = int(staged.integers(0, min(3, n - d)))
+                offset(j1, d2, staged)
+                offset(j2, d2, staged)
+                at.pop()
+                offset(at, d + d2, staged)
+        fns = ["add", "subtract", "multiply"] + ([] if self.profile == "grad" else ["maximum"])
         st = {"k": "stencil", "a": a, "fn": self.choice(fns), "i1": i1, "i2": i2}
         if chain:
-            st["then"] = {"fn": self.choice(fns), "i1": j1, "i2": j2}
+            st["then"] = {"fn": fns[int(staged.integers(0, len(fns)))], "i1": j1, "i2": j2}
         used = {st["fn"], st.get("then", st)["fn"]}
         approx = self.approx[a] or (_kind(x) == "c" and bool(used & set(APPROX_COMPLEX)))
         if rng.random() < 0.5:

@@ -94,6 +94,6 @@ def test_shrinker_keeps_the_failure_and_drops_the_rest():
 def test_fuzz_reaches_the_tiled_schedule():
     """A program whose two-stage stencil the planner computes in tiles (``_small_tiles``, on
     every fourth seed): its checks pass, and the compiled program has tiles."""
-    prog = F.generate(1040, "full", n_steps=12)
+    prog = F.generate(948, "full", n_steps=12)
     stats = F.check(prog, ("interp", "cpu"))
     assert "cpu-tiles" in stats["checks"], json.dumps(prog)
