@@ -384,6 +384,24 @@ def test_a_block_written_into_ones_is_read_with_its_fill_and_slices_of_it():
         np.testing.assert_allclose(c(a, a + 1), fn(a, a + 1), rtol=1e-13)
 
 
+def blocks_that_are_no_pads(u):
+    z = np.zeros(u.shape[0] + 2)
+    z[1:-1, None] = u[:, :1]  # a new axis in the index
+    y = np.zeros(u.shape)
+    y[::2] = u[::2]  # a stride
+    w = np.zeros(u.shape)
+    w[0] = u[1]  # an int
+    return z[1:] + z[:-1], y[1:] - y[:-1], w[1:] * w[:-1]
+
+
+def test_blocks_written_through_other_indices_stay_index_updates():
+    u = np.random.default_rng(7).standard_normal((5, 3))
+    c = _compile(blocks_that_are_no_pads, u)
+    assert not [d for d in c.plan.offsets if isinstance(d, pads.PadRead)], str(c.plan)
+    for got, want in zip(c(u), blocks_that_are_no_pads(u)):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_a_block_written_into_after_its_pad_is_read_keeps_its_values():
     """The kernel reading a pad reads the block's buffer: a later write into the block (an
     in-place update where nothing reads the block after it) must come after that kernel."""

@@ -88,7 +88,7 @@ def _as_pad(n: Node, made: dict, constants: dict) -> Node | None:
     if fill is None or x.shape != n.out.shape or x.dtype != n.out.dtype:
         return None
     w = Window.of(None, n.attrs["idx"], x.shape)
-    if w is None or w.shape != block.shape or len(w.dims) != len(x.shape):
+    if w is None or w.shape != block.shape or len(block.shape) != len(x.shape):
         return None
     if any(d != k or step != 1 for k, (d, _, step) in enumerate(w.dims)):
         return None
