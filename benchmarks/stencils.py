@@ -6,6 +6,13 @@ measured side by side. "cold": the first call's seconds (tracekit: trace and com
 
     .venv/bin/python benchmarks/stencils.py
     .venv/bin/python benchmarks/stencils.py --only hdiff --budget 2
+    .venv/bin/python benchmarks/stencils.py --only "hdiff grad,biharmonic grad"
+
+"<workload> grad": the gradient of ``sum(w * <workload>(x))`` in ``x`` (a vector-Jacobian
+product: the backward graph, a stencil chain of transposed offsets), against ``jax.grad``
+under ``jax.jit``; NumPy, numba and torch have no gradient of the same code (their columns
+are empty); "w/o pads": tracekit with the slices' gradients kept as zeros written into
+(``backends/pads.py`` off), as before pads were read in place.
 
 "bytes / least": the bytes of the inputs, the outputs and every array a kernel writes that is
 not an output, over those of the inputs and outputs alone (1.00: nothing materialised between
@@ -166,6 +173,26 @@ WORKLOADS = {
     "laplace3": (laplace3, lambda: (_r(4, 96, 96, 96),)),
     "isoneutral": (isoneutral, lambda: _ocean()),  # 64x64x60 interior, as hdiff
 }
+GRADS = ("hdiff", "biharmonic", "blur3", "laplace3")  # workloads measured backward too
+NAMES = [*WORKLOADS, *(f"{name} grad" for name in GRADS)]
+
+
+def _vjp(fn):
+    """``(x, w, *rest) -> sum(w * fn(x, *rest))``, whose gradient in ``x`` is ``fn``'s
+    vector-Jacobian product with ``w``."""
+
+    def loss(x, w, *rest, np=np):
+        return (fn(x, *rest, np=np) * w).sum()
+
+    return loss
+
+
+def _backward(name):
+    """(the loss, its arguments: the workload's with a random ``w`` second) of ``name``."""
+    fn, make = WORKLOADS[name]
+    args = make()
+    w = _r(9, *np.shape(fn(*args)))
+    return _vjp(fn), (args[0], w, *args[1:])
 
 
 def _ocean(nx=66, ny=66, nz=62, seed=5):
@@ -194,14 +221,17 @@ def bytes_moved(c) -> tuple[int, int]:
     return least + sum(v.size * v.dtype.itemsize for v in made - ends), least
 
 
-def _compiled(fn, args, fused=True):
+def _compiled(fn, args, fused=True, pads=True):
     """tracekit's compiled ``fn``; with ``fused=False``, every stage an array (no value
-    computed again at offsets, none in tiles)."""
+    computed again at offsets, none in tiles, no pad read in place); ``pads=False``: no pad
+    read in place."""
     from tracekit.backends import offsets, tiles
+    from tracekit.backends import pads as pads_module
 
     saved, rate = offsets.MAX_RECOMPUTE, tiles.OPS_PER_BYTE
     offsets.MAX_RECOMPUTE = saved if fused else 0
     tiles.OPS_PER_BYTE = rate if fused else -1.0
+    pads_module.READ_IN_PLACE = pads and fused
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -210,6 +240,7 @@ def _compiled(fn, args, fused=True):
             return c, time.perf_counter() - start
     finally:
         offsets.MAX_RECOMPUTE, tiles.OPS_PER_BYTE = saved, rate
+        pads_module.READ_IN_PLACE = True
 
 
 def _close(got, want) -> bool:
@@ -236,6 +267,58 @@ def _jax(fn, args):
     jx = jax.jit(lambda *a: fn(*a, np=jnp))
     on = [jnp.asarray(a) for a in args]
     return lambda: jax.block_until_ready(jx(*on))
+
+
+def _jax_grad(loss, args):
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_enable_x64", True)
+    jx = jax.jit(jax.grad(lambda *a: loss(*a, np=jnp)))
+    on = [jnp.asarray(a) for a in args]
+    return lambda: jax.block_until_ready(jx(*on))
+
+
+def measure_grad(name, budget, peers):
+    """The backward of workload ``name`` (``<name> grad``): tracekit, without pads read in
+    place, unfused, and ``jax.grad``; the interpreter's gradient is the reference."""
+    loss, args = _backward(name)
+    grad = tk.grad(loss)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = tk.trace(grad, *args)(*args)
+    fused, cold = _compiled(grad, args)
+    before, _ = _compiled(grad, args, pads=False)
+    unfused, _ = _compiled(grad, args, fused=False)
+    fns = {
+        "tracekit": lambda: fused(*args),
+        "tracekit w/o pads": lambda: before(*args),
+        "tracekit unfused": lambda: unfused(*args),
+    }
+    colds = {"tracekit": cold}
+    if "jax" in peers:
+        fns["jax"], colds["jax"] = _timed(lambda: _jax_grad(loss, args))
+    ok = {k: _close(f(), want) for k, f in fns.items()}
+    samples = interleaved(fns, budget_s=budget, min_rounds=5, max_rounds=200)
+    med = {k: summarize(v)["median_s"] for k, v in samples.items()}
+    ratios = {"jax": med["jax"] / med["tracekit"]} if "jax" in med else {}
+    return {
+        "workload": f"{name} grad",
+        "median_s": med,
+        "correct": ok,
+        "kernels": len(fused.plan.kernels),
+        "kernels_unfused": len(unfused.plan.kernels),
+        "kernels_without_pads": len(before.plan.kernels),
+        "host_steps": sum(st.kind == "host" for st in fused.plan.steps),
+        "host_steps_without_pads": sum(st.kind == "host" for st in before.plan.steps),
+        "cold_s": cold,
+        "cold_s_peers": colds,
+        "bytes_moved": bytes_moved(fused),
+        "bytes_moved_unfused": bytes_moved(unfused),
+        "ratio_vs_best": min(ratios.values()) if ratios else None,
+        "ratios": ratios,
+        "offsets": [str(d) for d in fused.plan.offsets],
+    }
 
 
 def _torch(fn, args):
@@ -313,34 +396,43 @@ def main(argv=None):
     ap.add_argument("--no-json", action="store_true")
     a = ap.parse_args(argv)
     only = [w for w in a.only.split(",") if w]
-    if set(only) - set(WORKLOADS):
-        ap.error(f"unknown workload(s); choose from {sorted(WORKLOADS)}")
+    if set(only) - set(NAMES):
+        ap.error(f"unknown workload(s); choose from {NAMES}")
     peers = set(a.peers.split(","))
     budget = 0.3 if a.quick else a.budget
     print(f"load average {load_average()}")
     rows, results = [], []
-    for name in WORKLOADS:
+    for name in NAMES:
         if only and name not in only:
             continue
-        r = measure(name, budget, peers)
+        grad = name.endswith(" grad")
+        r = measure_grad(name.split()[0], budget, peers) if grad else measure(name, budget, peers)
         results.append(r)
         m = r["median_s"]
         cells = [f"{m[k] * 1e3:.3g}" if k in m else "-" for k in
-                 ("numpy", "numba", "jax", "torch", "tracekit unfused", "tracekit")]  # fmt: skip
+                 ("numpy", "numba", "jax", "torch", "tracekit unfused", "tracekit w/o pads",
+                  "tracekit")]  # fmt: skip
         best = r["ratio_vs_best"]
+        vs_numpy = f"{m['numpy'] / m['tracekit']:.2f}x" if "numpy" in m else "-"
         rows.append(
             [name, f"{r['kernels_unfused']} -> {r['kernels']}", f"{r['cold_s']:.2f}", *cells,
-             f"{m['numpy'] / m['tracekit']:.2f}x", "-" if best is None else f"{best:.2f}x",
+             vs_numpy, "-" if best is None else f"{best:.2f}x",
              _moved(r["bytes_moved_unfused"]) + " -> " + _moved(r["bytes_moved"]),
              "yes" if all(r["correct"].values()) else f"NO {r['correct']}"]
         )  # fmt: skip
     head = ["workload", "kernels", "cold s", "numpy ms", "numba ms", "jax ms", "torch ms",
-            "unfused ms", "tracekit ms", "vs numpy", "vs best peer",
+            "unfused ms", "w/o pads ms", "tracekit ms", "vs numpy", "vs best peer",
             "bytes / least", "correct"]  # fmt: skip
-    print(table(head, rows, right=set(range(1, 12))))
+    print(table(head, rows, right=set(range(1, 13))))
     for r in results:
         colds = ", ".join(f"{k} {v:.2f} s" for k, v in r["cold_s_peers"].items())
         print(f"{r['workload']}: cold s: {colds}")
+        if "kernels_without_pads" in r:
+            print(
+                f"{r['workload']}: without pads read in place {r['kernels_without_pads']} "
+                f"kernel(s), {r['host_steps_without_pads']} NumPy call(s); with them "
+                f"{r['kernels']}, {r['host_steps']}"
+            )
         for d in r["offsets"]:
             print(f"{r['workload']}: {d}")
     if not a.no_json:

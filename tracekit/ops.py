@@ -138,7 +138,9 @@ class Op:
     ``lapack`` (a LAPACK routine NumPy calls, as ``np.linalg.inv``: no backend tiles it as a
     matrix product; it runs through NumPy on the host), ``whole_array`` (its NumPy function needs
     its inputs whole: sorting, order statistics, LAPACK; a target of chunked arrays, dask, runs
-    it as one task).
+    it as one task), ``pads`` (its result is its one input with constant ``constant_value``
+    rows around it, ``pad_width`` of them per dim: np.pad's constant mode; a kernel may read
+    it through its input, at shifted indices, the constant outside them).
     ``type_rule(input_types, attrs)`` gives its output shapes and dtypes without
     running it (:mod:`tracekit.type_rules`; ``register`` fills in the op's family rule).
     ``check(node)`` raises ``ValueError`` where a node of the op is malformed in ways
@@ -170,6 +172,7 @@ class Op:
     complex: bool = True
     lapack: bool = False
     whole_array: bool = False
+    pads: bool = False
     type_rule: Callable | None = None  # (input types, attrs) -> [(shape, dtype)]: type_rules.py
 
     @property
@@ -459,6 +462,7 @@ register(
             f"np.pad({a[0]}, {at['pad_width']!r}, "
             f"constant_values={py_literal(at['constant_value'])})"
         ),
+        pads=True,
     )
 )
 

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tracekit as tk
-from tracekit.backends import offsets
+from tracekit.backends import offsets, pads
 
 
 def _compile(fn, *args):
@@ -279,3 +279,142 @@ def test_gradients_of_a_stencil_chain_equal_finite_differences():
         down[i] -= h
         want[i] = (stencil_loss(up, w) - stencil_loss(down, w)) / (2 * h)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+def biharmonic_loss(u):
+    lap = u[2:, 1:-1] + u[:-2, 1:-1] + u[1:-1, 2:] + u[1:-1, :-2] - 4.0 * u[1:-1, 1:-1]
+    out = lap[2:, 1:-1] + lap[:-2, 1:-1] + lap[1:-1, 2:] + lap[1:-1, :-2] - 4.0 * lap[1:-1, 1:-1]
+    return (out * out).sum()
+
+
+def hdiff_loss(f, coeff):
+    return np.tanh(hdiff(f, coeff)).sum()
+
+
+def _central_differences(fn, u, *rest, h=1e-6):
+    want = np.empty_like(u)
+    for i in np.ndindex(u.shape):
+        up, down = u.copy(), u.copy()
+        up[i] += h
+        down[i] -= h
+        want[i] = (fn(up, *rest) - fn(down, *rest)) / (2 * h)
+    return want
+
+
+@pytest.mark.parametrize(
+    "fn, shape, rest",
+    [(biharmonic_loss, (9, 7), ()), (hdiff_loss, (8, 9), (0.3,)), (biharmonic_loss, (5, 6), ())],
+)
+def test_gradients_of_stencil_chains_read_their_blocks_as_pads(fn, shape, rest):
+    """The gradient of each slice (zeros with the gradient written in) is read in place as a
+    pad by the kernel adding them up: no host step, every block read through a window; values
+    equal the interpreter's and central differences (odd sizes, a Fortran-ordered input)."""
+    u = np.random.default_rng(3).standard_normal(shape)
+    t = tk.trace(tk.grad(fn), u, *rest)
+    c = _compile(tk.grad(fn), u, *rest)
+    assert not [st for st in c.plan.steps if st.kind == "host"], str(c.plan)
+    read = [d for d in c.plan.offsets if isinstance(d, pads.PadRead)]
+    assert read and all(d.fused for d in read), str(c.plan)
+    assert all(st.nodes[0].op != "index_update" for st in c.plan.steps)
+    got = c(np.asfortranarray(u), *rest)
+    np.testing.assert_allclose(got, t(u, *rest), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got, _central_differences(fn, u, *rest), rtol=1e-6, atol=1e-7)
+
+
+def test_the_biharmonic_gradient_is_one_kernel_per_stage():
+    """Forward: the Laplacian (kept: 5 slices x 5 ops over the budget), then the second
+    Laplacian with the loss's gradient; backward: one kernel per stage, each reading the
+    stage after's gradient through 5 pads (none made, no NumPy call)."""
+    c = _compile(tk.grad(biharmonic_loss), np.zeros((30, 21)))
+    assert len(c.plan.kernels) == 4, str(c.plan)
+    by_kernel: dict = {}
+    for d in c.plan.offsets:
+        if isinstance(d, pads.PadRead):
+            by_kernel.setdefault(str(d).split("by kernel(s) ")[1].split(":")[0], []).append(d)
+    assert sorted(len(v) for v in by_kernel.values()) == [5, 5], str(c.plan)
+    assert not [r for r in c.plan.refusals if r.node.op == "pad"]
+    said = str(c.plan)
+    assert "read in place through" in said and "rows (1, 1), (0, 2) of 0.0 around it" in said
+    _, drawn = offsets.drawn_notes(c.graph, c.plan.offsets)  # the compiled view's notes
+    assert sum(note.startswith("a pad read in place") for note in drawn.values()) == 10
+
+
+def pad_of_a_result(u):
+    z = np.zeros((u.shape[0] + 2, u.shape[1]))
+    z[1:-1] = np.sin(u)
+    return z, z[2:] * z[:-2]
+
+
+def pad_read_by_a_reduction(u):
+    z = np.zeros((u.shape[0] + 2, u.shape[1]))
+    z[1:-1] = u * 2.0
+    return (z * u[0]).sum(axis=0) + z[0]
+
+
+@pytest.mark.parametrize(
+    "fn, why",
+    [
+        (pad_of_a_result, "a result of the function"),
+        (pad_read_by_a_reduction, "not an elementwise"),
+    ],
+)
+def test_pads_that_stay_arrays_say_why(fn, why):
+    u = np.random.default_rng(4).standard_normal((6, 3))
+    c = _compile(fn, u)
+    kept = [d for d in c.plan.offsets if isinstance(d, pads.PadRead) and not d.fused]
+    assert kept and why in kept[0].reason, str(c.plan)
+    for got, want in zip(c(u), fn(u)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_block_written_into_ones_is_read_with_its_fill_and_slices_of_it():
+    """Other fills than zeros, slices of the pad (their windows keep the guards, reversed
+    ones too), size-1 and size-2 axes."""
+
+    def fn(a, b):
+        z = np.full((a.shape[0] + 3, a.shape[1]), 1.5)
+        z[2:-1, :] = a * b
+        return z[1:] - z[:-1] + 2 * z[:-1, ::-1]
+
+    for shape in [(4, 1), (1, 2), (2, 5)]:
+        a = np.random.default_rng(5).standard_normal(shape)
+        c = _compile(fn, a, a + 1)
+        read = [d for d in c.plan.offsets if isinstance(d, pads.PadRead)]
+        assert read and all(d.fused for d in read), str(c.plan)
+        np.testing.assert_allclose(c(a, a + 1), fn(a, a + 1), rtol=1e-13)
+
+
+def blocks_that_are_no_pads(u):
+    z = np.zeros(u.shape[0] + 2)
+    z[1:-1, None] = u[:, :1]  # a new axis in the index
+    y = np.zeros(u.shape)
+    y[::2] = u[::2]  # a stride
+    w = np.zeros(u.shape)
+    w[0] = u[1]  # an int
+    return z[1:] + z[:-1], y[1:] - y[:-1], w[1:] * w[:-1]
+
+
+def test_blocks_written_through_other_indices_stay_index_updates():
+    u = np.random.default_rng(7).standard_normal((5, 3))
+    c = _compile(blocks_that_are_no_pads, u)
+    assert not [d for d in c.plan.offsets if isinstance(d, pads.PadRead)], str(c.plan)
+    for got, want in zip(c(u), blocks_that_are_no_pads(u)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_block_written_into_after_its_pad_is_read_keeps_its_values():
+    """The kernel reading a pad reads the block's buffer: a later write into the block (an
+    in-place update where nothing reads the block after it) must come after that kernel."""
+
+    def fn(u):
+        g = u * 2.0
+        z = np.zeros((u.shape[0] + 2, u.shape[1]))
+        z[1:-1] = g
+        g[0] = 7.0
+        return z[1:] * z[:-1] + z[:-1], g
+
+    u = np.random.default_rng(6).standard_normal((5, 4))
+    c = _compile(fn, u)
+    assert any(isinstance(d, pads.PadRead) and d.fused for d in c.plan.offsets), str(c.plan)
+    for got, want in zip(c(u), fn(u)):
+        np.testing.assert_allclose(got, want, rtol=1e-13)

@@ -304,6 +304,9 @@ def run_step(regs, st):
         regs.append(np.pad(a, [tuple(p) for p in st["pw"]], constant_values=st["value"]))
     elif k in ("stencil", "stencil_into"):
         v = getattr(np, st["fn"])(a[_index(regs, st["i1"])], a[_index(regs, st["i2"])])
+        if "then" in st:  # a second stage, of the first's value at two offsets
+            w = st["then"]
+            v = getattr(np, w["fn"])(v[_index(regs, w["i1"])], v[_index(regs, w["i2"])])
         if k == "stencil":
             regs.append(v)
         else:
@@ -1116,25 +1119,41 @@ class _Gen:
 
     def _stencil(self, regs):
         """``fn`` of two slices of one register at different constant offsets (``a[1:, :-1] -
-        a[:-1, 1:]``): a new register, or written into a region of the same shape of a
-        register shaped like it (``b[1:-1] = ...``; ``b`` may be ``a``), as stencils are."""
+        a[:-1, 1:]``), in half of them a second stage of that value at two offsets (no register
+        of its own: it may be fused across offsets, or computed in tiles): a new register, or
+        written into a region of the same shape of a register shaped like it (``b[1:-1] =
+        ...``; ``b`` may be ``a``), as stencils are."""
         a = self.pick(
             regs, lambda r: isinstance(r, np.ndarray) and r.ndim >= 1 and min(r.shape) >= 2
         )
         if a is None:
             return None
         x, rng = regs[a], self.rng
-        i1, i2, at = [], [], []
+        # the second stage's draws of their own: a seed's programs without one stay as they were
+        staged = np.random.default_rng([self.seed, 3, len(self.prog["steps"]), self.depth])
+        chain = staged.random() < 0.5  # a second stage reading the first's value at two offsets
+        i1, i2, j1, j2, at = [], [], [], [], []
+
+        def offset(idx, halo, draw):
+            o = int(draw.integers(0, halo + 1))
+            idx.append(["s", o, o - halo if o < halo else None, None])
+
         for n in x.shape:
             d = int(rng.integers(0, 3 if n > 2 else 2))  # the halo: the slices are n - d long
             for idx in (i1, i2, at):
-                o = int(rng.integers(0, d + 1))
-                idx.append(["s", o, o - d if o < d else None, None])
-        fn = self.choice(
-            ["add", "subtract", "multiply"] + ([] if self.profile == "grad" else ["maximum"])
-        )
-        st = {"k": "stencil", "a": a, "fn": fn, "i1": i1, "i2": i2}
-        approx = self.approx[a] or (_kind(x) == "c" and fn in APPROX_COMPLEX)  # (FMA on CUDA)
+                offset(idx, d, rng)
+            if chain:
+                d2 = int(staged.integers(0, min(3, n - d)))
+                offset(j1, d2, staged)
+                offset(j2, d2, staged)
+                at.pop()
+                offset(at, d + d2, staged)
+        fns = ["add", "subtract", "multiply"] + ([] if self.profile == "grad" else ["maximum"])
+        st = {"k": "stencil", "a": a, "fn": self.choice(fns), "i1": i1, "i2": i2}
+        if chain:
+            st["then"] = {"fn": fns[int(staged.integers(0, len(fns)))], "i1": j1, "i2": j2}
+        used = {st["fn"], st.get("then", st)["fn"]}
+        approx = self.approx[a] or (_kind(x) == "c" and bool(used & set(APPROX_COMPLEX)))
         if rng.random() < 0.5:
             into = [
                 i
@@ -1561,18 +1580,21 @@ def check(prog, checks=CHECKS, compiled_cache=None):
         if target not in checks:
             continue
         try:
-            with quiet(), _loops_kept(prog["seed"] % 2):
+            with quiet(), _loops_kept(prog["seed"] % 2), _small_tiles(prog["seed"] % 4 == 0):
                 c = tk.compile(t, target=target, progress=False)
         except Exception as e:
             raise Failure(target, f"tk.compile raised {type(e).__name__}: {e}") from e
         _check_calls(target, harness.bind(c), "call", draws, approx, tol)
         stats["checks"].append(target)
+        if target == "cpu" and any(st.tiles for st in c.plan.steps):
+            stats["checks"].append("cpu-tiles")  # (see _small_tiles)
     if "grad" in checks and prog.get("profile") == "grad":
-        check_grad(prog, t, [(xs, flipped) for xs, _, _, flipped in draws])
+        check_grad(prog, t, [(xs, flipped) for xs, _, _, flipped in draws], "cpu" in checks)
         stats["checks"].append("grad")
     if "cpu" in checks and prog["seed"] % 2 and any("body" in n.attrs for n in t.graph.nodes):
         _check_one_result(prog, draws, approx, tol)
         stats["checks"].append("cpu-one-result")
+
     if "dask" in checks and prog["seed"] % DASK_EVERY == DASK_EVERY - 1:
         if _check_dask(prog, t, harness, draws, approx, tol):
             stats["checks"].append("dask")
@@ -1642,6 +1664,27 @@ def _check_one_result(prog, draws, approx, tol):
     _check_calls("cpu", c, "call of the last result", one, approx[-1:], tol)
 
 
+SMALL_TILE_BYTES = 32  # (4 float64 values: tiles of one or a few rows)
+
+
+@contextlib.contextmanager
+def _small_tiles(small: bool):
+    """On every fourth seed (even ones: loops unrolled), tiles of ``SMALL_TILE_BYTES``
+    whatever their halo costs, and a budget of 1 operation for values computed again at
+    offsets: the fuzzer's arrays (2000 elements at most) would otherwise stay within the
+    cache, and the first stage of its two-stage stencils be computed again at each offset: no
+    producer would go to tiles (``backends/tiles.py``)."""
+    from tracekit.backends import offsets, tiles
+
+    saved = offsets.MAX_RECOMPUTE, tiles.TILE_BYTES, tiles.OPS_PER_BYTE
+    if small:
+        offsets.MAX_RECOMPUTE, tiles.TILE_BYTES, tiles.OPS_PER_BYTE = 1, SMALL_TILE_BYTES, 1e9
+    try:
+        yield
+    finally:
+        offsets.MAX_RECOMPUTE, tiles.TILE_BYTES, tiles.OPS_PER_BYTE = saved
+
+
 @contextlib.contextmanager
 def _loops_kept(keep: bool):
     """On odd seeds every loop compiles as a loop (its body compiled once, or the whole loop
@@ -1699,11 +1742,12 @@ def _as_tuple(x):
     return tuple(x) if isinstance(x, tuple | list) else (x,)
 
 
-def check_grad(prog, t, draws=None):
+def check_grad(prog, t, draws=None, compiled=False):
     """tk.vjp's backward graph against central finite differences of the NumPy program, on
     the traced inputs, and on those of ``draws`` ((inputs, whether their branches go otherwise
     than the trace's)) whose branches go otherwise: there the backward call must fail a guard
-    or be right by chance."""
+    or be right by chance. ``compiled``: the backward graph compiled for the CPU too, against
+    the interpreter's gradients (its slices' gradients are pads: ``backends/pads.py``)."""
     import tracekit as tk
 
     try:
@@ -1711,12 +1755,40 @@ def check_grad(prog, t, draws=None):
             b = tk.vjp(t)
     except Exception as e:
         raise Failure("grad", f"tk.vjp raised {type(e).__name__}: {e}") from e
+    cb = None
+    if compiled:
+        try:
+            with quiet(), _small_tiles(prog["seed"] % 4 == 0):
+                cb = tk.compile(b, target="cpu", progress=False)
+        except Exception as e:
+            raise Failure(
+                "grad", f"tk.compile of the backward raised {type(e).__name__}: {e}"
+            ) from e
     for k, (xs, flipped) in enumerate(draws or [(make_inputs(prog, 0), False)]):
         if k == 0 or flipped:  # (finite differences on every draw would double the time)
-            _check_grad_at(prog, b, xs, flipped)
+            _check_grad_at(prog, b, xs, flipped, cb)
 
 
-def _check_grad_at(prog, b, xs, flipped):
+def _compiled_grads_agree(cb, args, grads):
+    """The compiled backward ``cb``'s gradients on ``args`` against the interpreter's."""
+    try:
+        with quiet():
+            got = cb(*copy_inputs(args))
+    except Exception as e:
+        raise Failure("grad", f"the compiled backward raised {type(e).__name__}: {e}") from e
+    for i, (g, h) in enumerate(zip(grads, got)):
+        if g is None:
+            continue
+        g, h = np.asarray(g), np.asarray(h)
+        scale = float(np.nanmax(np.abs(g), initial=1.0)) if g.size else 1.0
+        if h.shape != g.shape or not np.allclose(
+            h, g, rtol=1e-6, atol=1e-9 * scale, equal_nan=True
+        ):
+            far = np.nanmax(np.abs(h - g)) if h.shape == g.shape else f"shape {h.shape}"
+            raise Failure("grad", f"the compiled backward's gradient of input {i} differs: {far}")
+
+
+def _check_grad_at(prog, b, xs, flipped, cb=None):
     import tracekit as tk
 
     rng = np.random.default_rng([prog["seed"], 99])
@@ -1728,11 +1800,10 @@ def _check_grad_at(prog, b, xs, flipped):
         with quiet():
             return [np.asarray(o, dtype=np.float64) for o in execute(prog, *copy_inputs(ins))]
 
+    args = [*copy_inputs(xs), *[np.asarray(w) if np.ndim(w) else np.float64(w) for w in ws]]
     try:
         with quiet():
-            grads = b(
-                *copy_inputs(xs), *[np.asarray(w) if np.ndim(w) else np.float64(w) for w in ws]
-            )
+            grads = b(*copy_inputs(args))
     except tk.GuardError as e:
         if flipped:
             return
@@ -1741,6 +1812,8 @@ def _check_grad_at(prog, b, xs, flipped):
         ) from e
     except Exception as e:
         raise Failure("grad", f"the backward call raised {type(e).__name__}: {e}") from e
+    if cb is not None:
+        _compiled_grads_agree(cb, args, grads)
     for i, (x, g) in enumerate(zip(xs, grads)):
         x = np.asarray(x, dtype=np.float64)
         g = np.zeros(x.shape) if g is None else np.asarray(g)

@@ -89,3 +89,11 @@ def test_shrinker_keeps_the_failure_and_drops_the_rest():
     small = F.shrink(prog, fails, budget_s=30)
     assert fails(small) and len(small["steps"]) < len(prog["steps"])
     assert F._valid(small)
+
+
+def test_fuzz_reaches_the_tiled_schedule():
+    """A program whose two-stage stencil the planner computes in tiles (``_small_tiles``, on
+    every fourth seed): its checks pass, and the compiled program has tiles."""
+    prog = F.generate(948, "full", n_steps=12)
+    stats = F.check(prog, ("interp", "cpu"))
+    assert "cpu-tiles" in stats["checks"], json.dumps(prog)

@@ -23,6 +23,7 @@ from ..traced import Traced, check_guards, check_layout_guards
 from .control import unroll_small_loops
 from .lowering import lower
 from .offsets import fuse_at_offsets
+from .pads import pads_of_blocks, read_pads_in_place
 from .planner import blas_out
 from .planner import plan as make_plan
 from .runtime import check_out_types, fit_threads
@@ -79,6 +80,8 @@ class Compiled:
         # again (a var's own mean beside the user's mean) are merged, then dropped
         self.graph = g = dce(cse(lower(opt.graph))).check()
         offsets = []
+        if target == "cpu":  # blocks written into zeros (a slice's gradient) as pads (pads.py)
+            g = pads_of_blocks(g)
         if target in ("cpu", "cuda"):  # kernels read slices in place (windows.py): fuse across
             self.graph, offsets = fuse_at_offsets(g)
             g = self.graph
@@ -86,6 +89,7 @@ class Compiled:
         self.plan.offsets = offsets
         if target == "cpu":  # producers kept as arrays: computed in tiles where that pays
             tile_producers(self.plan)
+            read_pads_in_place(self.plan)
         report = _progress_reporter(progress, f"{traced.graph.name} ({target})")
         self._fast = _fast_signature(traced)
         self._detach = _results_may_alias(self.plan)

@@ -98,6 +98,7 @@ class CpuProgram:
         views = frozenset(o for st in plan.steps if st.kind == "view" for o in st.outputs)
         windows = {**view_windows(plan), **(out_windows or {})}
         segment_lines = {}
+        self.windows = windows
         for k, (first, steps) in enumerate(_segments(plan)):
             name = f"segment{k}"
             read_here = {v for s in steps for v in s.inputs}  # stay arrays: read in the segment
@@ -405,6 +406,8 @@ class Runner:
                 for v in (v for st in steps for v in st.outputs if v.weak):
                     # a weak value is a Python number to the ops reading it (NEP 50)
                     lines.append(f"    {names[v]} = {names[v]}.item()")
+            elif step.kind == "view" and all(_padded(o, program) for o in step.outputs):
+                continue  # kernels read it through its block (pads.py): never made
             elif step.kind != "kernel":
                 self._step = i
                 node = step.nodes[0]
@@ -605,6 +608,11 @@ def has_fast_path(g) -> bool:
     if g.writebacks or g.guards or g.n_results != 1 or any(v.weak for v in args):
         return False
     return not any(s.kind == "capture" for s in g.specs)
+
+
+def _padded(v, program) -> bool:
+    w = program.windows.get(v)
+    return w is not None and w.fill is not None
 
 
 def whole_graph_source(plan: Plan, program: CpuProgram) -> str | None:

@@ -107,9 +107,15 @@ class KernelSource:
     def at(self, v: Var) -> str:
         """The element of array operand ``v`` at the current loop position."""
         w = self.windows.get(v)
-        if w is not None:
-            return f"{self.base_arg(w.base)}[{w.index(self._view_index(v))}]"
-        return f"{self.arg(v)}[{self.layout.index(v) or '()'}]"
+        if w is None:
+            return f"{self.arg(v)}[{self.layout.index(v) or '()'}]"
+        view_index = self._view_index(v)
+        element = f"{self.base_arg(w.base)}[{w.index(view_index)}]"
+        guards = w.guards(view_index) if w.fill is not None else []
+        if not guards:
+            return element
+        fill = S.literal(w.fill, w.base.dtype)
+        return f"({element} if {' and '.join(guards)} else {fill})"
 
     def _view_index(self, v: Var) -> list[str]:
         """Source of the index of each of ``v``'s own dims (a windowed operand's dims never
@@ -326,6 +332,8 @@ class KernelSource:
             return 1
         if any(OPS[n.op].kind == "opaque" for n in g.nodes):
             return 1
+        if any(w.fill is not None for w in self.windows.values()):
+            return 1  # a pad's guards compare signed indices (stream indices are unsigned)
         heavy = sum(S.is_fast_math(n, self.math) for n in g.nodes)
         streams = min(STREAMS, STREAM_BUDGET // len(g.nodes))
         if heavy < STREAM_MIN_FAST_MATH or streams < 2 or L.sizes[L.kept[-1]] < streams * LANES:

@@ -212,7 +212,9 @@ def drawn_notes(graph: Graph, decisions: list) -> tuple[dict, dict]:
     again = {}
     tiled = {d.value.name: f"computed in {d.how}" for d in decisions if d.how}
     for d in decisions:
-        if d.fused and not d.how:
+        if getattr(d, "note", ""):  # a pad's (pads.py)
+            tiled[d.value.name] = d.note
+        elif d.fused and not d.how:
             note = f"computed again at an offset: %{d.value.name}"
             if d.source is not None:
                 note += f" ({d.source} `{d.source.text}`)"

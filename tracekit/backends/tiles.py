@@ -110,6 +110,8 @@ def _tile_of(plan: Plan, producer: Step, windows: dict):
             w = windows.get(view.outputs[0]) if view.kind == "view" else None
             if w is None or w.base is not o or view.outputs[0] in ends:
                 return "read as an array, not only through slices of it"
+            if w.fill is not None:
+                return "read through a pad (pads.py): rows outside it are its constant"
             users = readers.get(view.outputs[0], [])
             if len(users) != 1 or (consumer is not None and users[0] is not consumer):
                 return "read by more than one kernel"

@@ -31,6 +31,20 @@ class Window:
     base: Var | None
     dims: tuple  # per base dim: (view dim, start, step); view dim None: the fixed index start
     shape: tuple  # the view's shape
+    fill: object = None  # of a pad (np.pad, constant mode): the value outside the base
+
+    @staticmethod
+    def padding(base: Var, pad_width) -> Window:
+        """The window of ``np.pad(base, pad_width)``: ``base`` at indices shifted back by the
+        rows before, which may fall outside it (:meth:`guards`); its ``fill`` is set apart.
+
+        >>> w = Window.padding(Var("g", (3, 4), np.dtype("f8")), ((1, 1), (0, 2)))
+        >>> w.shape, w.index(["i0", "i1"]), w.guards(["i0", "i1"])
+        ((5, 6), '-1 + i0, i1', ['1 <= i0 < 4', 'i1 < 4'])
+        """
+        dims = tuple((d, -lo, 1) for d, (lo, _) in enumerate(pad_width))
+        shape = tuple(lo + n + hi for (lo, hi), n in zip(pad_width, base.shape))
+        return Window(base, dims, shape)
 
     @staticmethod
     def of(base, idx, shape) -> Window | None:
@@ -75,7 +89,7 @@ class Window:
         axes = tuple(range(len(self.shape)))[::-1] if axes is None else tuple(axes)
         where = {a: k for k, a in enumerate(axes)}
         dims = tuple((None if d is None else where[d], s, st) for d, s, st in self.dims)
-        return Window(self.base, dims, tuple(self.shape[a] for a in axes))
+        return Window(self.base, dims, tuple(self.shape[a] for a in axes), self.fill)
 
     def then(self, idx, shape) -> Window | None:
         """This window indexed further by ``idx`` (the view being of ``shape``)."""
@@ -89,7 +103,7 @@ class Window:
                 continue
             d, s, st = inner.dims[view_dim]
             dims.append((d, start + step * s, step * st))
-        return Window(self.base, tuple(dims), inner.shape)
+        return Window(self.base, tuple(dims), inner.shape, self.fill)
 
     def index(self, view_index: list) -> str:
         """Source of the base's index, ``view_index`` the source of each view dim's index."""
@@ -113,6 +127,41 @@ class Window:
                 parts.append(term if start == 0 else f"{start} + {term}")
         return parts
 
+    def guards(self, view_index: list) -> list[str]:
+        """Source of the conditions under which the base's index (:meth:`indices`) is inside
+        the base, one per base dim the view's indices may take outside it (a pad's)."""
+        out = []
+        for (view_dim, start, step), n in zip(self.dims, self.base.shape):
+            if view_dim is None:
+                continue
+            last = start + step * (self.shape[view_dim] - 1)
+            lo, hi = min(start, last), max(start, last)
+            if lo >= 0 and hi < n:
+                continue
+            first, last = _inside(start, step, self.shape[view_dim], n)
+            if first > last:
+                return ["False"]  # every index of the view is outside: the fill only
+            i = view_index[view_dim]
+            below = f"{first} <= " if first > 0 else ""
+            above = f" < {last + 1}" if last + 1 < self.shape[view_dim] else ""
+            out.append(f"{below}{i}{above}")
+        return out
+
+
+def _inside(start: int, step: int, size: int, n: int) -> tuple[int, int]:
+    """The first and last ``k`` in ``range(size)`` with ``0 <= start + step * k < n``
+    (first > last: none).
+
+    >>> _inside(-2, 1, 6, 3), _inside(4, -1, 6, 3), _inside(-1, 2, 4, 3)
+    ((2, 4), (2, 4), (1, 1))
+    """
+    if step < 0:  # the same indices, counted from the other end
+        first, last = _inside(start + step * (size - 1), -step, size, n)
+        return size - 1 - last, size - 1 - first
+    first = max(0, -(start // step)) if start < 0 else 0
+    last = min(size - 1, (n - 1 - start) // step)
+    return first, last
+
 
 def read_through(v: Var, windows: dict) -> bool:
     """Whether kernels read ``v`` through its window (one of a single element is read as
@@ -123,6 +172,12 @@ def read_through(v: Var, windows: dict) -> bool:
 def _window(node, parent: Window) -> Window | None:
     """The window of ``node``'s view of the window ``parent``: a static basic index or a
     permutation of the axes (a transpose); None for other views."""
+    if OPS[node.op].pads:  # of an array that is no view (pads.py)
+        base = node.inputs[0]
+        if parent.base is not base or parent.fill is not None or parent.shape != base.shape:
+            return None
+        w = Window.padding(base, node.attrs["pad_width"])
+        return Window(w.base, w.dims, w.shape, node.attrs["constant_value"])
     if not OPS[node.op].view or len(node.inputs) != 1:
         return None
     if "idx" in node.attrs:

@@ -1,0 +1,195 @@
+"""Blocks written into a constant array (``z = np.zeros(n); z[1:-1] = g``) as pads of the block
+(``np.pad(g, (1, 1))``), which the kernels reading them read through the block itself, at
+shifted indices, the constant where those fall outside it: no padded array is made.
+
+The gradient of a slice is such a block: the gradient of ``x[1:-1]`` is zeros of ``x``'s shape
+with ``g`` written at ``1:-1``. The backward graph of a stencil chain adds up these blocks of
+its stages' gradients at the offsets the forward read them at (transposed offsets): with the
+blocks read as pads, each backward stage is one kernel over its stage's shape reading the
+gradient of the stage after it at shifted indices, as the forward stages read the stage
+before; slices of the sums fuse across offsets as in the forward (``offsets.py``).
+
+Every pad read in place, and every one kept as an array (and why), is a :class:`PadRead` in
+``Plan.offsets``.
+
+>>> import numpy as np, tracekit as tk
+>>> def loss(u):
+...     lap = u[2:] + u[:-2] - 2.0 * u[1:-1]
+...     return (lap * lap).sum()
+>>> c = tk.compile(tk.trace(tk.grad(loss), np.zeros(8)), target="cpu", progress=False)
+>>> len(c.plan.kernels), str(c.plan.offsets[0]).split(" by ")[0]
+(2, 'read in place through %14: f64[6] (rows (1, 1) of 0.0 around it)')
+>>> u = np.arange(8.0) ** 3
+>>> bool(np.allclose(c(u), tk.trace(tk.grad(loss), u)(u)))
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ir import Graph, Node, Var
+from ..ops import OPS
+from ..passes.dce import dce
+from .planner import Plan
+from .windows import Window, read_through, view_windows
+
+READ_IN_PLACE = True  # False: blocks stay NumPy calls (benchmarks/stencils.py's "before")
+
+
+@dataclass(frozen=True)
+class PadRead:
+    """A pad (a block written into a constant array): read in place by its kernels, or kept."""
+
+    value: Var
+    fused: bool
+    reason: str = ""
+    source: object = None  # the Source of the node making the value
+    how: str = ""  # (as OffsetFusion's: set for values computed in tiles only)
+
+    def __str__(self):
+        node = f"%{self.value.name}: {self.value.type}"
+        if self.source is not None:
+            node += f" at {self.source} `{self.source.text}`"
+        if self.fused:
+            return f"read in place through {self.reason}"
+        return f"kept as an array: {node} ({self.reason})"
+
+    @property
+    def note(self) -> str:
+        """What a drawing of the compiled graph says of the pad (``offsets.drawn_notes``)."""
+        return f"a pad read in place through {self.reason}" if self.fused else ""
+
+
+def pads_of_blocks(graph: Graph) -> Graph:
+    """``graph`` with each ``index_update(full(c), g, idx)`` whose index is slices of step 1
+    covering ``g`` whole as ``pad(g, pad_width, c)`` (the same result Var)."""
+    if not READ_IN_PLACE:
+        return graph
+    made = {o: n for n in graph.nodes for o in n.outputs}
+    nodes = [_as_pad(n, made, graph.constants) or n for n in graph.nodes]
+    if all(a is b for a, b in zip(nodes, graph.nodes)):
+        return graph
+    return dce(graph.replace(nodes=nodes)).check()
+
+
+def _as_pad(n: Node, made: dict, constants: dict) -> Node | None:
+    if not OPS[n.op].store or len(n.inputs) != 2:
+        return None
+    x, block = n.inputs
+    if not isinstance(block, Var) or not block.shape or not block.size:
+        return None
+    if block.dtype != n.out.dtype:
+        return None
+    fill = _uniform_value(x, made, constants)
+    if fill is None or x.shape != n.out.shape or x.dtype != n.out.dtype:
+        return None
+    w = Window.of(None, n.attrs["idx"], x.shape)
+    if w is None or w.shape != block.shape or len(block.shape) != len(x.shape):
+        return None
+    if any(d != k or step != 1 for k, (d, _, step) in enumerate(w.dims)):
+        return None
+    pad_width = tuple(
+        (start, size - start - m) for (_, start, _), size, m in zip(w.dims, x.shape, block.shape)
+    )
+    return n.replace(
+        op="pad", inputs=(block,), attrs={"pad_width": pad_width, "constant_value": fill}
+    )
+
+
+def _uniform_value(x, made: dict, constants: dict):
+    """The one value of every element of ``x`` (``np.full``'s, or a constant's), or None."""
+    node = made.get(x)
+    if node is not None and OPS[node.op].uniform and not node.var_inputs:
+        return node.attrs.get("fill_value")
+    a = constants.get(x) if isinstance(x, Var) else None
+    if isinstance(a, np.ndarray) and a.size and (a == a.flat[0]).all():
+        return a.dtype.type(a.flat[0])
+    return None
+
+
+def read_pads_in_place(plan: Plan) -> None:
+    """Make each pad step of ``plan`` a view that the kernels reading it (or slices of it) read
+    through its input, where every one of them can; add the decisions to ``plan.offsets``."""
+    if any(st.kind == "host" and OPS[st.nodes[0].op].kind == "control" for st in plan.steps):
+        return  # loop drivers run plans step by step: not there
+    for step in plan.steps:
+        node = step.nodes[0]
+        if step.kind != "host" or not OPS[node.op].pads:
+            continue
+        why = _why_not(plan, step)
+        if why is None:
+            reason, step.kind, step.reason = step.reason, "view", ""
+            if not _windows_cover(plan, step, _readers(plan, step)):
+                step.kind, step.reason = "host", reason
+                why = "its kernels cannot all read it through a window"
+        if why is None:  # not a refusal of the planner's any more: a view
+            plan.refusals = [r for r in plan.refusals if r.node is not node]
+        decision = PadRead(node.out, why is None, why or "", node.source)
+        if why is None:
+            decision = dataclasses.replace(decision, reason=_how(step, _readers(plan, step)))
+        plan.offsets.append(decision)
+
+
+def _readers(plan: Plan, step) -> list:
+    """The steps reading ``step``'s value, or a view step's of it (the views themselves not)."""
+    values, out = set(step.outputs), []
+    for st in plan.steps:
+        if not values.intersection(st.inputs):
+            continue
+        if st.kind == "view":
+            values.update(st.outputs)
+        else:
+            out.append(st)
+    return out
+
+
+def _why_not(plan: Plan, step) -> str | None:
+    base = step.nodes[0].inputs[0]
+    if not isinstance(base, Var) or not base.shape:
+        return "of a number"
+    if any(base in st.outputs for st in plan.steps if st.kind != "kernel"):
+        return "its block is a view or a NumPy call's result"
+    ends = set(plan.graph.outputs) | {gd.var for gd in plan.graph.guards}
+    values = set(step.outputs)
+    for st in plan.steps:
+        if not values.intersection(st.inputs):
+            continue
+        if values.intersection(ends):
+            return "a result of the function"
+        if st.kind == "view":
+            if values.intersection(st.outputs):
+                continue
+            values.update(st.outputs)
+            continue
+        if st.kind != "kernel" or st.group.kind != "elementwise":
+            return f"read by {st.name}, not an elementwise kernel"
+    if values.intersection(ends):
+        return "a result of the function"
+    return None
+
+
+def _windows_cover(plan: Plan, step, readers: list) -> bool:
+    """Every value of the pad (it, slices of it) a reader reads has a window of its block."""
+    windows = view_windows(plan)
+    values = set(step.outputs)
+    for st in plan.steps:
+        if st.kind == "view" and values.intersection(st.inputs):
+            values.update(st.outputs)
+    read = {v for st in readers for v in st.inputs if v in values}
+    return all(read_through(v, windows) and windows[v].fill is not None for v in read)
+
+
+def _how(step, readers: list) -> str:
+    node = step.nodes[0]
+    block = node.inputs[0]
+    fill = np.asarray(node.attrs["constant_value"]).item()
+    widths = ", ".join(str(tuple(p)) for p in node.attrs["pad_width"])
+    kernels = ", ".join(st.name for st in readers)
+    return (
+        f"%{block.name}: {block.type} (rows {widths} of {fill!r} around it) by kernel(s) "
+        f"{kernels}: %{node.out.name} not made"
+    )
