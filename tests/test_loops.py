@@ -870,6 +870,25 @@ def test_a_loop_left_by_a_break_runs_as_one_numba_function():
     np.testing.assert_allclose(c(*make(2)), fn(*make(2)), rtol=1e-12)
 
 
+def sine_until(x):
+    for _ in range(4):
+        x = x + np.sin(x) * 0.5
+        if np.sum(x) > 0.6:
+            break
+    return x
+
+
+def test_a_break_test_on_a_0d_carry_compiles():
+    """The body's row kernel (the sum and the range test in one pass, the break's ``and`` in
+    the next) kept the range test in the row of the ``and``, a scalar the body returns and
+    never stores: numba's NameError (fuzz seed 200, grad)."""
+    with quiet():
+        t = tk.trace(sine_until, np.float64(0.1))
+        c = tk.compile(t, target="cpu", progress=False)
+    for x0 in (0.1, 0.5, 0.3, 0.2, -0.5):  # the range ends; breaks after 1, 2, 3; never
+        np.testing.assert_allclose(c(np.float64(x0)), sine_until(np.float64(x0)), rtol=1e-12)
+
+
 def test_the_drawing_and_listing_of_a_loop_left_by_a_break():
     with quiet():
         t = tk.trace(walk_break, *_walk_data(1))

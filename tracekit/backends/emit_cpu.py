@@ -524,6 +524,7 @@ class KernelSource:
                 if (
                     g.role.get(o) == "full"
                     and o not in taken
+                    and o not in self.returned  # (a returned scalar has no row to hold it)
                     and o.shape == g.shape
                     and o.dtype == x.dtype
                     and phase[o] >= last[x]
