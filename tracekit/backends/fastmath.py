@@ -1849,12 +1849,12 @@ _THIRD = 1.0 / 3.0
 def _asinh64_impl(x):
     a = abs(x)
     ac = _TWO28 if a > _TWO28 else a  # the branches not taken stay finite
+    big = a >= _TWO28
     q = np.sqrt(_fma(ac, ac, 1.0))
-    big = _log64_impl(a) + _LN2_64
-    far = _log64_impl(_fma(2.0, ac, _div(1.0, q + ac)))
+    far = _log64_impl(a if big else _fma(2.0, ac, _div(1.0, q + ac)))
+    far = far + _LN2_64 if big else far
     near = _log1p64_impl(ac + _div(ac * ac, 1.0 + q))
     res = near if ac <= 2.0 else far
-    res = big if a >= _TWO28 else res
     res = a if a < _TWO_M28 else res
     return _copysign64(res, x)
 
@@ -1863,11 +1863,11 @@ def _asinh64_impl(x):
 def _acosh64_impl(x):
     xc = _TWO28 if x > _TWO28 else x
     t = xc - 1.0
-    big = _log64_impl(x) + _LN2_64
-    far = _log64_impl(_fma(2.0, xc, -_div(1.0, xc + np.sqrt(_fma(xc, xc, -1.0)))))
+    big = x >= _TWO28
+    far = _log64_impl(x if big else _fma(2.0, xc, -_div(1.0, xc + np.sqrt(_fma(xc, xc, -1.0)))))
+    far = far + _LN2_64 if big else far
     near = _log1p64_impl(t + np.sqrt(_fma(t, t, t + t)))
     res = near if xc <= 2.0 else far
-    res = big if x >= _TWO28 else res
     return _NAN if x < 1.0 else res
 
 
@@ -1923,31 +1923,53 @@ def _hypot64_impl(x, y):
     return _INF if (ax == _INF) | (ay == _INF) else res
 
 
+# float32 in float64: the squares cannot overflow and log1p's argument is never cancelled, so
+# one formula over the whole range (fdlibm needs three for float64).
+@_jit_inline
+def _asinh32via64(x):
+    a = abs(x)
+    res = _log1p64_impl(a + _div(a * a, 1.0 + np.sqrt(_fma(a, a, 1.0))))
+    return _copysign64(a if a == _INF else res, x)
+
+
+@_jit_inline
+def _acosh32via64(x):
+    t = x - 1.0
+    res = _log1p64_impl(t + np.sqrt(_fma(t, t, t + t)))
+    return _NAN if x < 1.0 else res
+
+
+@_jit_inline
+def _atanh32via64(x):
+    a = abs(x)
+    return _copysign64(0.5 * _log1p64_impl(_div(a + a, 1.0 - a)), x)
+
+
 @_jit
 def arcsinh_f32(x):
-    """Inverse hyperbolic sine for float32 (the float64 kernel, rounded once).
+    """Inverse hyperbolic sine for float32 (one log1p formula in float64, rounded once).
 
     Domain: all float32.  max error vs correctly rounded: 1 ulp.
     """
-    return _f32(_asinh64_impl(np.float64(x)))
+    return _f32(_asinh32via64(np.float64(x)))
 
 
 @_jit
 def arccosh_f32(x):
-    """Inverse hyperbolic cosine for float32 (the float64 kernel, rounded once).
+    """Inverse hyperbolic cosine for float32 (one log1p formula in float64, rounded once).
 
     Domain: all float32 (nan below 1).  max error vs correctly rounded: 1 ulp.
     """
-    return _f32(_acosh64_impl(np.float64(x)))
+    return _f32(_acosh32via64(np.float64(x)))
 
 
 @_jit
 def arctanh_f32(x):
-    """Inverse hyperbolic tangent for float32 (the float64 kernel, rounded once).
+    """Inverse hyperbolic tangent for float32 (one log1p formula in float64, rounded once).
 
     Domain: all float32 (+-inf at +-1, nan beyond).  max error vs correctly rounded: 1 ulp.
     """
-    return _f32(_atanh64_impl(np.float64(x)))
+    return _f32(_atanh32via64(np.float64(x)))
 
 
 @_jit
