@@ -19,7 +19,9 @@ from .layout import Layout
 from .planner import Step, accumulation, is_reduction
 from .windows import read_through
 
-PARALLEL_MIN_WORK = 1 << 15  # elements; below this a kernel runs serially (no thread start-up)
+# work (elements, weighted by what their ops cost: scalar.element_cost); below this a kernel
+# runs serially (no thread start-up)
+PARALLEL_MIN_WORK = 1 << 15
 # Beside BLAS calls a parallel kernel costs more than it gains below this: NumPy's OpenBLAS and
 # numba's OpenMP threads each spin a while after their work, and on few cores they take turns
 # slowing each other down (measured: matmul 1024² + a parallel gelu epilogue 19 ms, with the
@@ -264,8 +266,14 @@ class KernelSource:
         self.emit(f"for {name} in prange({n}):", depth)
         self.emit("_wide_vectors()", depth + 1)
 
+    def _work(self) -> int:
+        """Elements times what one costs: a short chain of transcendental functions over 2k
+        elements is worth two threads, 30k additions are not."""
+        per_element = 1 + sum(S.element_cost(n, self.math) for n in self.group.nodes)
+        return self.layout.total * per_element
+
     def _parallel(self) -> bool:
-        return self.layout.total >= self.min_parallel
+        return self._work() >= self.min_parallel
 
     def _elementwise(self):
         streams = self._streams()
@@ -366,7 +374,7 @@ class KernelSource:
         scratch = self._scratch(phase)
         outer, rest = L.kept[0], L.kept[1:]
         n_outer = L.sizes[outer]
-        parallel = L.total >= self.min_parallel and n_outer > 1
+        parallel = self._work() >= self.min_parallel and n_outer > 1
         nch = min(n_outer, CHUNKS) if parallel else 1
         chunk = -(-n_outer // nch)
         i0, ch = L.names[outer], f"{self.p}ch"
