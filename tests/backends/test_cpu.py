@@ -455,10 +455,10 @@ def test_integer_powers_feed_other_ops_as_their_own_type(dt):
 
 @pytest.mark.parametrize("dt", ["float32", "float64"])
 def test_constant_powers_are_multiplications(dt):
-    """``x ** c`` for a constant integer or half-integer ``c`` compiles to a multiplication
-    chain (``fastmath.power_const``, within its ulp bound of NumPy), never to exp and log;
-    2, 0.5 and -1 to NumPy's own ``x * x``, ``sqrt(x)`` and ``1 / x``, bit for bit."""
-    exps = (3, 5, -2, -7, 1.5, 2.5, -0.5, -1.5, 11.5, 0, 1, 2, 0.5, -1)
+    """``x ** c`` for a constant multiple of 1/4 ``c`` compiles to a multiplication chain and
+    square roots (``fastmath.power_const``, within its ulp bound of NumPy), never to exp and
+    log; 2, 0.5 and -1 to NumPy's own ``x * x``, ``sqrt(x)`` and ``1 / x``, bit for bit."""
+    exps = (3, 5, -2, -7, 1.5, 2.5, -0.5, -1.5, 11.5, 0.75, -1.25, 0.25, 0, 1, 2, 0.5, -1)
 
     def fn(x):
         return tuple(x**c for c in exps) + (np.abs(x) ** 1.5 + x**2.5,)

@@ -690,7 +690,8 @@ def test_pow_special_cases_match_c99():
 # exponents the code generator hands to power_const (2 and -1 it computes as NumPy does, with
 # x * x and 1 / x: they are here for the accuracy only; 0.5 is NumPy's sqrt, never sent here)
 CONST_EXPONENTS = (3, 4, 5, 6, 7, 8, 11, 16, 31, -2, -3, -5, -8, -16, -31, 0, 1, 2, -1,
-                   1.5, 2.5, -0.5, -1.5, -2.5, 7.5, -7.5, 15.5, -15.5)  # fmt: skip
+                   1.5, 2.5, -0.5, -1.5, -2.5, 7.5, -7.5, 15.5, -15.5, 0.25, 0.75, 1.25,
+                   -0.25, -0.75, -1.25, 2.75, 7.25, -7.75, 15.75, -15.25)  # fmt: skip
 
 
 @numba.njit(fastmath=False)

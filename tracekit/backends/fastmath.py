@@ -19,8 +19,9 @@ dtype (``power`` takes two) and is meant to be called from other njit code::
             out[i] = 0.5 * x[i] * (1 + fm.tanh_f32(np.float32(0.7978846) * x[i]))
 
 Code generators use :data:`FAST_MATH`, :func:`namespace` and :func:`name_for`, and
-:func:`power_const_name` for ``x ** c`` with a constant ``c`` that is an integer or half an
-odd integer (a multiplication chain, a square root and a reciprocal instead of ``exp(c*log x)``).
+:func:`power_const_name` for ``x ** c`` with a constant ``c`` that is an integer or a
+multiple of 1/4 (a multiplication chain, square roots and a reciprocal instead of
+``exp(c*log x)``).
 
 Accuracy
 --------
@@ -1234,32 +1235,37 @@ def _dd_powi(m, n):
 
 @_jit_inline
 def _pow_const64(x, y):
-    """|x|**y for y an integer (|y| < 32) or half an odd integer (|y| < 16), then pow's
-    special cases: |x| = m * 2**e with m in [1, 4) (e even where y is not an integer), m**y
-    as a double-double (a multiplication chain, a square root, a reciprocal), times 2**(e*y)
-    rounded once."""
+    """|x|**y for y an integer (|y| < 32) or a multiple of 1/4 (|y| < 16), then pow's
+    special cases: |x| = m * 2**e with m in [1, 16) (e a multiple of 4 where 4y is odd, of 2
+    where 2y is), m**y as a double-double (a multiplication chain, a square root and its
+    square root, a reciprocal), times 2**(e*y) rounded once."""
     ax = abs(x)
     sub = ax < _MINNORM64
     bits = _as_int(ax * _TWO54 if sub else ax)
     e = ((bits >> 52) & 0x7FF) - (1023 + 54 if sub else 1023)
     m = _as_f64((bits & _MANT64) | 0x3FF0000000000000)
-    twice = int(y + y)  # y is a constant of the code generator: never nan or huge
-    k = abs(twice)
-    half = (k & 1) == 1
-    odd_e = half and (e & 1) == 1
-    m = m + m if odd_e else m
-    e = e - 1 if odd_e else e
-    ph, pl = _dd_powi(m, k >> 1)
+    quad = int(4.0 * y)  # y is a constant of the code generator: never nan or huge
+    k = abs(quad)
+    half, quarter = (k & 2) == 2, (k & 1) == 1
+    shift = e & 3 if quarter else (e & 1 if half else 0)
+    m = m * _as_f64((shift + 1023) << 52)  # exact: m in [1, 16)
+    e = e - shift
+    ph, pl = _dd_powi(m, k >> 2)
     s = np.sqrt(m)
     sl = _div(_fma(-s, s, m), s + s)
     hh, hl = _dd_mul(ph, pl, s, sl)
     ph = hh if half else ph
     pl = hl if half else pl
+    t = np.sqrt(s)
+    tl = _div(_fma(-t, t, s) + sl, t + t)
+    hh, hl = _dd_mul(ph, pl, t, tl)
+    ph = hh if quarter else ph
+    pl = hl if quarter else pl
     q = _div(1.0, ph)
     r = _fma(-ph, q, 1.0)
     r = _fma(-pl, q, r)
-    ph, pl = (q, r * q) if twice < 0 else (ph, pl)
-    scale = (e * twice) >> 1
+    ph, pl = (q, r * q) if quad < 0 else (ph, pl)
+    scale = (e * quad) >> 2
     scale = 2046 if scale > 2046 else scale
     scale = -2044 if scale < -2044 else scale
     return _pow_special64(x, y, _ldexp64(ph + pl, scale))
@@ -1268,12 +1274,12 @@ def _pow_const64(x, y):
 @_jit_inline
 def _pow_const32via64(x, y):
     """The float32 power by a constant exponent, in float64: a plain multiplication chain,
-    square root and division (relative error < 2**-48, then one rounding to float32); every
+    square roots and division (relative error < 2**-48, then one rounding to float32); every
     overflow and underflow of the chain is one of the float32 result too."""
     ax = abs(x)
-    twice = int(y + y)
-    k = abs(twice)
-    n = k >> 1
+    quad = int(4.0 * y)
+    k = abs(quad)
+    n = k >> 2
     p = 1.0
     b = ax
     p = p * b if n & 1 else p
@@ -1285,8 +1291,10 @@ def _pow_const32via64(x, y):
     p = p * b if n & 8 else p
     b = b * b
     p = p * b if n & 16 else p
-    p = p * np.sqrt(ax) if k & 1 else p
-    p = _div(1.0, p) if twice < 0 else p
+    root = np.sqrt(ax)
+    p = p * root if k & 2 else p
+    p = p * np.sqrt(root) if k & 1 else p
+    p = _div(1.0, p) if quad < 0 else p
     return _pow_special64(x, y, p)
 
 
@@ -1810,10 +1818,10 @@ def arctan2_f64(y, x):
 
 @_jit
 def power_const_f32(x, y):
-    """x**y for float32 and a constant y: an integer with |y| < 32 or half an odd integer
+    """x**y for float32 and a constant y: an integer with |y| < 32 or a multiple of 1/4
     with |y| < 16 (other y are not computed: the code generator passes only these).
 
-    A multiplication chain (and a square root, a reciprocal) in float64, rounded once;
+    A multiplication chain (and square roots, a reciprocal) in float64, rounded once;
     np.power's special cases.  Domain: all float32.  max error vs correctly rounded: 1 ulp.
     """
     return _f32(_pow_const32via64(np.float64(_f32(x)), np.float64(_f32(y))))
@@ -1821,10 +1829,10 @@ def power_const_f32(x, y):
 
 @_jit
 def power_const_f64(x, y):
-    """x**y for float64 and a constant y: an integer with |y| < 32 or half an odd integer
+    """x**y for float64 and a constant y: an integer with |y| < 32 or a multiple of 1/4
     with |y| < 16 (other y are not computed: the code generator passes only these).
 
-    The mantissa's power as a double-double (multiplication chain, square root, reciprocal),
+    The mantissa's power as a double-double (multiplication chain, square roots, reciprocal),
     the exponent's exactly, one rounding; np.power's special cases.  Domain: all float64.
     max error vs correctly rounded: 1 ulp.
     """

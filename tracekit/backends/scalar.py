@@ -533,13 +533,13 @@ def expr(
 
 
 def _constant_exponent(node: Node) -> float | None:
-    """``c`` of ``x ** c`` where ``c`` is a real literal that is an integer or half an odd
-    integer below 16 in magnitude (``fastmath.power_const``'s domain), else None."""
+    """``c`` of ``x ** c`` where ``c`` is a real literal that is a multiple of 1/4 below 16 in
+    magnitude (``fastmath.power_const``'s domain), else None."""
     c = node.inputs[1]
     if isinstance(c, Var) or np.ndim(c) != 0 or np.iscomplexobj(c) or isinstance(c, str):
         return None
     c = float(np.asarray(c).real)
-    if not abs(c) < 16 or 2 * c != int(2 * c):
+    if not abs(c) < 16 or 4 * c != int(4 * c):
         return None
     return c
 
@@ -547,7 +547,7 @@ def _constant_exponent(node: Node) -> float | None:
 def _constant_power(x: str, c: float, c_src: str, dtype) -> str:
     """``x ** c`` without exp and log: NumPy's own exact forms for 2, 0.5 and -1 (its power
     loop computes ``x * x``, ``sqrt(x)`` and ``1 / x`` there), else ``fastmath.power_const``
-    (a multiplication chain, a square root, a reciprocal; 1 ulp)."""
+    (a multiplication chain, square roots, a reciprocal; 1 ulp)."""
     if c == 2:
         return f"({x} * {x})"
     if c == 0.5:
