@@ -582,6 +582,56 @@ def _assert_reductions(got, want, x, names):
             assert_matches(g, w, name, where=name)
 
 
+def _column_kernel(c) -> bool:
+    return re.search(r"\w+_cb in (p)?range", c.source) is not None
+
+
+@pytest.mark.parametrize("axis", [(0,), (0, 1)], ids=["first", "first-two"])
+@pytest.mark.parametrize("dt", ["bool", "int64", "float32", "complex128"])
+def test_reductions_over_leading_axes(dt, axis):
+    """Reductions over the leading axes of a C-order array (column sums) run over blocks of
+    contiguous columns, one accumulator each (``KernelSource._columns``): every reduction
+    except the arg ones, compared as ``test_reductions``."""
+    dt = np.dtype(dt)
+    rng = np.random.default_rng(seed_of("columns", dt.name, axis))
+    x = values(rng, (5, 3, 40), dt, "small")
+    if dt.kind in "fc":
+        x.reshape(-1)[[7, 100, 333]] = [np.nan, np.inf, -np.inf]
+
+    def fn(x):
+        return tuple(_reductions(np.maximum(x, x), axis, True))
+
+    c, t = compiled(fn, x)
+    assert _column_kernel(c)
+    got, want, _, _ = both(c, t, x)
+    _assert_reductions(got, want, x, RED_NAMES[:-2])
+
+
+@pytest.mark.parametrize("cols", [20, BIG // 40], ids=["serial", "parallel"])
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_softmax_and_norm_over_the_first_axis(dt, cols):
+    """Multi-pass kernels over columns: a softmax and a layer norm over axis 0, their row
+    values (max, sum, mean, variance) kept per column between passes, a column count that is
+    no multiple of the block's."""
+    rng = np.random.default_rng(seed_of("colsoftmax", dt, cols))
+    x = values(rng, (40, cols), dt, "small")
+
+    def fn(x):
+        e = np.exp(x - x.max(axis=0, keepdims=True))
+        soft = e / e.sum(axis=0, keepdims=True)
+        mu = x.mean(axis=0, keepdims=True)
+        norm = (x - mu) / np.sqrt(((x - mu) ** 2).mean(axis=0, keepdims=True) + 1e-5)
+        return soft, np.tanh(norm) * 2.0 + 0.5
+
+    c, t = compiled(fn, x)
+    assert _column_kernel(c)
+    assert ("prange(" in c.source) == (cols > 20)
+    got, want, _, _ = both(c, t, x)
+    tol = 1e-5 if dt == "float32" else 1e-12
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+
+
 @pytest.mark.parametrize("dt", ["float64", "int64", "bool", "float32"])
 def test_large_reductions_run_in_parallel_chunks(dt):
     rng = np.random.default_rng(3)
