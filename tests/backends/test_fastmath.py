@@ -367,9 +367,11 @@ def hypot_inputs(dtype, seed=0):
     mag = 10.0 ** rng.uniform(lo, hi, m)
     ratio = 10.0 ** rng.uniform(-20, 0, m) * rng.choice([-1.0, 1.0], m)
     ys, xs = arctan2_inputs(dtype, seed)
+    similar = mag * rng.uniform(0.5, 1, m)
     with np.errstate(over="ignore", under="ignore"):
-        return (np.concatenate([ys, (mag * ratio).astype(dtype), mag.astype(dtype)]),
-                np.concatenate([xs, mag.astype(dtype), (mag * rng.uniform(0.5, 1, m)).astype(dtype)]))  # fmt: skip
+        ys = [ys, (mag * ratio).astype(dtype), mag.astype(dtype)]
+        xs = [xs, mag.astype(dtype), similar.astype(dtype)]
+    return np.concatenate(ys), np.concatenate(xs)
 
 
 def arctan2_inputs(dtype, seed=0):

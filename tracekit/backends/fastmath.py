@@ -75,8 +75,12 @@ Implementation notes
   The vectoriser if-converts, so the large-argument path is always evaluated:
   its cost is part of the benchmark numbers.
 * float32 ``exp2, log2, log10, sinh, cosh, tan, power, arctan, arcsin, arccos,
-  arctan2`` and ``power_const`` are evaluated with the float64 kernels and rounded
-  once (accurate, about half the float32 speed).
+  arctan2, arcsinh, arccosh, arctanh, cbrt, hypot, logaddexp`` and ``power_const`` are
+  evaluated with the float64 kernels and rounded once (accurate, about half the float32
+  speed).
+* ``logaddexp`` has a float32 version only: NumPy's formula ``max + log1p(exp(-|x-y|))``
+  cancels near the zero of ``e**x + e**y = 1`` in float64 as in float32 (NumPy's float32
+  loop is thousands of ulps off there), and float64 would need it in double-double.
 
 Only numpy and numba (with its llvmlite dependency) are imported.
 """
