@@ -369,13 +369,18 @@ class KernelSource:
                 phase[o] = p + 1 if is_reduction(n) else p
         return phase
 
-    def _rows(self):
-        g, L = self.group, self.layout
-        phase = self._phases()
+    def _passes(self, phase) -> int:
+        """How many passes over the reduced dims a row kernel makes."""
+        g = self.group
         full = [n for n in g.nodes if g.role[n.out] == "full"]
-        passes = 1 + max(
+        return 1 + max(
             [phase[n.out] for n in full] + [phase.get(r.inputs[0], 0) for r in self.reduces]
         )
+
+    def _rows(self):
+        L = self.layout
+        phase = self._phases()
+        passes = self._passes(phase)
         scratch = self._scratch(phase)
         outer, rest = L.kept[0], L.kept[1:]
         n_outer = L.sizes[outer]
@@ -440,10 +445,7 @@ class KernelSource:
         what is computed from them) live in per-block arrays between passes."""
         g, L = self.group, self.layout
         phase = self._phases()
-        full = [n for n in g.nodes if g.role[n.out] == "full"]
-        passes = 1 + max(
-            [phase[n.out] for n in full] + [phase.get(r.inputs[0], 0) for r in self.reduces]
-        )
+        passes = self._passes(phase)
         scratch = self._scratch(phase)
         (kept,) = L.kept
         n, i = L.sizes[kept], L.names[kept]
@@ -554,12 +556,9 @@ class KernelSource:
     def _whole(self):
         """A reduction over every dimension: parallel chunks, then an ordered combine of the
         chunks' partial results."""
-        g, L = self.group, self.layout
+        L = self.layout
         phase = self._phases()
-        full = [n for n in g.nodes if g.role[n.out] == "full"]
-        passes = 1 + max(
-            [phase[n.out] for n in full] + [phase.get(r.inputs[0], 0) for r in self.reduces]
-        )
+        passes = self._passes(phase)
         total = L.red_total
         nch = max(1, min(CHUNKS, total // (self.min_parallel // 4)))
         chunk = -(-total // nch)
