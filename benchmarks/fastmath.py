@@ -61,8 +61,13 @@ RANGES = {
     "arcsin": (-1.0, 1.0),
     "arccos": (-1.0, 1.0),
     "arctan2": (-10.0, 10.0),  # y and x
+    "arcsinh": (-10.0, 10.0),
+    "arccosh": (1.0, 20.0),
+    "arctanh": (-0.99, 0.99),
+    "cbrt": (-100.0, 100.0),
+    "hypot": (-10.0, 10.0),  # both
 }
-BINARY = ("power", "arctan2")
+BINARY = ("power", "arctan2", "hypot")
 
 
 def _libm_scalar(op):

@@ -455,10 +455,10 @@ def test_integer_powers_feed_other_ops_as_their_own_type(dt):
 
 @pytest.mark.parametrize("dt", ["float32", "float64"])
 def test_constant_powers_are_multiplications(dt):
-    """``x ** c`` for a constant integer or half-integer ``c`` compiles to a multiplication
-    chain (``fastmath.power_const``, within its ulp bound of NumPy), never to exp and log;
-    2, 0.5 and -1 to NumPy's own ``x * x``, ``sqrt(x)`` and ``1 / x``, bit for bit."""
-    exps = (3, 5, -2, -7, 1.5, 2.5, -0.5, -1.5, 11.5, 0, 1, 2, 0.5, -1)
+    """``x ** c`` for a constant multiple of 1/4 ``c`` compiles to a multiplication chain and
+    square roots (``fastmath.power_const``, within its ulp bound of NumPy), never to exp and
+    log; 2, 0.5 and -1 to NumPy's own ``x * x``, ``sqrt(x)`` and ``1 / x``, bit for bit."""
+    exps = (3, 5, -2, -7, 1.5, 2.5, -0.5, -1.5, 11.5, 0.75, -1.25, 0.25, 0, 1, 2, 0.5, -1)
 
     def fn(x):
         return tuple(x**c for c in exps) + (np.abs(x) ** 1.5 + x**2.5,)
@@ -580,6 +580,56 @@ def _assert_reductions(got, want, x, names):
             )
         else:
             assert_matches(g, w, name, where=name)
+
+
+def _column_kernel(c) -> bool:
+    return re.search(r"\w+_cb in (p)?range", c.source) is not None
+
+
+@pytest.mark.parametrize("axis", [(0,), (0, 1)], ids=["first", "first-two"])
+@pytest.mark.parametrize("dt", ["bool", "int64", "float32", "complex128"])
+def test_reductions_over_leading_axes(dt, axis):
+    """Reductions over the leading axes of a C-order array (column sums) run over blocks of
+    contiguous columns, one accumulator each (``KernelSource._columns``): every reduction
+    except the arg ones, compared as ``test_reductions``."""
+    dt = np.dtype(dt)
+    rng = np.random.default_rng(seed_of("columns", dt.name, axis))
+    x = values(rng, (5, 3, 40), dt, "small")
+    if dt.kind in "fc":
+        x.reshape(-1)[[7, 100, 333]] = [np.nan, np.inf, -np.inf]
+
+    def fn(x):
+        return tuple(_reductions(np.maximum(x, x), axis, True))
+
+    c, t = compiled(fn, x)
+    assert _column_kernel(c)
+    got, want, _, _ = both(c, t, x)
+    _assert_reductions(got, want, x, RED_NAMES[:-2])
+
+
+@pytest.mark.parametrize("cols", [20, BIG // 40], ids=["serial", "parallel"])
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_softmax_and_norm_over_the_first_axis(dt, cols):
+    """Multi-pass kernels over columns: a softmax and a layer norm over axis 0, their row
+    values (max, sum, mean, variance) kept per column between passes, a column count that is
+    no multiple of the block's."""
+    rng = np.random.default_rng(seed_of("colsoftmax", dt, cols))
+    x = values(rng, (40, cols), dt, "small")
+
+    def fn(x):
+        e = np.exp(x - x.max(axis=0, keepdims=True))
+        soft = e / e.sum(axis=0, keepdims=True)
+        mu = x.mean(axis=0, keepdims=True)
+        norm = (x - mu) / np.sqrt(((x - mu) ** 2).mean(axis=0, keepdims=True) + 1e-5)
+        return soft, np.tanh(norm) * 2.0 + 0.5
+
+    c, t = compiled(fn, x)
+    assert _column_kernel(c)
+    assert ("prange(" in c.source) == (cols > 20)
+    got, want, _, _ = both(c, t, x)
+    tol = 1e-5 if dt == "float32" else 1e-12
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize("dt", ["float64", "int64", "bool", "float32"])

@@ -124,7 +124,9 @@ def _mp_functions():
         "log1p": mp.log1p, "log2": lambda x: mp.log(x, 2), "log10": mp.log10, "tanh": mp.tanh,
         "sigmoid": lambda x: 1 / (1 + mp.exp(-x)), "erf": mp.erf, "sin": mp.sin, "cos": mp.cos,
         "tan": mp.tan, "sinh": mp.sinh, "cosh": mp.cosh, "power": mp.power, "arctan": mp.atan,
-        "arcsin": mp.asin, "arccos": mp.acos, "arctan2": mp.atan2,
+        "arcsin": mp.asin, "arccos": mp.acos, "arctan2": mp.atan2, "arcsinh": mp.asinh,
+        "arccosh": mp.acosh, "arctanh": mp.atanh, "cbrt": mp.cbrt, "hypot": mp.hypot,
+        "logaddexp": lambda x, y: mp.log(mp.exp(x) + mp.exp(y)),
     }  # fmt: skip
 
 
@@ -254,6 +256,10 @@ def _thresholds(op, dtype):
         "arctan": [0.5, 1.0, 2.0],
         "arcsin": [0.5, 1.0],
         "arccos": [0.5, 1.0],
+        "arcsinh": [2.0**-28, 0.5, 2.0, 2.0**28],
+        "arccosh": [1.0, 2.0, 2.0**28],
+        "arctanh": [2.0**-28, 0.5, 1.0],
+        "cbrt": [1.0, 8.0, 27.0, 0.125, 2.0**-1022],
     }.get(op, [])
     t = [v for v in t if abs(v) < fi.max]
     return _around(t + [-v for v in t], dtype, 16) if t else np.zeros(0, dtype)
@@ -306,6 +312,15 @@ def _ranges(op, dtype, rng):
         return [u(-1, 1, 4 * n), u(-0.55, 0.55), d(1) - np.abs(lg(-8 if f32 else -16, -1)), tiny]
     if op == "arctan":
         return [u(-4, 4, 4 * n), lg(-3, 38 if f32 else 300), u(0.4, 2.5), tiny]
+    huge = lg(-3, 38 if f32 else 308)
+    if op in ("arcsinh", "cbrt"):
+        return [u(-4, 4, 4 * n), huge, u(-2.5, 2.5), tiny]
+    if op == "arccosh":
+        near_one = d(1) + np.abs(lg(-8 if f32 else -16, 0))
+        return [u(1, 4, 4 * n), np.abs(huge), u(0.5, 2.5), near_one]
+    if op == "arctanh":
+        near_one = d(1) - np.abs(lg(-8 if f32 else -16, -1))
+        return [u(-1, 1, 4 * n), u(-0.6, 0.6), near_one, -near_one, tiny]
     raise KeyError(op)
 
 
@@ -319,11 +334,44 @@ def inputs(op, dtype, seed=0):
     return np.concatenate([np.asarray(p, dtype=dtype) for p in parts])
 
 
-BINARY = ("power", "arctan2")
+BINARY = ("power", "arctan2", "hypot", "logaddexp")
 
 
 def two_inputs(op, dtype):
-    return power_inputs(dtype) if op == "power" else arctan2_inputs(dtype)
+    inputs = {"power": power_inputs, "hypot": hypot_inputs, "logaddexp": logaddexp_inputs}
+    return inputs.get(op, arctan2_inputs)(dtype)
+
+
+def logaddexp_inputs(dtype, seed=0):
+    """arctan2's pairs, ordinary pairs (results near zero among them), pairs far apart and
+    pairs of equal values."""
+    rng = np.random.default_rng(seed)
+    m = 1 << 16
+    ys, xs = arctan2_inputs(dtype, seed)
+    near = rng.uniform(-5, 5, (2, m))
+    far = rng.uniform(-100, 100, (2, m))
+    same = rng.uniform(-50, 50, m)
+    ys = [ys, near[0], far[0], same]
+    xs = [xs, near[1], far[1], same]
+    return (np.concatenate([np.asarray(a).astype(dtype) for a in ys]),
+            np.concatenate([np.asarray(a).astype(dtype) for a in xs]))  # fmt: skip
+
+
+def hypot_inputs(dtype, seed=0):
+    """arctan2's pairs (every ratio and magnitude, specials) and pairs whose squares overflow
+    or underflow, of equal or very different sizes."""
+    rng = np.random.default_rng(seed)
+    dtype = np.dtype(dtype)
+    fi, m = np.finfo(dtype), 1 << 16
+    lo, hi = np.log10(float(fi.smallest_subnormal)), np.log10(float(fi.max))
+    mag = 10.0 ** rng.uniform(lo, hi, m)
+    ratio = 10.0 ** rng.uniform(-20, 0, m) * rng.choice([-1.0, 1.0], m)
+    ys, xs = arctan2_inputs(dtype, seed)
+    similar = mag * rng.uniform(0.5, 1, m)
+    with np.errstate(over="ignore", under="ignore"):
+        ys = [ys, (mag * ratio).astype(dtype), mag.astype(dtype)]
+        xs = [xs, mag.astype(dtype), similar.astype(dtype)]
+    return np.concatenate(ys), np.concatenate(xs)
 
 
 def arctan2_inputs(dtype, seed=0):
@@ -499,7 +547,7 @@ def measure(op, dtype):
     return _MEASURED[key]
 
 
-CASES = [(op, dt) for op in fm.OPS for dt in DTYPES]
+CASES = [(op, dt) for op in fm.OPS for dt in DTYPES if (op, dt) in fm.FAST_MATH]
 IDS = [f"{o}-{d}" for o, d in CASES]
 
 
@@ -560,18 +608,28 @@ def test_registry():
         "arcsin",
         "arccos",
         "arctan2",
+        "arcsinh",
+        "arccosh",
+        "arctanh",
+        "cbrt",
+        "hypot",
+        "logaddexp",
     }
     ns = fm.namespace()
     for op in fm.OPS:
         for dt, sfx in ((F32, "f32"), (F64, "f64")):
+            if (op, dt) not in fm.FAST_MATH:
+                assert (op, dt) == ("logaddexp", F64)  # NumPy's formula is not good enough
+                assert fm.name_for(op, dt) is None
+                continue
             name = fm.name_for(op, dt)
             assert name == f"fm_{op}_{sfx}"
             assert ns[name] is fm.FAST_MATH[(op, dt)]
             assert fm.name_for(op, dt.type) == name
             assert documented_cr_bound(op, dt) is not None  # every function states its bound
     assert fm.name_for("exp", np.int32) is None
-    assert fm.name_for("arcsinh", np.float64) is None
-    assert len(ns) == 2 * len(fm.OPS) + len(fm.POWER_CONST)
+    assert fm.name_for("logaddexp", np.float64) is None
+    assert len(ns) == len(fm.FAST_MATH) + len(fm.POWER_CONST)
     for dt, sfx in ((F32, "f32"), (F64, "f64")):
         assert ns[fm.power_const_name(dt)] is fm.POWER_CONST[dt]
         assert fm.power_const_name(dt) == f"fm_power_const_{sfx}"
@@ -634,7 +692,8 @@ def test_pow_special_cases_match_c99():
 # exponents the code generator hands to power_const (2 and -1 it computes as NumPy does, with
 # x * x and 1 / x: they are here for the accuracy only; 0.5 is NumPy's sqrt, never sent here)
 CONST_EXPONENTS = (3, 4, 5, 6, 7, 8, 11, 16, 31, -2, -3, -5, -8, -16, -31, 0, 1, 2, -1,
-                   1.5, 2.5, -0.5, -1.5, -2.5, 7.5, -7.5, 15.5, -15.5)  # fmt: skip
+                   1.5, 2.5, -0.5, -1.5, -2.5, 7.5, -7.5, 15.5, -15.5, 0.25, 0.75, 1.25,
+                   -0.25, -0.75, -1.25, 2.75, 7.25, -7.75, 15.75, -15.25)  # fmt: skip
 
 
 @numba.njit(fastmath=False)

@@ -19,7 +19,9 @@ from .layout import Layout
 from .planner import Step, accumulation, is_reduction
 from .windows import read_through
 
-PARALLEL_MIN_WORK = 1 << 15  # elements; below this a kernel runs serially (no thread start-up)
+# work (elements, weighted by what their ops cost: scalar.element_cost); below this a kernel
+# runs serially (no thread start-up)
+PARALLEL_MIN_WORK = 1 << 15
 # Beside BLAS calls a parallel kernel costs more than it gains below this: NumPy's OpenBLAS and
 # numba's OpenMP threads each spin a while after their work, and on few cores they take turns
 # slowing each other down (measured: matmul 1024² + a parallel gelu epilogue 19 ms, with the
@@ -28,6 +30,9 @@ PARALLEL_MIN_WORK_BESIDE_BLAS = 1 << 22
 # A parallel loop over at least this many trips keeps its place outermost (see _loop_order)
 LOOP_TRIPS_TO_SHARE = 16
 CHUNKS = 64  # partial results per whole-array reduction
+# A reduction over leading dims (the column sums of a C-order matrix) runs over blocks of this
+# many consecutive kept elements, one accumulator each (see KernelSource._columns)
+COLUMNS = 128
 BLOCK = 512  # elements a float32 sum adds up in float32 (see KernelSource._blocks)
 # Interleaved element streams (see KernelSource._streams): at most STREAMS, each LANES
 # consecutive elements (the widest vector: 16 float32 in 512 bits), for kernels of at least
@@ -210,6 +215,8 @@ class KernelSource:
             self._elementwise()
         elif g.kind == "scan":
             self._scan()
+        elif self._columns_fit():
+            self._columns()
         elif self.layout.kept:
             self._rows()
         else:
@@ -270,8 +277,14 @@ class KernelSource:
         self.emit(f"for {name} in prange({n}):", depth)
         self.emit("_wide_vectors()", depth + 1)
 
+    def _work(self) -> int:
+        """Elements times what one costs: a short chain of transcendental functions over 2k
+        elements is worth two threads, 30k additions are not."""
+        per_element = 1 + sum(S.element_cost(n, self.math) for n in self.group.nodes)
+        return self.layout.total * per_element
+
     def _parallel(self) -> bool:
-        return self.layout.total >= self.min_parallel
+        return self._work() >= self.min_parallel
 
     def _elementwise(self):
         streams = self._streams()
@@ -364,17 +377,22 @@ class KernelSource:
                 phase[o] = p + 1 if is_reduction(n) else p
         return phase
 
-    def _rows(self):
-        g, L = self.group, self.layout
-        phase = self._phases()
+    def _passes(self, phase) -> int:
+        """How many passes over the reduced dims a row kernel makes."""
+        g = self.group
         full = [n for n in g.nodes if g.role[n.out] == "full"]
-        passes = 1 + max(
+        return 1 + max(
             [phase[n.out] for n in full] + [phase.get(r.inputs[0], 0) for r in self.reduces]
         )
+
+    def _rows(self):
+        L = self.layout
+        phase = self._phases()
+        passes = self._passes(phase)
         scratch = self._scratch(phase)
         outer, rest = L.kept[0], L.kept[1:]
         n_outer = L.sizes[outer]
-        parallel = L.total >= self.min_parallel and n_outer > 1
+        parallel = self._work() >= self.min_parallel and n_outer > 1
         nch = min(n_outer, CHUNKS) if parallel else 1
         chunk = -(-n_outer // nch)
         i0, ch = L.names[outer], f"{self.p}ch"
@@ -410,6 +428,99 @@ class KernelSource:
             for r in reds:
                 self._acc_final(r, depth)
             self._row_nodes(phase, p + 1, depth)
+
+    acc_at = ""  # an accumulator's subscript: "[c]" where it is one of a block's columns
+
+    def _columns_fit(self) -> bool:
+        """Whether the reduced dims all lead the kept one, which is contiguous: a row loop over
+        the kept elements would read the reduced dim at a stride (scalar, a cache line per
+        element) where a loop over a block of columns reads unit-stride vectors."""
+        L = self.layout
+        return (
+            len(L.kept) == 1
+            and L.kept[0] == len(L.sizes) - 1
+            and bool(L.red)
+            and L.sizes[L.kept[0]] >= 16
+            and not self.windows
+            and not self.returned
+            and not any(accumulation(r).index for r in self.reduces)
+        )
+
+    def _columns(self):
+        """The passes of ``_rows`` over a block of COLUMNS kept elements at a time: each pass
+        loops over the reduced dims outside and the block's columns inside (unit stride,
+        vectorised), with one accumulator per column; row values (reductions' results and
+        what is computed from them) live in per-block arrays between passes."""
+        g, L = self.group, self.layout
+        phase = self._phases()
+        passes = self._passes(phase)
+        scratch = self._scratch(phase)
+        (kept,) = L.kept
+        n, i = L.sizes[kept], L.names[kept]
+        nblocks = -(-n // COLUMNS)
+        b, c, width = f"{self.p}cb", f"{self.p}c", f"{self.p}cn"
+        depth = 1
+        if self._work() >= self.min_parallel and nblocks > 1:
+            self._prange(b, nblocks, depth)
+        else:
+            self.emit(f"for {b} in range({nblocks}):", depth)
+        depth += 1
+        self.emit(f"{width} = np.uint64(min({COLUMNS}, {n} - {b} * {COLUMNS}))", depth)
+        for r in self.reduces:
+            acc = S.ctor(acc_dtype(r, r.out.dtype))
+            self.emit(f"{self.p}r_{r.out.ident} = np.empty({COLUMNS}, {acc})", depth)
+        rows = [v for v in g.role if g.role[v] == "row"]
+        for v in rows:
+            self.emit(f"{self.p}cv_{v.ident} = np.empty({COLUMNS}, {S.ctor(v.dtype)})", depth)
+        for v in scratch:
+            if v not in self.alias:
+                size = L.red_total * COLUMNS
+                self.emit(f"{self.p}s_{v.ident} = np.empty({size}, {S.ctor(v.dtype)})", depth)
+        self.acc_at = f"[{c}]"
+        flat = f"np.uint64({L.flat_red()}) * np.uint64({COLUMNS}) + {c}"
+
+        def columns(depth, saved) -> int:
+            """Open the loop over the block's columns; read back the row values ``saved``."""
+            self.emit(f"for {c} in range({width}):", depth)
+            self.emit(f"{i} = np.uint64({b}) * np.uint64({COLUMNS}) + {c}", depth + 1)
+            for v in saved:
+                self.emit(f"{self.p}t_{v.ident} = {self.p}cv_{v.ident}[{c}]", depth + 1)
+                self.local[v] = f"{self.p}t_{v.ident}"
+            return depth + 1
+
+        def save(depth, saved):
+            for v in rows:
+                if v in self.local and v not in saved:
+                    self.emit(f"{self.p}cv_{v.ident}[{c}] = {self.local[v]}", depth)
+                    saved.append(v)
+
+        def row_nodes_at(p) -> bool:
+            return any(
+                g.role[m.out] == "row" and not is_reduction(m) and phase[m.out] == p
+                for m in g.nodes
+            )
+
+        saved = []
+        if row_nodes_at(0):
+            inner = columns(depth, saved)
+            self._row_nodes(phase, 0, inner)
+            save(inner, saved)
+        for p in range(passes):
+            reds = [r for r in self.reduces if phase.get(r.inputs[0], 0) == p]
+            if reds:
+                inner = columns(depth, [])
+                for r in reds:
+                    self._acc_init(r, inner)
+            inner = self._loops(L.red, depth, False)
+            inner = columns(inner, saved)
+            self._pass_body(p, phase, scratch, reds, inner, flat=flat)
+            if reds or row_nodes_at(p + 1):
+                inner = columns(depth, saved)
+                for r in reds:
+                    self._acc_final(r, inner)
+                self._row_nodes(phase, p + 1, inner)
+                save(inner, saved)
+        self.acc_at = ""
 
     def _blocks(self, reds, j, lo, hi, depth) -> int:
         """Open the innermost reduced loop, ``j`` from ``lo`` to ``hi``. float32 sums add up in
@@ -453,12 +564,9 @@ class KernelSource:
     def _whole(self):
         """A reduction over every dimension: parallel chunks, then an ordered combine of the
         chunks' partial results."""
-        g, L = self.group, self.layout
+        L = self.layout
         phase = self._phases()
-        full = [n for n in g.nodes if g.role[n.out] == "full"]
-        passes = 1 + max(
-            [phase[n.out] for n in full] + [phase.get(r.inputs[0], 0) for r in self.reduces]
-        )
+        passes = self._passes(phase)
         total = L.red_total
         nch = max(1, min(CHUNKS, total // (self.min_parallel // 4)))
         chunk = -(-total // nch)
@@ -576,7 +684,7 @@ class KernelSource:
                 self.store(n.out, depth)
 
     def _acc_init(self, r, depth):
-        a = f"{self.p}r_{r.out.ident}"
+        a = f"{self.p}r_{r.out.ident}{self.acc_at}"
         x = r.inputs[0]
         if accumulation(r).index:
             self.emit(f"{a} = {_init(r, x.dtype)}", depth)
@@ -586,7 +694,7 @@ class KernelSource:
 
     def _combine(self, r, v, depth, blocked=False, v_dtype=None):
         """``acc = acc (op) v``, ``v`` of the reduction input's dtype (or ``v_dtype``)."""
-        a = f"{self.p}r_{r.out.ident}" + ("_b" if blocked else "")
+        a = f"{self.p}r_{r.out.ident}" + ("_b" if blocked else self.acc_at)
         acc = _block_dtype(r) if blocked else acc_dtype(r, r.out.dtype)
         v = S.cast(v, v_dtype or r.inputs[0].dtype, acc)
         step = S.accumulate(accumulation(r), a, v, acc, vectorise=self.VECTORISE)
@@ -601,7 +709,7 @@ class KernelSource:
         self.emit(f"{a}_i = {idx}", depth + 1)
 
     def _acc_final(self, r, depth):
-        a = f"{self.p}r_{r.out.ident}"
+        a = f"{self.p}r_{r.out.ident}{self.acc_at}"
         if accumulation(r).combine == "add" and self.layout.red_total == 0:  # nothing: +0.0
             self.emit(f"{a} = {S.literal(0, acc_dtype(r, r.out.dtype))}", depth)
         src = (

@@ -19,8 +19,9 @@ dtype (``power`` takes two) and is meant to be called from other njit code::
             out[i] = 0.5 * x[i] * (1 + fm.tanh_f32(np.float32(0.7978846) * x[i]))
 
 Code generators use :data:`FAST_MATH`, :func:`namespace` and :func:`name_for`, and
-:func:`power_const_name` for ``x ** c`` with a constant ``c`` that is an integer or half an
-odd integer (a multiplication chain, a square root and a reciprocal instead of ``exp(c*log x)``).
+:func:`power_const_name` for ``x ** c`` with a constant ``c`` that is an integer or a
+multiple of 1/4 (a multiplication chain, square roots and a reciprocal instead of
+``exp(c*log x)``).
 
 Accuracy
 --------
@@ -74,8 +75,12 @@ Implementation notes
   The vectoriser if-converts, so the large-argument path is always evaluated:
   its cost is part of the benchmark numbers.
 * float32 ``exp2, log2, log10, sinh, cosh, tan, power, arctan, arcsin, arccos,
-  arctan2`` and ``power_const`` are evaluated with the float64 kernels and rounded
-  once (accurate, about half the float32 speed).
+  arctan2, arcsinh, arccosh, arctanh, cbrt, hypot, logaddexp`` and ``power_const`` are
+  evaluated with the float64 kernels and rounded once (accurate, about half the float32
+  speed).
+* ``logaddexp`` has a float32 version only: NumPy's formula ``max + log1p(exp(-|x-y|))``
+  cancels near the zero of ``e**x + e**y = 1`` in float64 as in float32 (NumPy's float32
+  loop is thousands of ulps off there), and float64 would need it in double-double.
 
 Only numpy and numba (with its llvmlite dependency) are imported.
 """
@@ -1234,32 +1239,37 @@ def _dd_powi(m, n):
 
 @_jit_inline
 def _pow_const64(x, y):
-    """|x|**y for y an integer (|y| < 32) or half an odd integer (|y| < 16), then pow's
-    special cases: |x| = m * 2**e with m in [1, 4) (e even where y is not an integer), m**y
-    as a double-double (a multiplication chain, a square root, a reciprocal), times 2**(e*y)
-    rounded once."""
+    """|x|**y for y an integer (|y| < 32) or a multiple of 1/4 (|y| < 16), then pow's
+    special cases: |x| = m * 2**e with m in [1, 16) (e a multiple of 4 where 4y is odd, of 2
+    where 2y is), m**y as a double-double (a multiplication chain, a square root and its
+    square root, a reciprocal), times 2**(e*y) rounded once."""
     ax = abs(x)
     sub = ax < _MINNORM64
     bits = _as_int(ax * _TWO54 if sub else ax)
     e = ((bits >> 52) & 0x7FF) - (1023 + 54 if sub else 1023)
     m = _as_f64((bits & _MANT64) | 0x3FF0000000000000)
-    twice = int(y + y)  # y is a constant of the code generator: never nan or huge
-    k = abs(twice)
-    half = (k & 1) == 1
-    odd_e = half and (e & 1) == 1
-    m = m + m if odd_e else m
-    e = e - 1 if odd_e else e
-    ph, pl = _dd_powi(m, k >> 1)
+    quad = int(4.0 * y)  # y is a constant of the code generator: never nan or huge
+    k = abs(quad)
+    half, quarter = (k & 2) == 2, (k & 1) == 1
+    shift = e & 3 if quarter else (e & 1 if half else 0)
+    m = m * _as_f64((shift + 1023) << 52)  # exact: m in [1, 16)
+    e = e - shift
+    ph, pl = _dd_powi(m, k >> 2)
     s = np.sqrt(m)
     sl = _div(_fma(-s, s, m), s + s)
     hh, hl = _dd_mul(ph, pl, s, sl)
     ph = hh if half else ph
     pl = hl if half else pl
+    t = np.sqrt(s)
+    tl = _div(_fma(-t, t, s) + sl, t + t)
+    hh, hl = _dd_mul(ph, pl, t, tl)
+    ph = hh if quarter else ph
+    pl = hl if quarter else pl
     q = _div(1.0, ph)
     r = _fma(-ph, q, 1.0)
     r = _fma(-pl, q, r)
-    ph, pl = (q, r * q) if twice < 0 else (ph, pl)
-    scale = (e * twice) >> 1
+    ph, pl = (q, r * q) if quad < 0 else (ph, pl)
+    scale = (e * quad) >> 2
     scale = 2046 if scale > 2046 else scale
     scale = -2044 if scale < -2044 else scale
     return _pow_special64(x, y, _ldexp64(ph + pl, scale))
@@ -1268,12 +1278,12 @@ def _pow_const64(x, y):
 @_jit_inline
 def _pow_const32via64(x, y):
     """The float32 power by a constant exponent, in float64: a plain multiplication chain,
-    square root and division (relative error < 2**-48, then one rounding to float32); every
+    square roots and division (relative error < 2**-48, then one rounding to float32); every
     overflow and underflow of the chain is one of the float32 result too."""
     ax = abs(x)
-    twice = int(y + y)
-    k = abs(twice)
-    n = k >> 1
+    quad = int(4.0 * y)
+    k = abs(quad)
+    n = k >> 2
     p = 1.0
     b = ax
     p = p * b if n & 1 else p
@@ -1285,8 +1295,10 @@ def _pow_const32via64(x, y):
     p = p * b if n & 8 else p
     b = b * b
     p = p * b if n & 16 else p
-    p = p * np.sqrt(ax) if k & 1 else p
-    p = _div(1.0, p) if twice < 0 else p
+    root = np.sqrt(ax)
+    p = p * root if k & 2 else p
+    p = p * np.sqrt(root) if k & 1 else p
+    p = _div(1.0, p) if quad < 0 else p
     return _pow_special64(x, y, p)
 
 
@@ -1574,7 +1586,11 @@ def log1p_f64(x):
     log1p(-0.0) = -0.0, log1p(-1) = -inf.  Domain: all float64.
     max error vs correctly rounded: 1 ulp.
     """
-    x = np.float64(x)
+    return _log1p64_impl(np.float64(x))
+
+
+@_jit_inline
+def _log1p64_impl(x):
     u = 1.0 + x
     c = _div(x - (u - 1.0), u)
     ix = _as_int(u) - _SQRTH64_BITS
@@ -1806,10 +1822,10 @@ def arctan2_f64(y, x):
 
 @_jit
 def power_const_f32(x, y):
-    """x**y for float32 and a constant y: an integer with |y| < 32 or half an odd integer
+    """x**y for float32 and a constant y: an integer with |y| < 32 or a multiple of 1/4
     with |y| < 16 (other y are not computed: the code generator passes only these).
 
-    A multiplication chain (and a square root, a reciprocal) in float64, rounded once;
+    A multiplication chain (and square roots, a reciprocal) in float64, rounded once;
     np.power's special cases.  Domain: all float32.  max error vs correctly rounded: 1 ulp.
     """
     return _f32(_pow_const32via64(np.float64(_f32(x)), np.float64(_f32(y))))
@@ -1817,14 +1833,236 @@ def power_const_f32(x, y):
 
 @_jit
 def power_const_f64(x, y):
-    """x**y for float64 and a constant y: an integer with |y| < 32 or half an odd integer
+    """x**y for float64 and a constant y: an integer with |y| < 32 or a multiple of 1/4
     with |y| < 16 (other y are not computed: the code generator passes only these).
 
-    The mantissa's power as a double-double (multiplication chain, square root, reciprocal),
+    The mantissa's power as a double-double (multiplication chain, square roots, reciprocal),
     the exponent's exactly, one rounding; np.power's special cases.  Domain: all float64.
     max error vs correctly rounded: 1 ulp.
     """
     return _pow_const64(np.float64(x), np.float64(y))
+
+
+# ---------------------------------------------------------------------------
+# inverse hyperbolic functions, cube root, hypot (fdlibm's formulas, branch-free)
+# ---------------------------------------------------------------------------
+
+_LN2_64 = _h("0x1.62e42fefa39efp-1")
+_TWO28 = 268435456.0
+_TWO_M28 = 2.0**-28
+_TWO_M18 = 2.0**-18
+_CBRT_P = (1.87595182427177009643, -1.88497979543377169875, 1.621429720105354466140,
+           -0.758397934778766047437, 0.145996192886612446982)  # fmt: skip
+_CBRT_B1 = 715094163  # (1023 - 1023/3 - 0.03306235651) * 2**20, fdlibm s_cbrt.c
+_THIRD = 1.0 / 3.0
+
+
+@_jit_inline
+def _asinh64_impl(x):
+    a = abs(x)
+    ac = _TWO28 if a > _TWO28 else a  # the branches not taken stay finite
+    big = a >= _TWO28
+    q = np.sqrt(_fma(ac, ac, 1.0))
+    far = _log64_impl(a if big else _fma(2.0, ac, _div(1.0, q + ac)))
+    far = far + _LN2_64 if big else far
+    near = _log1p64_impl(ac + _div(ac * ac, 1.0 + q))
+    res = near if ac <= 2.0 else far
+    res = a if a < _TWO_M28 else res
+    return _copysign64(res, x)
+
+
+@_jit_inline
+def _acosh64_impl(x):
+    xc = _TWO28 if x > _TWO28 else x
+    t = xc - 1.0
+    big = x >= _TWO28
+    far = _log64_impl(x if big else _fma(2.0, xc, -_div(1.0, xc + np.sqrt(_fma(xc, xc, -1.0)))))
+    far = far + _LN2_64 if big else far
+    near = _log1p64_impl(t + np.sqrt(_fma(t, t, t + t)))
+    res = near if xc <= 2.0 else far
+    return _NAN if x < 1.0 else res
+
+
+@_jit_inline
+def _atanh64_impl(x):
+    a = abs(x)
+    t = a + a
+    one_minus = 1.0 - a
+    near = 0.5 * _log1p64_impl(_fma(t, _div(a, one_minus), t))
+    far = 0.5 * _log1p64_impl(_div(t, one_minus))
+    res = near if a < 0.5 else far
+    res = a if a < _TWO_M28 else res
+    res = _NAN if a > 1.0 else res
+    return _copysign64(res, x)
+
+
+@_jit_inline
+def _cbrt64_impl(x):
+    """fdlibm s_cbrt.c: an exponent-thirds estimate, a polynomial to 23 bits, rounding to 32
+    bits, one Newton step (0.667 ulp); subnormals scaled by 2**54 first."""
+    a = abs(x)
+    sub = a < _MINNORM64
+    xs = a * _TWO54 if sub else a
+    hi = _as_int(xs) >> 32
+    third = _as_int(_fma(_int_to_f64(hi), _THIRD, _SHD)) - _SHD_BITS  # round(hi / 3)
+    t = _as_f64((third + _CBRT_B1) << 32)
+    r = (t * t) * _div(t, xs)
+    p = _fma(_fma(r, _CBRT_P[2], _CBRT_P[1]), r, _CBRT_P[0])
+    t = t * _fma((r * r) * r, _fma(r, _CBRT_P[4], _CBRT_P[3]), p)
+    t = _as_f64((_as_int(t) + 0x80000000) & -1073741824)  # to 32 bits, away from zero
+    s = t * t
+    r = _div(xs, s)
+    r = _div(r - t, (t + t) + r)
+    t = _fma(t, r, t)
+    t = t * _TWO_M18 if sub else t
+    t = a if (a == 0.0) | (a == _INF) | (a != a) else t
+    return _copysign64(t, x)
+
+
+@_jit_inline
+def _hypot64_impl(x, y):
+    """sqrt(x*x + y*y) with both scaled by one power of two (the larger near 1): no overflow
+    or underflow in the square, one fused multiply-add, one square root."""
+    ax, ay = abs(x), abs(y)
+    a = ax if ax > ay else ay
+    b = ay if ax > ay else ax
+    e = _as_int(a) >> 52
+    e = 1 if e < 1 else e
+    e = 2045 if e > 2045 else e
+    scale = _as_f64((2046 - e) << 52)
+    sa, sb = a * scale, b * scale
+    res = np.sqrt(_fma(sa, sa, sb * sb)) * _as_f64(e << 52)
+    return _INF if (ax == _INF) | (ay == _INF) else res
+
+
+# float32 in float64: the squares cannot overflow and log1p's argument is never cancelled, so
+# one formula over the whole range (fdlibm needs three for float64).
+@_jit_inline
+def _asinh32via64(x):
+    a = abs(x)
+    res = _log1p64_impl(a + _div(a * a, 1.0 + np.sqrt(_fma(a, a, 1.0))))
+    return _copysign64(a if a == _INF else res, x)
+
+
+@_jit_inline
+def _acosh32via64(x):
+    t = x - 1.0
+    res = _log1p64_impl(t + np.sqrt(_fma(t, t, t + t)))
+    return _NAN if x < 1.0 else res
+
+
+@_jit_inline
+def _atanh32via64(x):
+    a = abs(x)
+    return _copysign64(0.5 * _log1p64_impl(_div(a + a, 1.0 - a)), x)
+
+
+@_jit
+def arcsinh_f32(x):
+    """Inverse hyperbolic sine for float32 (one log1p formula in float64, rounded once).
+
+    Domain: all float32.  max error vs correctly rounded: 1 ulp.
+    """
+    return _f32(_asinh32via64(np.float64(x)))
+
+
+@_jit
+def arccosh_f32(x):
+    """Inverse hyperbolic cosine for float32 (one log1p formula in float64, rounded once).
+
+    Domain: all float32 (nan below 1).  max error vs correctly rounded: 1 ulp.
+    """
+    return _f32(_acosh32via64(np.float64(x)))
+
+
+@_jit
+def arctanh_f32(x):
+    """Inverse hyperbolic tangent for float32 (one log1p formula in float64, rounded once).
+
+    Domain: all float32 (+-inf at +-1, nan beyond).  max error vs correctly rounded: 1 ulp.
+    """
+    return _f32(_atanh32via64(np.float64(x)))
+
+
+@_jit
+def cbrt_f32(x):
+    """Cube root for float32 (the float64 kernel, rounded once).
+
+    Domain: all float32.  max error vs correctly rounded: 1 ulp.
+    """
+    return _f32(_cbrt64_impl(np.float64(x)))
+
+
+@_jit
+def hypot_f32(x, y):
+    """sqrt(x*x + y*y) for float32, in float64 (no scaling needed), rounded once; inf if
+    either is infinite, even with a nan.  Domain: all float32 pairs.
+    max error vs correctly rounded: 1 ulp.
+    """
+    ax, ay = abs(np.float64(x)), abs(np.float64(y))
+    res = _f32(np.sqrt(_fma(ax, ax, ay * ay)))
+    return _INF32 if (ax == _INF) | (ay == _INF) else res
+
+
+@_jit
+def logaddexp_f32(x, y):
+    """log(exp(x) + exp(y)) for float32: NumPy's formula max + log1p(exp(-|x - y|)) in
+    float64 (x - y exact), rounded once; x + ln2 where x == y (infinities too).
+    Domain: all float32 pairs.  max error vs correctly rounded: 1 ulp where the result is
+    above 2**-26 in magnitude (closer to the zero of e**x + e**y = 1 the float64 sum's
+    cancellation leaves more).  There is no float64 version: NumPy's formula loses many
+    ulps near that zero in float64 too, so the code generator keeps numba's there.
+    """
+    x64, y64 = np.float64(x), np.float64(y)
+    d = x64 - y64
+    m = x64 if d > 0.0 else y64
+    res = m + _log1p64_impl(_exp64_impl(-abs(d)))
+    return _f32(x64 + _LN2_64 if x64 == y64 else res)
+
+
+@_jit
+def arcsinh_f64(x):
+    """Inverse hyperbolic sine for float64 (fdlibm s_asinh.c: log1p(|x| + x^2/(1 +
+    sqrt(1 + x^2))) up to 2, log(2|x| + 1/(sqrt(x^2 + 1) + |x|)) up to 2**28, log|x| + ln2
+    beyond).  asinh(-0.0) = -0.0.  Domain: all float64.
+    max error vs correctly rounded: 2 ulp.
+    """
+    return _asinh64_impl(np.float64(x))
+
+
+@_jit
+def arccosh_f64(x):
+    """Inverse hyperbolic cosine for float64 (fdlibm e_acosh.c: log1p(t + sqrt(2t + t^2)),
+    t = x - 1, up to 2, log(2x - 1/(x + sqrt(x^2 - 1))) up to 2**28, log x + ln2 beyond).
+    Domain: all float64 (nan below 1).  max error vs correctly rounded: 2 ulp.
+    """
+    return _acosh64_impl(np.float64(x))
+
+
+@_jit
+def arctanh_f64(x):
+    """Inverse hyperbolic tangent for float64 (fdlibm e_atanh.c: log1p(2x + 2x^2/(1 - x))/2
+    below 1/2, log1p(2x/(1 - x))/2 beyond).  Domain: all float64 (+-inf at +-1, nan beyond).
+    max error vs correctly rounded: 2 ulp.
+    """
+    return _atanh64_impl(np.float64(x))
+
+
+@_jit
+def cbrt_f64(x):
+    """Cube root for float64 (fdlibm s_cbrt.c, see ``_cbrt64_impl``).
+
+    Domain: all float64.  max error vs correctly rounded: 1 ulp.
+    """
+    return _cbrt64_impl(np.float64(x))
+
+
+@_jit
+def hypot_f64(x, y):
+    """sqrt(x*x + y*y) for float64 without overflow or underflow; inf if either is infinite,
+    even with a nan.  Domain: all float64 pairs.  max error vs correctly rounded: 1 ulp.
+    """
+    return _hypot64_impl(np.float64(x), np.float64(y))
 
 
 # ---------------------------------------------------------------------------
@@ -1852,6 +2090,12 @@ OPS = (
     "arcsin",
     "arccos",
     "arctan2",
+    "arcsinh",
+    "arccosh",
+    "arctanh",
+    "cbrt",
+    "hypot",
+    "logaddexp",
 )
 
 _F32_DT = np.dtype(np.float32)
@@ -1859,9 +2103,10 @@ _F64_DT = np.dtype(np.float64)
 _SUFFIX = {_F32_DT: "f32", _F64_DT: "f64"}
 
 FAST_MATH: dict = {}
-for _op in OPS:
+for _op in OPS:  # an op may have a fast version for one of the dtypes only
     for _dt, _sfx in _SUFFIX.items():
-        FAST_MATH[(_op, _dt)] = globals()[f"{_op}_{_sfx}"]
+        if f"{_op}_{_sfx}" in globals():
+            FAST_MATH[(_op, _dt)] = globals()[f"{_op}_{_sfx}"]
 del _op, _dt, _sfx
 
 
