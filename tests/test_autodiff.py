@@ -786,8 +786,10 @@ def test_gradients_of_slices_add_into_one_cotangent_at_their_slices(fn):
     """The gradient of ``x[0]`` (of ``x[1:3]``, ``x[3, ::2]``) is zero but in its slice: it
     adds into the cotangent ``x`` already has there alone (a read, a sum and a store of the
     slice), not as an array of zeros of ``x``'s shape, written at the slice, added whole. One
-    array of zeros where no whole-array gradient comes; the result is NumPy's."""
-    x = U((4, 6))
+    array of zeros where no whole-array gradient comes; the result is NumPy's. (Slices of at
+    most an eighth of ``x``, ``autodiff.SCATTER_AT_MOST``: larger ones add as whole arrays,
+    read as pads by the kernel adding them, ``test_offsets.py``.)"""
+    x = U((16, 6))
     b = tk.vjp(tk.trace(fn, x))
     whole = [n for n in b.graph.nodes if n.out.shape == x.shape and not ops.OPS[n.op].store]
     assert not [n for n in whole if n.op == "add"], str(b.graph)

@@ -26,6 +26,7 @@ updates; writes into inputs (write-backs) are not differentiated.
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
@@ -158,14 +159,26 @@ def _cast(c, dtype):
     return c
 
 
+# A cotangent that is zero but in a slice is added into another at its slice alone where the
+# slice is at most this part of the array (a host read-add-store of the slice); a larger one is
+# added as a whole array (a kernel reading the block of zeros as a pad).
+SCATTER_AT_MOST = 0.125
+
+
 def _sum(a, b):
-    """Two cotangents of one value added: a :class:`~tracekit.ops.Scattered` one into the
-    other at its slice alone."""
-    if isinstance(b, Scattered):
-        a, b = b, a
-    if not isinstance(a, Scattered):
-        return a + b
-    return a.added_to(_dense(b))
+    """Two cotangents of one value added: a :class:`~tracekit.ops.Scattered` one of a small
+    slice (a row ``a[t]`` of a loop) into the other at its slice alone, one of a large slice
+    (the shifted slices of a stencil) as a whole array, which the CPU target reads as a pad
+    inside the kernel adding them (``backends/pads.py``)."""
+    scattered = [c for c in (b, a) if isinstance(c, Scattered) and _worth_scattering(c)]
+    if not scattered:
+        return _dense(a) + _dense(b)
+    s = scattered[0]
+    return s.added_to(_dense(a if s is b else b))
+
+
+def _worth_scattering(c) -> bool:
+    return bool(c.arrays) or c.value.size <= SCATTER_AT_MOST * math.prod(c.shape)
 
 
 def _dense(c):

@@ -169,9 +169,11 @@ def test_a_process_that_exits_mid_compile_leaves_no_broken_cache_entry(
 
 
 # ---------------------------------------------------------------------- blocking mode
-def test_wait_true_compiles_before_the_first_answer_as_before(monkeypatch):
+def test_wait_true_compiles_before_the_first_answer_as_before(monkeypatch, tmp_path):
     monkeypatch.delenv("TRACEKIT_JIT_WAIT", raising=False)
-    f = tk.jit(lambda x: np.tanh(x) * 2, wait=True, progress=False)
+    # (kernels are cached by their own source: one no other test compiles, in a cache of its own)
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path))
+    f = tk.jit(lambda x: np.tanh(x) * 2.03125, wait=True, progress=False)
     assert f(np.zeros(3)).tolist() == [0.0, 0.0, 0.0]
     assert f.tier == "compiled" and f.explain() == "first call: traced and compiled"
     assert f.compiled is not None and not hasattr(f.compiled, "tiered")
@@ -179,9 +181,10 @@ def test_wait_true_compiles_before_the_first_answer_as_before(monkeypatch):
     assert f.explain() == "cache hit: no retrace, no recompile"
 
 
-def test_the_environment_makes_every_jit_wait(monkeypatch):
+def test_the_environment_makes_every_jit_wait(monkeypatch, tmp_path):
     monkeypatch.setenv("TRACEKIT_JIT_WAIT", "1")
-    f = tk.jit(lambda x: x + 1, progress=False)
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path))  # (as above)
+    f = tk.jit(lambda x: x + 1.03125, progress=False)
     f(np.zeros(2))
     assert f.tier == "compiled" and f.explain() == "first call: traced and compiled"
     monkeypatch.setenv("TRACEKIT_JIT_WAIT", "0")
