@@ -69,6 +69,7 @@ class TraceContext:
         self._last_where = (
             None  # (user frame, its callers, scopes, their lines, sources, scope path)
         )
+        self._here = None  # (source, scope, call chain) of the op that emit is recording
         self._producers: dict = {}  # Var -> the node computing it, for self.nodes[:_n_produced]
         self._n_produced = 0
 
@@ -169,16 +170,41 @@ class TraceContext:
 
     # -- recording
     def record(self, op, inputs, attrs, outputs, where=None):
-        src, scope = where or self.where()
+        """Append the node ``op(inputs, **attrs) -> outputs`` at the user's current line, or at
+        ``where`` (source, scope) where a view was taken; its call chain is the current one."""
+        here = self._here
+        if here is None:
+            src, scope = where or self.where()
+            if where is not None:
+                self.where()
+            stack = self.last_stack
+        else:  # inside emit: one search of the user's frames serves the op and its views
+            if here is _NOT_YET:
+                here = self._here_now()
+            src, scope = where or here[:2]
+            stack = here[2]
         node = Node(op, tuple(inputs), attrs, tuple(outputs), src, scope)
         self.nodes.append(node)
-        if where is not None:  # recorded for where a view was taken: the chain is this one's
-            self.where()
-        self.stacks[node] = self.last_stack
+        self.stacks[node] = stack
         return node
 
     def emit(self, op, inputs, attrs=None, *, n_out=1, weak=False, view=False):
         """Compute ``op`` on the real values and record it; returns TracedArray(s)."""
+        if self._here is not None:  # inside another emit (lifting a list): the same line
+            return self._emit(op, inputs, attrs, n_out, weak, view)
+        self._here = _NOT_YET  # found when first needed (see record)
+        try:
+            return self._emit(op, inputs, attrs, n_out, weak, view)
+        finally:
+            self._here = None
+
+    def _here_now(self) -> tuple:
+        """(source, scope, call chain) of the op emit is recording, found once per op."""
+        src, scope = self.where()
+        self._here = (src, scope, self.last_stack)
+        return self._here
+
+    def _emit(self, op, inputs, attrs, n_out, weak, view):
         attrs = FrozenDict(attrs) if attrs else _NO_ATTRS  # a Node keeps a FrozenDict as it is
         tins = [x if type(x) is TracedArray and x._ctx is self else self.lift(x) for x in inputs]
         vals = [x._value if type(x) is TracedArray else x for x in tins]
@@ -201,23 +227,26 @@ class TraceContext:
         if view:
             base = tins[0]
             if self._is_view(op, out, base):
-                step = ViewStep(op, attrs, out, self.where())
+                here = self._here if self._here is not _NOT_YET else self._here_now()
+                step = ViewStep(op, attrs, out, here[:2])
                 res = TracedArray(self, base._buf, base._chain + (step,), out)
                 self.note_layout_choice(op, attrs, base, res)
                 return res
-        outs = [out] if n_out == 1 else list(out)
-        vars_ = [
-            self.new_var(v.shape, v.dtype, weak)
-            if type(v) is np.ndarray
-            else self.new_var(np.shape(v), dtype_of(v), weak)
-            for v in outs
-        ]
-        ins = [x.ir_var if type(x) is TracedArray else x for x in tins]
-        self.record(op, ins, attrs, vars_)
-        res = [
-            TracedArray(self, Buffer(v), (), (np.asarray(o).item() if weak else o))
-            for v, o in zip(vars_, outs)
-        ]
+        if n_out == 1:
+            shape, dtype = (out.shape, out.dtype) if type(out) is np.ndarray else _type_of(out)
+            var = self.new_var(shape, dtype, weak)
+            ins = [x.ir_var if type(x) is TracedArray else x for x in tins]
+            self.record(op, ins, attrs, (var,))
+            res = [TracedArray(self, Buffer(var), (), np.asarray(out).item() if weak else out)]
+        else:
+            outs = list(out)
+            vars_ = [self.new_var(*_type_of(v), weak) for v in outs]
+            ins = [x.ir_var if type(x) is TracedArray else x for x in tins]
+            self.record(op, ins, attrs, vars_)
+            res = [
+                TracedArray(self, Buffer(v), (), (np.asarray(o).item() if weak else o))
+                for v, o in zip(vars_, outs)
+            ]
         if None in self.layout_bound:  # a lazy reshape's result (see _is_view)
             self.layout_bound.discard(None)
             self.layout_bound.add(res[0]._buf)
@@ -399,6 +428,7 @@ class TraceContext:
         )
 
 
+_NOT_YET = ("not yet",)  # emit's place in the user's code before anything needed it
 _NO_ATTRS = FrozenDict()  # the attributes of every node without any (immutable: shared)
 
 
@@ -430,6 +460,13 @@ def same_layout_copy(arr: np.ndarray) -> np.ndarray:
     out = np.ndarray(arr.shape, arr.dtype, buffer=base, offset=offset, strides=arr.strides)
     out[...] = arr
     return out
+
+
+def _type_of(v) -> tuple:
+    """(shape, dtype) of an op's result: an ndarray, a NumPy or Python scalar, a dask array."""
+    if type(v) is np.ndarray:
+        return v.shape, v.dtype
+    return np.shape(v), dtype_of(v)
 
 
 def _shares(a, b) -> bool:

@@ -40,8 +40,7 @@ def call_ufunc(ufunc, inputs, kwargs, weak=False):
     if not kwargs and type(inputs[0]) is TracedArray:  # the common call: no out=, no dtype=
         op = _op_of(ufunc)
         if op is not None:
-            ctx = inputs[0]._ctx
-            return ctx.emit(op, [ctx.lift(x) for x in inputs], weak=weak)
+            return inputs[0]._ctx.emit(op, inputs, weak=weak)  # emit lifts the others
     for is_theirs, call in FOREIGN_UFUNCS:
         if is_theirs(ufunc):
             return call(ufunc, inputs, kwargs)
