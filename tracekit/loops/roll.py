@@ -149,19 +149,28 @@ def _roll_once(nodes, live_out, ctx) -> list:
     # numbers in a node's inputs may move with the loop (``x * t``): first try runs that
     # match them by type only, then runs that match them by value
     loose, strict = _signatures(nodes, ctx)
-    loops, memo = [], {}  # the nodes of one line share their loops: found once per call chain
+    # the nodes of one line share their loops: found once per call chain, and once per chain
+    # object (the tracer gives the ops of one line one; ``stacks`` holds them while we look)
+    loops, memo, by_id = [], {}, {}
     for n in nodes:
-        sources = _sources_of(n, stacks)
-        if sources not in memo:
-            memo[sources] = _inside(_enclosing(sources), ctx.within)
-        loops.append(memo[sources])
+        chain = stacks.get(n) if stacks else None
+        found = by_id.get(id(chain)) if chain else None
+        if found is None:
+            sources = chain or _sources_of(n, None)
+            found = memo.get(sources)
+            if found is None:
+                found = memo[sources] = _inside(_enclosing(sources), ctx.within)
+            if chain:
+                by_id[id(chain)] = found
+        loops.append(found)
     numbered: dict = {}  # each loops tuple object: a small int, so windows of them compare fast
     chain_ids = [numbered.setdefault(id(chain), len(numbered)) for chain in loops]
     at_loose, at_strict = _positions(loose), _positions(strict)
     last_use: dict = {}
     for i, n in enumerate(nodes):
-        for v in n.var_inputs:
-            last_use[v] = i
+        for v in n.inputs:
+            if type(v) is Var:
+                last_use[v] = i
     uses = (last_use, live_out, taken)
     out, i, n_nodes = [], 0, len(nodes)
     while i < n_nodes:
@@ -522,7 +531,7 @@ def _build(run, period, trips, loop, end, uses, ctx):
         for s, first in enumerate(run[j].inputs):
             if not isinstance(first, Var):
                 continue
-            values = [run[t * period + j].inputs[s] for t in range(trips)]
+            values = [m.inputs[s] for m in run[j::period]]
             role = _role(values, [where.get(v) for v in values], j, graph)
             if role is None:
                 return (
@@ -807,8 +816,9 @@ def _moving_numbers(run, period: int, trips: int):
         for s, first in enumerate(run[j].inputs):
             if not _is_number(first):
                 continue
-            values = [run[t * period + j].inputs[s] for t in range(trips)]
-            if all(_literal_key(v) == _literal_key(first) for v in values):
+            values = [m.inputs[s] for m in run[j::period]]
+            key = _literal_key(first)
+            if all(_literal_key(v) == key for v in values):
                 continue
             found = _progression(values)
             if found is None:
@@ -941,10 +951,13 @@ def _is_last_row(v: Var, loop: Node, k: int) -> bool:
 def _role(values, locs, j, graph):
     """How body position ``j`` gets one of its inputs, ``values`` in each iteration."""
     first, t_first = values[0], locs[0]
-    if t_first is not None and all(
-        loc is not None and loc[0] == t and loc[1:] == t_first[1:] for t, loc in enumerate(locs)
-    ):
-        return ("internal", t_first[1:])
+    if t_first is not None:
+        _, at, out = t_first
+        if all(
+            loc is not None and loc[0] == t and loc[1] == at and loc[2] == out
+            for t, loc in enumerate(locs)
+        ):
+            return ("internal", (at, out))
     if t_first is None and all(v is first for v in values):
         return ("invariant", first)
     if t_first is None and all(

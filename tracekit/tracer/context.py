@@ -67,7 +67,7 @@ class TraceContext:
         self._name_counts: dict = {}
         self._scope_counts: dict = {}
         self._last_where = (
-            None  # (user frame, its callers, scopes, their lines, sources, scope path)
+            None  # (user frame, its callers, scopes, their lines, sources, scope path, chains by line)
         )
         self._here = None  # (source, scope, call chain) of the op that emit is recording
         self._producers: dict = {}  # Var -> the node computing it, for self.nodes[:_n_produced]
@@ -118,12 +118,18 @@ class TraceContext:
             and last[2] == self.scopes
             and last[3] == lines
         ):
-            self.last_stack = last[4] + (src,)
+            # the ops of one line share their chain (rolling finds their loops once per chain
+            # object); keyed by the id of the Source, which the chain holds
+            stack = last[6].get(id(src))
+            if stack is None:
+                stack = last[6][id(src)] = last[4] + (src,)
+            self.last_stack = stack
             return src, last[5]
         outer = tuple([source_of(g) for g in callers])
         self.last_stack = outer + (src,)  # for rolling loops in callees
         path = self._scope_path([*callers, inner])
-        self._last_where = (inner, outer_frames, list(self.scopes), lines, outer, path)
+        chains = {id(src): self.last_stack}
+        self._last_where = (inner, outer_frames, list(self.scopes), lines, outer, path, chains)
         return src, path
 
     def _scope_path(self, chain):
