@@ -239,8 +239,7 @@ class TraceContext:
                 self.note_layout_choice(op, attrs, base, res)
                 return res
         if n_out == 1:
-            shape, dtype = (out.shape, out.dtype) if type(out) is np.ndarray else _type_of(out)
-            var = self.new_var(shape, dtype, weak)
+            var = self.new_var(*_type_of(out), weak)
             ins = [x.ir_var if type(x) is TracedArray else x for x in tins]
             self.record(op, ins, attrs, (var,))
             res = [TracedArray(self, Buffer(var), (), np.asarray(out).item() if weak else out)]
