@@ -196,13 +196,11 @@ class TraceContext:
 
     def emit(self, op, inputs, attrs=None, *, n_out=1, weak=False, view=False):
         """Compute ``op`` on the real values and record it; returns TracedArray(s)."""
-        if self._here is not None:  # inside another emit (lifting a list): the same line
-            return self._emit(op, inputs, attrs, n_out, weak, view)
-        self._here = _NOT_YET  # found when first needed (see record)
-        try:
+        outer, self._here = self._here, None  # _emit's, once it has computed the op
+        try:  # an op emitted while another is (lifting a list) finds its own place
             return self._emit(op, inputs, attrs, n_out, weak, view)
         finally:
-            self._here = None
+            self._here = outer
 
     def _here_now(self) -> tuple:
         """(source, scope, call chain) of the op emit is recording, found once per op."""
@@ -230,6 +228,7 @@ class TraceContext:
             if src is not None:
                 e.add_note(f"tracekit: in {op} at {src} `{src.text}`")
             raise
+        self._here = _NOT_YET  # found when first needed (see record)
         if view:
             base = tins[0]
             if self._is_view(op, out, base):
