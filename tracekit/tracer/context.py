@@ -66,9 +66,8 @@ class TraceContext:
         self._frame_names: dict = {}  # id(frame) -> (frame, name) for frames on the stack
         self._name_counts: dict = {}
         self._scope_counts: dict = {}
-        self._last_where = (
-            None  # (user frame, its callers, scopes, their lines, sources, scope path, chains by line)
-        )
+        # (user frame, its callers, scopes, their lines, sources, scope path, chains by line)
+        self._last_where = None
         self._here = None  # (source, scope, call chain) of the op that emit is recording
         self._producers: dict = {}  # Var -> the node computing it, for self.nodes[:_n_produced]
         self._n_produced = 0
