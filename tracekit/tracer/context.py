@@ -68,7 +68,7 @@ class TraceContext:
         self._scope_counts: dict = {}
         # (user frame, its callers, scopes, their lines, sources, scope path, chains by line)
         self._last_where = None
-        self._here = None  # (source, scope, call chain) of the op that emit is recording
+        self._here = None  # (where(), call chain) of the op that emit is recording
         self._producers: dict = {}  # Var -> the node computing it, for self.nodes[:_n_produced]
         self._n_produced = 0
 
@@ -186,8 +186,8 @@ class TraceContext:
         else:  # inside emit: one search of the user's frames serves the op and its views
             if here is _NOT_YET:
                 here = self._here_now()
-            src, scope = where or here[:2]
-            stack = here[2]
+            src, scope = where or here[0]
+            stack = here[1]
         node = Node(op, tuple(inputs), attrs, tuple(outputs), src, scope)
         self.nodes.append(node)
         self.stacks[node] = stack
@@ -202,9 +202,8 @@ class TraceContext:
             self._here = outer
 
     def _here_now(self) -> tuple:
-        """(source, scope, call chain) of the op emit is recording, found once per op."""
-        src, scope = self.where()
-        self._here = (src, scope, self.last_stack)
+        """(``where()``, the call chain) of the op emit is recording, found once per op."""
+        self._here = (self.where(), self.last_stack)
         return self._here
 
     def _emit(self, op, inputs, attrs, n_out, weak, view):
@@ -232,7 +231,7 @@ class TraceContext:
             base = tins[0]
             if self._is_view(op, out, base):
                 here = self._here if self._here is not _NOT_YET else self._here_now()
-                step = ViewStep(op, attrs, out, here[:2])
+                step = ViewStep(op, attrs, out, here[0])
                 res = TracedArray(self, base._buf, base._chain + (step,), out)
                 self.note_layout_choice(op, attrs, base, res)
                 return res
