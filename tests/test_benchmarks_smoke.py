@@ -91,7 +91,7 @@ def test_cpu_rejects_unknown_workload():
     assert p.returncode == 2 and "unknown workload" in p.stderr
 
 
-@pytest.mark.parametrize("script", ["cpu.py", "run.py"])
+@pytest.mark.parametrize("script", ["cpu.py", "run.py", "loop_trace.py"])
 def test_scripts_have_help(script):
     p = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / script), "--help"],

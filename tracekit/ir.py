@@ -271,9 +271,18 @@ def moves(x) -> bool:
         x = (x.start, x.stop, x.step)
     elif not isinstance(x, tuple | list):
         return False
+    leaves = _LEAVES
     for e in x:  # a loop, not any(): every traced op asks this of its attributes
-        if e.__class__ in _LEAVES:
+        c = e.__class__
+        if c in leaves:
             continue
+        if c is slice:  # an index's slices: their ends, without a call each
+            if (
+                e.start.__class__ in leaves
+                and e.stop.__class__ in leaves
+                and e.step.__class__ in leaves
+            ):
+                continue
         if moves(e):
             return True
     return False

@@ -100,6 +100,7 @@ class _Context:
     handled: set = field(default_factory=set)  # ids of the guards the loops check now
     signatures: dict = field(default_factory=dict)  # node -> its keys (_signatures)
     signature_ids: dict = field(default_factory=dict)  # a signature -> its small int
+    type_ids: dict = field(default_factory=dict)  # Var -> its type's small int (_type_id)
 
 
 def _is_loop(n: Node) -> bool:
@@ -144,23 +145,32 @@ def _roll_all(nodes, live_out, ctx) -> list:
 
 def _roll_once(nodes, live_out, ctx) -> list:
     graph, stacks, notes = ctx.graph, ctx.stacks, ctx.notes
-    taken = {v.name for v in graph.inputs} | value_names(nodes)  # for the stacked outputs' names
+    taken = _Names(graph.inputs, nodes)  # for the stacked outputs' names
     # numbers in a node's inputs may move with the loop (``x * t``): first try runs that
     # match them by type only, then runs that match them by value
-    loose, strict = _signatures(nodes, ctx.signatures, ctx.signature_ids)
-    loops, memo = [], {}  # the nodes of one line share their loops: found once per call chain
+    loose, strict = _signatures(nodes, ctx)
+    # the nodes of one line share their loops: found once per call chain, and once per chain
+    # object (the tracer gives the ops of one line one; ``stacks`` holds them while we look)
+    loops, memo, by_id = [], {}, {}
     for n in nodes:
-        sources = _sources_of(n, stacks)
-        if sources not in memo:
-            memo[sources] = _inside(_enclosing(sources), ctx.within)
-        loops.append(memo[sources])
+        chain = stacks.get(n) if stacks else None
+        found = by_id.get(id(chain)) if chain else None
+        if found is None:
+            sources = chain or _sources_of(n, None)
+            found = memo.get(sources)
+            if found is None:
+                found = memo[sources] = _inside(_enclosing(sources), ctx.within)
+            if chain:
+                by_id[id(chain)] = found
+        loops.append(found)
     numbered: dict = {}  # each loops tuple object: a small int, so windows of them compare fast
     chain_ids = [numbered.setdefault(id(chain), len(numbered)) for chain in loops]
     at_loose, at_strict = _positions(loose), _positions(strict)
     last_use: dict = {}
     for i, n in enumerate(nodes):
-        for v in n.var_inputs:
-            last_use[v] = i
+        for v in n.inputs:
+            if type(v) is Var:
+                last_use[v] = i
     uses = (last_use, live_out, taken)
     out, i, n_nodes = [], 0, len(nodes)
     while i < n_nodes:
@@ -190,6 +200,25 @@ def _roll_once(nodes, live_out, ctx) -> list:
             out.extend(rows)
         i = end
     return _fold_stacks(out)
+
+
+class _Names:
+    """The names of the values of a scan's nodes and the graph's inputs, gathered when a run
+    first needs a fresh one (most scans roll nothing); ``add`` takes one."""
+
+    def __init__(self, inputs, nodes):
+        self._inputs, self._nodes, self._names = inputs, nodes, None
+
+    def _all(self) -> set:
+        if self._names is None:
+            self._names = {v.name for v in self._inputs} | value_names(self._nodes)
+        return self._names
+
+    def __contains__(self, name) -> bool:
+        return name in self._all()
+
+    def add(self, name):
+        self._all().add(name)
 
 
 def _positions(sigs) -> dict:
@@ -276,40 +305,50 @@ def _enclosing(sources: tuple) -> tuple:
     return found
 
 
-def _signatures(nodes, memo: dict, ids: dict) -> tuple[list, list]:
+def _signatures(nodes, ctx) -> tuple[list, list]:
     """What two iterations' nodes at one body position must share, per node: loosely (a
     number among the inputs only its type; :func:`_progression` matches the values) and
-    strictly, each as a small int (``ids``: runs of them compare quickly). ``memo`` keeps
-    each node's pair for the next scan of the graph."""
+    strictly, each as a small int (``ctx.signature_ids``: runs of them compare quickly).
+    ``ctx.signatures`` keeps each node's pair for the next scan of the graph."""
+    memo, ids, types = ctx.signatures, ctx.signature_ids, ctx.type_ids
     loose, strict = [], []
     for n in nodes:
         known = memo.get(n)
         if known is None:
-            known = memo[n] = _signature(n, ids)
+            known = memo[n] = _signature(n, ids, types)
         loose.append(known[0])
         strict.append(known[1])
     return loose, strict
 
 
-def _signature(n: Node, ids: dict) -> tuple[int, int]:
+def _signature(n: Node, ids: dict, types: dict) -> tuple[int, int]:
+    """(loose, strict) of ``n``; ``types`` keeps each Var's shape, dtype and weakness as a
+    small int, made for its producer and read for each of its readers."""
     attrs = _attrs_key(n)
     if attrs is None:  # an attribute holding a value of the graph: never a repeat
         unique = ids.setdefault(("unique", id(n)), len(ids))
         return unique, unique
-    outs = tuple((o.shape, o.dtype.str, o.weak) for o in n.outputs)
-    src = (n.source.file, n.source.line) if n.source else None
+    outs = []
+    for o in n.outputs:
+        outs.append(ids.setdefault(("v", o.shape, o.dtype.str, o.weak), len(ids)))
+        types[o] = outs[-1]
+    src = n.source
+    src = (src.file, src.line) if src else None
     ins, numbers = [], False
     for x in n.inputs:
-        if isinstance(x, Var):
-            ins.append(("v", x.shape, x.dtype.str, x.weak))
+        if type(x) is Var:
+            known = types.get(x)
+            if known is None:  # an input of the graph
+                known = types[x] = ids.setdefault(("v", x.shape, x.dtype.str, x.weak), len(ids))
+            ins.append(known)
         else:
             numbers = numbers or _is_number(x)
             ins.append(_literal_key(x))
-    strict = ids.setdefault((n.op, tuple(ins), attrs, outs, src), len(ids))
+    strict = ids.setdefault((n.op, tuple(ins), attrs, tuple(outs), src), len(ids))
     if not numbers:
         return strict, strict
     ins = [("n", type(x).__name__) if _is_number(x) else k for x, k in zip(n.inputs, ins)]
-    return ids.setdefault((n.op, tuple(ins), attrs, outs, src), len(ids)), strict
+    return ids.setdefault((n.op, tuple(ins), attrs, tuple(outs), src), len(ids)), strict
 
 
 def _attrs_key(n: Node) -> tuple | str | None:
@@ -319,6 +358,9 @@ def _attrs_key(n: Node) -> tuple | str | None:
     if not attrs:
         return ""
     if _may_move(n):  # an index may move with the loop: its integers are matched in _moving
+        idx = _plain_index(attrs["idx"])
+        if len(attrs) == 1 and idx is not _NOT_PLAIN:
+            return (("idx", idx),)
         attrs = {**attrs, "idx": _skeleton(attrs["idx"])}
     plain = _plain_key(attrs)
     if plain is not None:
@@ -326,6 +368,30 @@ def _attrs_key(n: Node) -> tuple | str | None:
     if _has_var_attr(attrs):
         return None
     return json.dumps(_canonical(attrs, graph=_body_key))
+
+
+def _plain_index(idx: tuple):
+    """``_plain(_skeleton(idx))`` in one pass: an index's plain key, its integers (not a
+    slice's step) by their sign."""
+    out = []
+    for e in idx:
+        t = type(e)
+        if t is int:
+            out.append("#-" if e < 0 else "#+")
+        elif t is slice:
+            start, stop = e.start, e.stop
+            start = ("#-" if start < 0 else "#+") if type(start) is int else _plain(start)
+            stop = ("#-" if stop < 0 else "#+") if type(stop) is int else _plain(stop)
+            step = _plain(e.step)
+            if _NOT_PLAIN in (start, stop, step):
+                return _NOT_PLAIN
+            out.append((_SLICE, start, stop, step))
+        else:
+            key = _plain(e)
+            if key is _NOT_PLAIN:
+                return _NOT_PLAIN
+            out.append(key)
+    return tuple(out)
 
 
 _SLICE = object()  # tags a slice in a plain key (no attribute value is this object)
@@ -465,7 +531,7 @@ def _build(run, period, trips, loop, end, uses, ctx):
         for s, first in enumerate(run[j].inputs):
             if not isinstance(first, Var):
                 continue
-            values = [run[t * period + j].inputs[s] for t in range(trips)]
+            values = [m.inputs[s] for m in run[j::period]]
             role = _role(values, [where.get(v) for v in values], j, graph)
             if role is None:
                 return (
@@ -750,8 +816,9 @@ def _moving_numbers(run, period: int, trips: int):
         for s, first in enumerate(run[j].inputs):
             if not _is_number(first):
                 continue
-            values = [run[t * period + j].inputs[s] for t in range(trips)]
-            if all(_literal_key(v) == _literal_key(first) for v in values):
+            values = [m.inputs[s] for m in run[j::period]]
+            key = _literal_key(first)
+            if all(_literal_key(v) == key for v in values):
                 continue
             found = _progression(values)
             if found is None:
@@ -884,10 +951,13 @@ def _is_last_row(v: Var, loop: Node, k: int) -> bool:
 def _role(values, locs, j, graph):
     """How body position ``j`` gets one of its inputs, ``values`` in each iteration."""
     first, t_first = values[0], locs[0]
-    if t_first is not None and all(
-        loc is not None and loc[0] == t and loc[1:] == t_first[1:] for t, loc in enumerate(locs)
-    ):
-        return ("internal", t_first[1:])
+    if t_first is not None:
+        _, at, out = t_first
+        if all(
+            loc is not None and loc[0] == t and loc[1] == at and loc[2] == out
+            for t, loc in enumerate(locs)
+        ):
+            return ("internal", (at, out))
     if t_first is None and all(v is first for v in values):
         return ("invariant", first)
     if t_first is None and all(

@@ -3,7 +3,7 @@ and so is a loop that checks guards in its iterations, or tests a while conditio
 
 from __future__ import annotations
 
-from ..ir import Graph, Node
+from ..ir import Graph, Node, Var
 from ..loops.op import is_while
 
 
@@ -11,9 +11,10 @@ def dce(graph: Graph) -> Graph:
     live = set(graph.outputs) | {g.var for g in graph.guards}
     kept = []
     for node in reversed(graph.nodes):
-        if any(o in live for o in node.outputs) or checks(node):
+        outs = node.outputs
+        if (outs[0] in live if len(outs) == 1 else any(o in live for o in outs)) or checks(node):
             kept.append(node)
-            live.update(node.var_inputs)
+            live.update([v for v in node.inputs if type(v) is Var])
     kept.reverse()
     return graph.replace(nodes=kept)
 

@@ -66,9 +66,9 @@ class TraceContext:
         self._frame_names: dict = {}  # id(frame) -> (frame, name) for frames on the stack
         self._name_counts: dict = {}
         self._scope_counts: dict = {}
-        self._last_where = (
-            None  # (user frame, its callers, scopes, their lines, sources, scope path)
-        )
+        # (user frame, its callers, scopes, their lines, sources, scope path, chains by line)
+        self._last_where = None
+        self._here = None  # (where(), call chain) of the op that emit is recording
         self._producers: dict = {}  # Var -> the node computing it, for self.nodes[:_n_produced]
         self._n_produced = 0
 
@@ -117,12 +117,18 @@ class TraceContext:
             and last[2] == self.scopes
             and last[3] == lines
         ):
-            self.last_stack = last[4] + (src,)
+            # the ops of one line share their chain (rolling finds their loops once per chain
+            # object); keyed by the id of the Source, which the chain holds
+            stack = last[6].get(id(src))
+            if stack is None:
+                stack = last[6][id(src)] = last[4] + (src,)
+            self.last_stack = stack
             return src, last[5]
         outer = tuple([source_of(g) for g in callers])
         self.last_stack = outer + (src,)  # for rolling loops in callees
         path = self._scope_path([*callers, inner])
-        self._last_where = (inner, outer_frames, list(self.scopes), lines, outer, path)
+        chains = {id(src): self.last_stack}
+        self._last_where = (inner, outer_frames, list(self.scopes), lines, outer, path, chains)
         return src, path
 
     def _scope_path(self, chain):
@@ -169,16 +175,38 @@ class TraceContext:
 
     # -- recording
     def record(self, op, inputs, attrs, outputs, where=None):
-        src, scope = where or self.where()
+        """Append the node ``op(inputs, **attrs) -> outputs`` at the user's current line, or at
+        ``where`` (source, scope) where a view was taken; its call chain is the current one."""
+        here = self._here
+        if here is None:
+            src, scope = where or self.where()
+            if where is not None:
+                self.where()
+            stack = self.last_stack
+        else:  # inside emit: one search of the user's frames serves the op and its views
+            if here is _NOT_YET:
+                here = self._here_now()
+            src, scope = where or here[0]
+            stack = here[1]
         node = Node(op, tuple(inputs), attrs, tuple(outputs), src, scope)
         self.nodes.append(node)
-        if where is not None:  # recorded for where a view was taken: the chain is this one's
-            self.where()
-        self.stacks[node] = self.last_stack
+        self.stacks[node] = stack
         return node
 
     def emit(self, op, inputs, attrs=None, *, n_out=1, weak=False, view=False):
         """Compute ``op`` on the real values and record it; returns TracedArray(s)."""
+        outer, self._here = self._here, None  # _emit's, once it has computed the op
+        try:  # an op emitted while another is (lifting a list) finds its own place
+            return self._emit(op, inputs, attrs, n_out, weak, view)
+        finally:
+            self._here = outer
+
+    def _here_now(self) -> tuple:
+        """(``where()``, the call chain) of the op emit is recording, found once per op."""
+        self._here = (self.where(), self.last_stack)
+        return self._here
+
+    def _emit(self, op, inputs, attrs, n_out, weak, view):
         attrs = FrozenDict(attrs) if attrs else _NO_ATTRS  # a Node keeps a FrozenDict as it is
         tins = [x if type(x) is TracedArray and x._ctx is self else self.lift(x) for x in inputs]
         vals = [x._value if type(x) is TracedArray else x for x in tins]
@@ -198,26 +226,29 @@ class TraceContext:
             if src is not None:
                 e.add_note(f"tracekit: in {op} at {src} `{src.text}`")
             raise
+        self._here = _NOT_YET  # found when first needed (see record)
         if view:
             base = tins[0]
             if self._is_view(op, out, base):
-                step = ViewStep(op, attrs, out, self.where())
+                here = self._here if self._here is not _NOT_YET else self._here_now()
+                step = ViewStep(op, attrs, out, here[0])
                 res = TracedArray(self, base._buf, base._chain + (step,), out)
                 self.note_layout_choice(op, attrs, base, res)
                 return res
-        outs = [out] if n_out == 1 else list(out)
-        vars_ = [
-            self.new_var(v.shape, v.dtype, weak)
-            if type(v) is np.ndarray
-            else self.new_var(np.shape(v), dtype_of(v), weak)
-            for v in outs
-        ]
-        ins = [x.ir_var if type(x) is TracedArray else x for x in tins]
-        self.record(op, ins, attrs, vars_)
-        res = [
-            TracedArray(self, Buffer(v), (), (np.asarray(o).item() if weak else o))
-            for v, o in zip(vars_, outs)
-        ]
+        if n_out == 1:
+            var = self.new_var(*_type_of(out), weak)
+            ins = [x.ir_var if type(x) is TracedArray else x for x in tins]
+            self.record(op, ins, attrs, (var,))
+            res = [TracedArray(self, Buffer(var), (), np.asarray(out).item() if weak else out)]
+        else:
+            outs = list(out)
+            vars_ = [self.new_var(*_type_of(v), weak) for v in outs]
+            ins = [x.ir_var if type(x) is TracedArray else x for x in tins]
+            self.record(op, ins, attrs, vars_)
+            res = [
+                TracedArray(self, Buffer(v), (), (np.asarray(o).item() if weak else o))
+                for v, o in zip(vars_, outs)
+            ]
         if None in self.layout_bound:  # a lazy reshape's result (see _is_view)
             self.layout_bound.discard(None)
             self.layout_bound.add(res[0]._buf)
@@ -399,6 +430,7 @@ class TraceContext:
         )
 
 
+_NOT_YET = ("not yet",)  # emit's place in the user's code before anything needed it
 _NO_ATTRS = FrozenDict()  # the attributes of every node without any (immutable: shared)
 
 
@@ -430,6 +462,13 @@ def same_layout_copy(arr: np.ndarray) -> np.ndarray:
     out = np.ndarray(arr.shape, arr.dtype, buffer=base, offset=offset, strides=arr.strides)
     out[...] = arr
     return out
+
+
+def _type_of(v) -> tuple:
+    """(shape, dtype) of an op's result: an ndarray, a NumPy or Python scalar, a dask array."""
+    if type(v) is np.ndarray:
+        return v.shape, v.dtype
+    return np.shape(v), dtype_of(v)
 
 
 def _shares(a, b) -> bool:

@@ -31,8 +31,12 @@ def _split_index(x, key):
     idx, arrays = [], []
     for k in key:
         if type(k) is slice:  # the common case first: a slice of Python ints
-            ends = (k.start, k.stop, k.step)
-            if all(v is None or type(v) is int for v in ends):
+            start, stop, step = k.start, k.stop, k.step
+            if (
+                (start is None or type(start) is int)
+                and (stop is None or type(stop) is int)
+                and (step is None or type(step) is int)
+            ):
                 idx.append(k)
                 continue
         if isinstance(k, TracedArray) or isinstance(k, np.ndarray) or isinstance(k, list):

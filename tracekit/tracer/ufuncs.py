@@ -37,11 +37,12 @@ def array_ufunc(ufunc, method, inputs, kwargs):
 
 
 def call_ufunc(ufunc, inputs, kwargs, weak=False):
-    if not kwargs and type(inputs[0]) is TracedArray:  # the common call: no out=, no dtype=
+    # the common call: no out=, no dtype=, a traced array first or last (``2.0 * x``)
+    traced = inputs[0] if type(inputs[0]) is TracedArray else inputs[-1]
+    if not kwargs and type(traced) is TracedArray:
         op = _op_of(ufunc)
         if op is not None:
-            ctx = inputs[0]._ctx
-            return ctx.emit(op, [ctx.lift(x) for x in inputs], weak=weak)
+            return traced._ctx.emit(op, inputs, weak=weak)  # emit lifts the others
     for is_theirs, call in FOREIGN_UFUNCS:
         if is_theirs(ufunc):
             return call(ufunc, inputs, kwargs)
