@@ -53,8 +53,10 @@ Implementation notes
   (per process and signature) and marked ``alwaysinline`` for LLVM, which then
   inlines the compiled body into the calling loop whatever its size (the
   default inliner threshold refuses e.g. ``sin``/``power``, leaving a call that
-  blocks vectorisation).  Private helpers are ``inline='always'`` (numba IR
-  level), so they cost no separate compilation units.
+  blocks vectorisation).  Private helpers are plain Python functions whose
+  statements are written into each public function's source before numba
+  sees it (``_flatten``), so they cost no compilation units and no numba IR
+  inlining.
 * All arithmetic is IEEE (``fastmath=False``); tricks such as the
   ``(x + 1.5*2**23) - 1.5*2**23`` rounding rely on it.  Divisions go through a
   tiny ``fdiv`` intrinsic, so the caller's ``error_model`` cannot add a
@@ -82,6 +84,11 @@ Only numpy and numba (with its llvmlite dependency) are imported.
 
 from __future__ import annotations
 
+import ast
+import functools
+import threading
+from collections.abc import Mapping
+
 import numpy as np
 from llvmlite import ir  # numba's own code-generation dependency
 from numba import njit, types
@@ -100,13 +107,120 @@ _OPTS = dict(error_model="numpy", fastmath=False, cache=False, nogil=True, force
 
 
 def _jit(fn):
-    """Public functions: one compilation unit each, LLVM-inlined into callers."""
-    return njit(**_OPTS)(fn)
+    """Public functions: one compilation unit each, LLVM-inlined into callers. Recorded here;
+    :func:`_dispatcher` makes the numba function on first use."""
+    _PUBLIC[fn.__name__] = fn
+    return fn
 
 
-def _jit_inline(fn):
-    """Private helpers: inlined at numba-IR level (no separate compilation unit)."""
-    return njit(error_model="numpy", fastmath=False, cache=False, inline="always")(fn)
+_PUBLIC: dict = {}  # public name -> its Python function
+_HELPERS: dict = {}  # helper function -> its source, or None for a def in this file
+
+
+def _helper(fn, source=None):
+    """Private helpers: plain Python functions whose bodies :func:`_flatten` writes into the
+    functions calling them (``source``: the source of a generated one)."""
+    _HELPERS[fn] = source
+    return fn
+
+
+def _flatten(fn):
+    """``fn`` recompiled with each call of a helper replaced by the helper's statements (its
+    names renamed apart, its arguments bound by assignments, its return value substituted for
+    the call), recursively: one flat function, so numba compiles no helper and inlines no IR
+    (numba's IR inlining was about half of a first compile of ``sin_f64``). Helpers are pure
+    and total, so the order they are evaluated in, and whether a conditional expression's
+    other branch is, changes no result."""
+    tree = _function_def(fn)
+    tree.decorator_list = []
+    tree.body = _Flattener(fn.__globals__).body(tree.body)
+    module = ast.fix_missing_locations(ast.Module([tree], []))
+    defined: dict = {}
+    exec(compile(module, fn.__code__.co_filename, "exec"), fn.__globals__, defined)  # noqa: S102
+    flat = defined[fn.__name__]
+    flat.__doc__ = fn.__doc__
+    return flat
+
+
+@functools.cache
+def _module_sources(filename) -> dict:
+    """``{name: (source, first line)}`` of the functions defined in ``filename``."""
+    with open(filename, encoding="utf-8") as f:
+        text = f.read()
+    lines = text.splitlines(keepends=True)
+    return {
+        d.name: ("".join(lines[d.lineno - 1 : d.end_lineno]), d.lineno)
+        for d in ast.parse(text, filename).body
+        if isinstance(d, ast.FunctionDef)
+    }
+
+
+def _function_def(fn) -> ast.FunctionDef:
+    """A new syntax tree of ``fn``'s definition, at its lines in its file."""
+    source = _HELPERS.get(fn)
+    if source is not None:
+        return ast.parse(source).body[0]
+    source, line = _module_sources(fn.__code__.co_filename)[fn.__name__]
+    return ast.increment_lineno(ast.parse(source), line - 1).body[0]
+
+
+class _Flattener:
+    """Writes helpers' bodies into a statement list (:func:`_flatten`)."""
+
+    def __init__(self, scope: dict):
+        self.scope = scope
+        self.inlined = 0
+
+    def body(self, statements) -> list:
+        out = []
+        for s in statements:
+            if isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant):
+                continue  # a docstring
+            before: list = []
+            if isinstance(s, ast.If):
+                s.test = self.expr(s.test, before)
+                s.body, s.orelse = self.body(s.body), self.body(s.orelse)
+            elif isinstance(s, (ast.Assign, ast.Return, ast.Expr)):
+                s.value = self.expr(s.value, before)
+            else:
+                raise TypeError(f"fastmath: no flattening of {type(s).__name__} (line {s.lineno})")
+            out += before + [s]
+        return out
+
+    def expr(self, node, before: list):
+        flattener = self
+
+        class Calls(ast.NodeTransformer):
+            def visit_Call(self, call):
+                self.generic_visit(call)  # arguments first
+                fn = flattener.scope.get(call.func.id) if isinstance(call.func, ast.Name) else None
+                return flattener.inline(fn, call, before) if fn in _HELPERS else call
+
+        return Calls().visit(node)
+
+    def inline(self, fn, call, before: list):
+        """The helper ``fn``'s statements appended to ``before``; its return value."""
+        tree = _function_def(fn)
+        *statements, last = tree.body
+        params = [a.arg for a in tree.args.args]
+        returns = [n for n in ast.walk(tree) if isinstance(n, ast.Return)]
+        if returns != [last] or len(call.args) != len(params) or call.keywords:
+            raise TypeError(
+                f"fastmath: {fn.__name__} must take positional arguments and end in its only return"
+            )
+        self.inlined += 1
+        prefix = f"{fn.__name__}_{self.inlined}_"
+        local = set(params) | {
+            n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+        }
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Name) and n.id in local:
+                n.id = prefix + n.id
+        for name, value in zip(params, call.args):
+            target = ast.Name(prefix + name, ast.Store())
+            before.append(ast.copy_location(ast.Assign([target], value), call))
+        before += self.body(statements)
+        return self.expr(last.value, before)
 
 
 # ---------------------------------------------------------------------------
@@ -518,17 +632,15 @@ def _poly(name, dtype, start=0):
 
     ``start`` skips the leading coefficients (evaluates sum c_{start+i} x^i).
     """
-    cs = [dtype(_h(c)) for c in _COEFFS[name][start:]]
-    n = len(cs) - 1
-    lines = ["def p(x):", f"    r = C{n}"]
-    lines += [f"    r = _fma(r, x, C{i})" for i in range(n - 1, -1, -1)]
+    fn_name = f"_poly_{name.lower()}_{start}"
+    cs = [f"_{fn_name}_c{i}" for i in range(len(_COEFFS[name]) - start)]
+    globals().update({c: dtype(_h(v)) for c, v in zip(cs, _COEFFS[name][start:])})
+    lines = [f"def {fn_name}(x):", f"    r = {cs[-1]}"]
+    lines += [f"    r = _fma(r, x, {c})" for c in reversed(cs[:-1])]
     lines.append("    return r")
-    g = {"_fma": _fma}
-    g.update({f"C{i}": c for i, c in enumerate(cs)})
-    exec("\n".join(lines), g)  # noqa: S102 - generated from the constant table above
-    fn = g["p"]
-    fn.__name__ = fn.__qualname__ = f"_poly_{name.lower()}_{start}"
-    return _jit_inline(fn)
+    source = "\n".join(lines)
+    exec(source, globals())  # noqa: S102 - generated from the constant table above
+    return _helper(globals()[fn_name], source)
 
 
 _p_exp32 = _poly("EXP32", _f32)
@@ -557,50 +669,50 @@ _p_asin64 = _poly("ASIN64", float)
 # ---------------------------------------------------------------------------
 
 
-@_jit_inline
+@_helper
 def _two_sum(a, b):
     s = a + b
     bb = s - a
     return s, (a - (s - bb)) + (b - bb)
 
 
-@_jit_inline
+@_helper
 def _fast_two_sum(a, b):  # requires |a| >= |b| (or a == 0)
     s = a + b
     return s, b - (s - a)
 
 
-@_jit_inline
+@_helper
 def _copysign32(a, b):
     return _as_f32((_as_int(a) & 0x7FFFFFFF) | (_as_int(b) & -2147483648))
 
 
-@_jit_inline
+@_helper
 def _copysign64(a, b):
     return _as_f64((_as_int(a) & 0x7FFFFFFFFFFFFFFF) | (_as_int(b) & (-9223372036854775807 - 1)))
 
 
-@_jit_inline
+@_helper
 def _ldexp32(p, k):
     """p * 2**k for k in [-252, 254] with a single final rounding."""
     k1 = k >> 1
     return (p * _as_f32((k1 + 127) << 23)) * _as_f32((k - k1 + 127) << 23)
 
 
-@_jit_inline
+@_helper
 def _ldexp64(p, k):
     """p * 2**k for k in [-2044, 2046] with a single final rounding."""
     k1 = k >> 1
     return (p * _as_f64((k1 + 1023) << 52)) * _as_f64((k - k1 + 1023) << 52)
 
 
-@_jit_inline
+@_helper
 def _int_to_f32(i):
     """Exact float32 of a small integer (|i| < 2**22) without an int->float op."""
     return _as_f32(i + _SH32_BITS) - _SH32
 
 
-@_jit_inline
+@_helper
 def _int_to_f64(i):
     """Exact float64 of an integer |i| < 2**51."""
     return _as_f64(i + _SHD_BITS) - _SHD
@@ -611,7 +723,7 @@ def _int_to_f64(i):
 # ---------------------------------------------------------------------------
 
 
-@_jit_inline
+@_helper
 def _exp_parts32(x):
     """(m, k) with exp(x) = m * 2**k, m in [0.7, 1.42], for x in [-104, 89] (or nan)."""
     kf = _fma(x, _L2E32, _SH32)
@@ -623,14 +735,14 @@ def _exp_parts32(x):
     return _ONE32 + t, ki
 
 
-@_jit_inline
+@_helper
 def _exp_core32(x):
     """exp(x) for x in [-104, 89] (or nan)."""
     m, k = _exp_parts32(x)
     return _ldexp32(m, k)
 
 
-@_jit_inline
+@_helper
 def _log_core32(x):
     """log(x) for x >= 2**-126 finite (garbage otherwise)."""
     ix = _as_int(x) - _SQRTH32_BITS
@@ -640,7 +752,7 @@ def _log_core32(x):
     return e, f, f * f * _p_log32(f)  # log(x) = e*ln2 + f + (third value)
 
 
-@_jit_inline
+@_helper
 def _sin_k32(x, y):
     """sin(x + y), |x| <= pi/4 (+tiny), |y| <= ulp(x)."""
     z = x * x
@@ -649,7 +761,7 @@ def _sin_k32(x, y):
     return x - ((z * (_HALF32 * y - v * r) - y) - v * _S0_32)
 
 
-@_jit_inline
+@_helper
 def _cos_k32(x, y):
     """cos(x + y), |x| <= pi/4 (+tiny)."""
     z = x * x
@@ -659,13 +771,13 @@ def _cos_k32(x, y):
     return w + (((_ONE32 - w) - hz) + (r - x * y))
 
 
-@_jit_inline
+@_helper
 def _lsr(v, k):
     """Logical right shift of an int64 by 0 <= k <= 63."""
     return np.int64(np.uint64(v) >> np.uint64(k))
 
 
-@_jit_inline
+@_helper
 def _ph32(ax):
     """Payne-Hanek reduction of a float32 |x| >= 2**20 (or inf/nan: garbage out).
 
@@ -693,7 +805,7 @@ def _ph32(ax):
     return q, f * _PIO2_H
 
 
-@_jit_inline
+@_helper
 def _reduce32(x):
     """x = q*pi/2 + rh + rl (float32 pair) for any finite float32 x."""
     ax = abs(x)
@@ -729,7 +841,7 @@ def _reduce32(x):
 # ---------------------------------------------------------------------------
 
 
-@_jit_inline
+@_helper
 def _exp_reduce64(x, xt):
     """exp(x + xt) = 2**k * exp(r + dr); x in [-1100, 1100] or nan, |xt| tiny."""
     kf = _fma(x, _L2E64, _SHD)
@@ -741,7 +853,7 @@ def _exp_reduce64(x, xt):
     return r, dr, k
 
 
-@_jit_inline
+@_helper
 def _expm1_small64(r, dr):
     """expm1(r + dr) - r for |r| <= ln2/2 (+tiny), |dr| <= ulp(r)."""
     z = r * r
@@ -749,7 +861,7 @@ def _expm1_small64(r, dr):
     return _fma(z, 0.5, t)
 
 
-@_jit_inline
+@_helper
 def _exp_mant64(r, dr):
     """exp(r + dr) in [0.7, 1.42] with ~0.5 ulp error."""
     small = _expm1_small64(r, dr)
@@ -758,7 +870,7 @@ def _exp_mant64(r, dr):
     return s + (c + small)
 
 
-@_jit_inline
+@_helper
 def _log_dd64(x):
     """log(x) as a double-double (h, l), |error| <~ 2**-68 |log x|; x > 0 finite."""
     sub = x < _MINNORM64
@@ -792,7 +904,7 @@ def _log_dd64(x):
     return _fast_two_sum(h, lo)
 
 
-@_jit_inline
+@_helper
 def _sin_k64(x, y):
     """sin(x + y), |x| <= pi/4 (+tiny), |y| <= ulp(x)  (fdlibm __kernel_sin form)."""
     z = x * x
@@ -801,7 +913,7 @@ def _sin_k64(x, y):
     return x - ((z * (0.5 * y - v * r) - y) - v * _S0_64)
 
 
-@_jit_inline
+@_helper
 def _cos_k64(x, y):
     """cos(x + y), |x| <= pi/4 (+tiny)  (fdlibm __kernel_cos form)."""
     z = x * x
@@ -811,7 +923,7 @@ def _cos_k64(x, y):
     return w + (((1.0 - w) - hz) + (r - x * y))
 
 
-@_jit_inline
+@_helper
 def _ph64(ax):
     """Payne-Hanek for |x| >= 2**17 or inf/nan (float64); returns (q, rh, rl).
 
@@ -850,7 +962,7 @@ def _ph64(ax):
     return q, rh, rl
 
 
-@_jit_inline
+@_helper
 def _reduce64(x):
     """x = q*pi/2 + rh + rl for any finite float64 x."""
     ax = abs(x)
@@ -876,7 +988,7 @@ def _reduce64(x):
     return q, rh, rl
 
 
-@_jit_inline
+@_helper
 def _sin64_impl(x):
     q, rh, rl = _reduce64(x)
     s = _sin_k64(rh, rl)
@@ -887,7 +999,7 @@ def _sin64_impl(x):
     return r if abs(x) < _INF else _NAN
 
 
-@_jit_inline
+@_helper
 def _cos64_impl(x):
     q, rh, rl = _reduce64(x)
     s = _sin_k64(rh, rl)
@@ -897,7 +1009,7 @@ def _cos64_impl(x):
     return r if abs(x) < _INF else _NAN
 
 
-@_jit_inline
+@_helper
 def _tan64_impl(x):
     q, rh, rl = _reduce64(x)
     s = _sin_k64(rh, rl)
@@ -907,7 +1019,7 @@ def _tan64_impl(x):
     return r if abs(x) < _INF else _NAN
 
 
-@_jit_inline
+@_helper
 def _exp64_impl(x):
     xc = 710.0 if x > 710.0 else x
     xc = -746.0 if xc < -746.0 else xc
@@ -915,7 +1027,7 @@ def _exp64_impl(x):
     return _ldexp64(_exp_mant64(r, dr), k)
 
 
-@_jit_inline
+@_helper
 def _exp2_64_impl(x):
     xc = 1025.0 if x > 1025.0 else x
     xc = -1080.0 if xc < -1080.0 else xc
@@ -928,7 +1040,7 @@ def _exp2_64_impl(x):
     return _ldexp64(_exp_mant64(r2, dr2), k + k2)
 
 
-@_jit_inline
+@_helper
 def _log_parts64(x):
     """x = 2**e (1 + f), f in [sqrt(1/2)-1, sqrt(2)-1); log(1+f) = f - hfsq + r."""
     sub = x < _MINNORM64
@@ -943,21 +1055,21 @@ def _log_parts64(x):
     return _int_to_f64(e), f, hfsq, s * (hfsq + z * _p_log64(z))
 
 
-@_jit_inline
+@_helper
 def _log_special64(x, res):
     res = -_INF if x == 0.0 else res
     res = _NAN if x < 0.0 else res
     return res if x < _INF else x
 
 
-@_jit_inline
+@_helper
 def _log64_impl(x):
     ef, f, hfsq, r = _log_parts64(x)
     res = ef * _LN2HI64 - ((hfsq - (r + ef * _LN2LO64)) - f)
     return _log_special64(x, res)
 
 
-@_jit_inline
+@_helper
 def _log_hilo64(f, hfsq, r):
     """log(1+f) = hi + lo with hi holding 21 significant bits (fdlibm e_log2.c)."""
     hi = f - hfsq
@@ -965,7 +1077,7 @@ def _log_hilo64(f, hfsq, r):
     return hi, (f - hi) - hfsq + r
 
 
-@_jit_inline
+@_helper
 def _log2_64_impl(x):
     ef, f, hfsq, r = _log_parts64(x)
     hi, lo = _log_hilo64(f, hfsq, r)
@@ -976,7 +1088,7 @@ def _log2_64_impl(x):
     return _log_special64(x, val_lo + w)
 
 
-@_jit_inline
+@_helper
 def _log10_64_impl(x):
     ef, f, hfsq, r = _log_parts64(x)
     hi, lo = _log_hilo64(f, hfsq, r)
@@ -988,7 +1100,7 @@ def _log10_64_impl(x):
     return _log_special64(x, val_lo + w)
 
 
-@_jit_inline
+@_helper
 def _expm1_from64(r, dr, k):
     """2**k * (1 + expm1(r + dr)) - 1 for k in [-60, 1030]."""
     e = r + _expm1_small64(r, dr)
@@ -998,7 +1110,7 @@ def _expm1_from64(r, dr, k):
     return _fma(t1, e, t1 - cc) * _as_f64((kh + 1023) << 52)
 
 
-@_jit_inline
+@_helper
 def _sinh64_impl(x):
     a = abs(x)
     ac = 711.0 if a > 711.0 else a
@@ -1012,7 +1124,7 @@ def _sinh64_impl(x):
     return res if a == a else a
 
 
-@_jit_inline
+@_helper
 def _cosh64_impl(x):
     a = abs(x)
     ac = 711.0 if a > 711.0 else a
@@ -1030,7 +1142,7 @@ def _cosh64_impl(x):
     return res if a == a else a
 
 
-@_jit_inline
+@_helper
 def _tanh64_impl(x):
     a = abs(x)
     z = a * a
@@ -1043,7 +1155,7 @@ def _tanh64_impl(x):
     return _copysign64(res, x)
 
 
-@_jit_inline
+@_helper
 def _pow_special64(x, y, mag):
     """Apply C99/NumPy special cases of pow to the magnitude |x|**y (float64)."""
     ax = abs(x)
@@ -1077,7 +1189,7 @@ def _pow_special64(x, y, mag):
     return res
 
 
-@_jit_inline
+@_helper
 def _pow64_impl(x, y):
     ax = abs(x)
     lh, ll = _log_dd64(ax)
@@ -1093,7 +1205,7 @@ def _pow64_impl(x, y):
     return _pow_special64(x, y, mag)
 
 
-@_jit_inline
+@_helper
 def _pow32_via64(x, y):
     """float32 pow computed in float64 (log + exp with ~2**-44 relative error)."""
     ax = abs(x)
@@ -1111,7 +1223,7 @@ def _pow32_via64(x, y):
 # ---------------------------------------------------------------------------
 
 
-@_jit_inline
+@_helper
 def _atan_ratio64(n, d):
     """atan(n / d) for 0 <= n <= d (or inf / inf, nan): u = n/d reduced to |u| <= 1/2 by
     atan(t) = pi/4 + atan((n - d) / (n + d)) for n/d in [1/2, 1]; u + u^3 P(u^2)."""
@@ -1126,7 +1238,7 @@ def _atan_ratio64(n, d):
     return (_PIO4_H + (u + (p + _PIO4_L))) if mid else u + p
 
 
-@_jit_inline
+@_helper
 def _atan64_impl(x):
     a = abs(x)
     big = a > 1.0
@@ -1138,7 +1250,7 @@ def _atan64_impl(x):
     return _copysign64(r, x)
 
 
-@_jit_inline
+@_helper
 def _atan2_64_impl(y, x):
     """C99 atan2: the angle of (x, y), signs of zeros and infinities as NumPy's."""
     ax, ay = abs(x), abs(y)
@@ -1156,14 +1268,14 @@ def _atan2_64_impl(y, x):
     return _copysign64(r, y)
 
 
-@_jit_inline
+@_helper
 def _asin_core64(u):
     """asin(u) for 0 <= u <= 1/2 minus u: u^3 Q(u^2)."""
     v = u * u
     return u * v * _p_asin64(v)
 
 
-@_jit_inline
+@_helper
 def _asin_far64(a):
     """2 asin(sqrt((1 - a) / 2)) for 1/2 <= a <= 1 as a double-double (s, tail): the square
     root's own error carried in the tail."""
@@ -1173,7 +1285,7 @@ def _asin_far64(a):
     return s + s, 2.0 * (sl + _asin_core64(s))
 
 
-@_jit_inline
+@_helper
 def _asin64_impl(x):
     a = abs(x)
     near = a <= 0.5
@@ -1183,7 +1295,7 @@ def _asin64_impl(x):
     return _copysign64(r, x)
 
 
-@_jit_inline
+@_helper
 def _acos64_impl(x):
     a = abs(x)
     near = a <= 0.5
@@ -1200,7 +1312,7 @@ def _acos64_impl(x):
 # ---------------------------------------------------------------------------
 
 
-@_jit_inline
+@_helper
 def _dd_mul(ah, al, bh, bl):
     """(ah + al) * (bh + bl) as a double-double (relative error ~2**-104)."""
     p = ah * bh
@@ -1210,7 +1322,7 @@ def _dd_mul(ah, al, bh, bl):
     return _fast_two_sum(p, e)
 
 
-@_jit_inline
+@_helper
 def _dd_pow_bit(rh, rl, bh, bl, take):
     """One step of binary exponentiation: r * b where ``take``, and b * b."""
     th, tl = _dd_mul(rh, rl, bh, bl)
@@ -1220,7 +1332,7 @@ def _dd_pow_bit(rh, rl, bh, bl, take):
     return rh, rl, bh, bl
 
 
-@_jit_inline
+@_helper
 def _dd_powi(m, n):
     """m**n as a double-double for 0 <= n < 32 (m in [1, 4): no overflow). With ``n`` a
     constant after inlining, the selects fold away: n's multiplication chain is left."""
@@ -1232,7 +1344,7 @@ def _dd_powi(m, n):
     return (th, tl) if n & 16 else (rh, rl)
 
 
-@_jit_inline
+@_helper
 def _pow_const64(x, y):
     """|x|**y for y an integer (|y| < 32) or half an odd integer (|y| < 16), then pow's
     special cases: |x| = m * 2**e with m in [1, 4) (e even where y is not an integer), m**y
@@ -1265,7 +1377,7 @@ def _pow_const64(x, y):
     return _pow_special64(x, y, _ldexp64(ph + pl, scale))
 
 
-@_jit_inline
+@_helper
 def _pow_const32via64(x, y):
     """The float32 power by a constant exponent, in float64: a plain multiplication chain,
     square root and division (relative error < 2**-48, then one rounding to float32); every
@@ -1858,11 +1970,62 @@ _F32_DT = np.dtype(np.float32)
 _F64_DT = np.dtype(np.float64)
 _SUFFIX = {_F32_DT: "f32", _F64_DT: "f64"}
 
-FAST_MATH: dict = {}
-for _op in OPS:
-    for _dt, _sfx in _SUFFIX.items():
-        FAST_MATH[(_op, _dt)] = globals()[f"{_op}_{_sfx}"]
-del _op, _dt, _sfx
+for _name in _PUBLIC:  # numba functions from here on, made on first use (``__getattr__``)
+    del globals()[_name]
+del _name
+
+_lock = threading.Lock()
+_made: dict = {}  # public name -> its numba dispatcher
+_cache_class = None  # numba's function cache the dispatchers made from now on use (cache_in)
+
+
+def _dispatcher(name: str):
+    """The numba function ``name`` (``sin_f64``), made on its first use: flattening one costs
+    a few milliseconds, and a process calls a few of them."""
+    with _lock:
+        made = _made.get(name)
+        if made is None:
+            flat = _flatten(_PUBLIC[name])
+            made = njit(**_OPTS)(flat)
+            if _cache_class is not None:
+                try:
+                    made._cache = _cache_class(flat)
+                except Exception:  # numba's (private) cache classes changed: this process only
+                    pass
+            _made[name] = globals()[name] = made
+    return made
+
+
+def __getattr__(name: str):
+    if name in _PUBLIC:
+        return _dispatcher(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted({*globals(), *_PUBLIC})
+
+
+class _Dispatchers(Mapping):
+    """``key -> numba function``, each made on first access (:func:`_dispatcher`)."""
+
+    def __init__(self, names: dict):
+        self._names = names  # key -> public name
+
+    def __getitem__(self, key):
+        return _dispatcher(self._names[key])
+
+    def __contains__(self, key):
+        return key in self._names
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self):
+        return len(self._names)
+
+
+FAST_MATH = _Dispatchers({(op, dt): f"{op}_{sfx}" for op in OPS for dt, sfx in _SUFFIX.items()})
 
 
 def name_for(op: str, dtype) -> str | None:
@@ -1877,7 +2040,7 @@ def name_for(op: str, dtype) -> str | None:
 
 
 # x ** c for a constant c the code generator reduces to multiplications (``power_const_*``)
-POWER_CONST = {_F32_DT: power_const_f32, _F64_DT: power_const_f64}
+POWER_CONST = _Dispatchers({dt: f"power_const_{sfx}" for dt, sfx in _SUFFIX.items()})
 
 
 def power_const_name(dtype) -> str | None:
@@ -1892,14 +2055,17 @@ def cache_in(folder: str) -> bool:
     bitcode too, which LLVM still inlines into a calling loop) instead of compiling them again
     (about a second each for ``sin_f64``/``power_f64``). Functions this process compiled already
     are left as they are. False where numba's cache cannot be used there."""
-    try:
-        cache_class = _folder_cache(folder)
-        todo = [fn for fn in namespace().values() if not fn.overloads]
-        caches = [cache_class(fn.py_func) for fn in todo]
-    except Exception:  # an unwritable folder, or numba's (private) cache classes changed
-        return False
-    for fn, cache in zip(todo, caches):
-        fn._cache = cache
+    global _cache_class
+    with _lock:
+        try:
+            cache_class = _folder_cache(folder)
+            todo = [fn for fn in _made.values() if not fn.overloads]
+            caches = [cache_class(fn.py_func) for fn in todo]
+        except Exception:  # an unwritable folder, or numba's (private) cache classes changed
+            return False
+        for fn, cache in zip(todo, caches):
+            fn._cache = cache
+        _cache_class = cache_class
     return True
 
 
@@ -1939,8 +2105,12 @@ def _folder_cache(folder: str):
     return FolderCache
 
 
-def namespace() -> dict[str, object]:
-    """``{"fm_exp_f32": dispatcher, ...}`` for injection into generated source's globals."""
-    ns = {f"fm_{op}_{_SUFFIX[dt]}": fn for (op, dt), fn in FAST_MATH.items()}
-    ns.update({power_const_name(dt): fn for dt, fn in POWER_CONST.items()})
-    return ns
+_NAMESPACE = _Dispatchers(
+    {f"fm_{name}": name for name in (*FAST_MATH._names.values(), *POWER_CONST._names.values())}
+)
+
+
+def namespace() -> Mapping:
+    """``{"fm_exp_f32": dispatcher, ...}`` for generated source's globals (each dispatcher made
+    when it is first looked up)."""
+    return _NAMESPACE
