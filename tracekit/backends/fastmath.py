@@ -164,6 +164,38 @@ def _function_def(fn) -> ast.FunctionDef:
     return ast.increment_lineno(ast.parse(source), line - 1).body[0]
 
 
+class _Selects(ast.NodeTransformer):
+    """``a if c else b``, ``a and b``, ``a or b`` as :func:`_select` calls: no branches, so
+    numba's passes see one block instead of three per expression, and the vectoriser a select
+    either way. Both sides are evaluated, which the pure and total arithmetic here allows; an
+    array read (which could fall outside its table) keeps its branch."""
+
+    def visit_IfExp(self, node):
+        self.generic_visit(node)
+        if _reads_memory(node.body) or _reads_memory(node.orelse):
+            return node
+        return _select_call(node.test, node.body, node.orelse, node)
+
+    def visit_BoolOp(self, node):
+        self.generic_visit(node)
+        if any(_reads_memory(v) for v in node.values[1:]):
+            return node
+        *firsts, out = node.values
+        for v in reversed(firsts):  # a and b: b if a else a; a or b: a if a else b
+            both = (out, v) if isinstance(node.op, ast.And) else (v, out)
+            out = _select_call(v, *both, node)
+        return out
+
+
+def _reads_memory(node) -> bool:
+    return any(isinstance(n, ast.Subscript) for n in ast.walk(node))
+
+
+def _select_call(test, a, b, where):
+    call = ast.Call(ast.Name("_select", ast.Load()), [test, a, b], [])
+    return ast.copy_location(call, where)
+
+
 class _Flattener:
     """Writes helpers' bodies into a statement list (:func:`_flatten`)."""
 
@@ -196,7 +228,7 @@ class _Flattener:
                 fn = flattener.scope.get(call.func.id) if isinstance(call.func, ast.Name) else None
                 return flattener.inline(fn, call, before) if fn in _HELPERS else call
 
-        return Calls().visit(node)
+        return _Selects().visit(Calls().visit(node))
 
     def inline(self, fn, call, before: list):
         """The helper ``fn``'s statements appended to ``before``; its return value."""
@@ -300,6 +332,22 @@ def _div(typingctx, a, b):
 
         return a(a, a), codegen
     return None
+
+
+@intrinsic
+def _select(typingctx, cond, a, b):
+    """``a if cond else b`` as one LLVM ``select`` (both evaluated: no branch, no block)."""
+    ty = typingctx.unify_types(types.unliteral(a), types.unliteral(b))
+    if ty is None:
+        return None
+
+    def codegen(context, builder, sig, args):
+        test = context.is_true(builder, sig.args[0], args[0])
+        x = context.cast(builder, args[1], sig.args[1], ty)
+        y = context.cast(builder, args[2], sig.args[2], ty)
+        return builder.select(test, x, y)
+
+    return ty(cond, a, b), codegen
 
 
 # ---------------------------------------------------------------------------
@@ -633,7 +681,7 @@ def _poly(name, dtype, start=0):
     ``start`` skips the leading coefficients (evaluates sum c_{start+i} x^i).
     """
     fn_name = f"_poly_{name.lower()}_{start}"
-    cs = [f"_{fn_name}_c{i}" for i in range(len(_COEFFS[name]) - start)]
+    cs = [f"{fn_name}_c{i}" for i in range(len(_COEFFS[name]) - start)]
     globals().update({c: dtype(_h(v)) for c, v in zip(cs, _COEFFS[name][start:])})
     lines = [f"def {fn_name}(x):", f"    r = {cs[-1]}"]
     lines += [f"    r = _fma(r, x, {c})" for c in reversed(cs[:-1])]
