@@ -2101,8 +2101,9 @@ def cache_in(folder: str) -> bool:
     """Keep the public functions' machine code in ``folder``: numba's disk cache, keyed by this
     file's content, the argument types and the CPU, so that a new process loads them (their
     bitcode too, which LLVM still inlines into a calling loop) instead of compiling them again
-    (about a second each for ``sin_f64``/``power_f64``). Functions this process compiled already
-    are left as they are. False where numba's cache cannot be used there."""
+    (a few tenths of a second each for ``sin_f64``/``power_f64``). Functions this process
+    compiled already are left as they are; those made later (on first use) use the folder too.
+    False where numba's cache cannot be used there."""
     global _cache_class
     with _lock:
         try:
