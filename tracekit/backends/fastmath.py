@@ -86,6 +86,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import linecache
 import threading
 from collections.abc import Mapping
 
@@ -142,26 +143,23 @@ def _flatten(fn):
     return flat
 
 
-@functools.cache
-def _module_sources(filename) -> dict:
-    """``{name: (source, first line)}`` of the functions defined in ``filename``."""
-    with open(filename, encoding="utf-8") as f:
-        text = f.read()
-    lines = text.splitlines(keepends=True)
-    return {
-        d.name: ("".join(lines[d.lineno - 1 : d.end_lineno]), d.lineno)
-        for d in ast.parse(text, filename).body
-        if isinstance(d, ast.FunctionDef)
-    }
-
-
 def _function_def(fn) -> ast.FunctionDef:
     """A new syntax tree of ``fn``'s definition, at its lines in its file."""
-    source = _HELPERS.get(fn)
-    if source is not None:
-        return ast.parse(source).body[0]
-    source, line = _module_sources(fn.__code__.co_filename)[fn.__name__]
-    return ast.increment_lineno(ast.parse(source), line - 1).body[0]
+    source, first = _source(fn)
+    tree = ast.parse(source).body[0]
+    return tree if first == 1 else ast.increment_lineno(tree, first - 1)
+
+
+@functools.cache
+def _source(fn) -> tuple:
+    """(``fn``'s source, its first line): its own lines of its file, read off its code object
+    (from its first decorator to the end of its last statement), not the whole file parsed."""
+    if _HELPERS.get(fn) is not None:
+        return _HELPERS[fn], 1
+    code = fn.__code__
+    last = max(end for _, end, _, _ in code.co_positions() if end is not None)
+    lines = linecache.getlines(code.co_filename)
+    return "".join(lines[code.co_firstlineno - 1 : last]), code.co_firstlineno
 
 
 class _Selects(ast.NodeTransformer):
@@ -196,6 +194,19 @@ def _select_call(test, a, b, where):
     return ast.copy_location(call, where)
 
 
+class _Calls(ast.NodeTransformer):
+    """Helper calls in an expression replaced by their return values (:meth:`_Flattener.inline`,
+    their statements appended to ``before``)."""
+
+    def __init__(self, flattener, before: list):
+        self.flattener, self.before = flattener, before
+
+    def visit_Call(self, call):
+        self.generic_visit(call)  # arguments first
+        fn = self.flattener.scope.get(call.func.id) if isinstance(call.func, ast.Name) else None
+        return self.flattener.inline(fn, call, self.before) if fn in _HELPERS else call
+
+
 class _Flattener:
     """Writes helpers' bodies into a statement list (:func:`_flatten`)."""
 
@@ -220,33 +231,25 @@ class _Flattener:
         return out
 
     def expr(self, node, before: list):
-        flattener = self
-
-        class Calls(ast.NodeTransformer):
-            def visit_Call(self, call):
-                self.generic_visit(call)  # arguments first
-                fn = flattener.scope.get(call.func.id) if isinstance(call.func, ast.Name) else None
-                return flattener.inline(fn, call, before) if fn in _HELPERS else call
-
-        return _Selects().visit(Calls().visit(node))
+        return _Selects().visit(_Calls(self, before).visit(node))
 
     def inline(self, fn, call, before: list):
         """The helper ``fn``'s statements appended to ``before``; its return value."""
         tree = _function_def(fn)
         *statements, last = tree.body
         params = [a.arg for a in tree.args.args]
-        returns = [n for n in ast.walk(tree) if isinstance(n, ast.Return)]
+        nodes = list(ast.walk(tree))
+        returns = [n for n in nodes if isinstance(n, ast.Return)]
         if returns != [last] or len(call.args) != len(params) or call.keywords:
             raise TypeError(
                 f"fastmath: {fn.__name__} must take positional arguments and end in its only return"
             )
         self.inlined += 1
         prefix = f"{fn.__name__}_{self.inlined}_"
-        local = set(params) | {
-            n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
-        }
-        for n in ast.walk(tree):
-            if isinstance(n, ast.Name) and n.id in local:
+        names = [n for n in nodes if isinstance(n, ast.Name)]
+        local = set(params) | {n.id for n in names if isinstance(n.ctx, ast.Store)}
+        for n in names:
+            if n.id in local:
                 n.id = prefix + n.id
         for name, value in zip(params, call.args):
             target = ast.Name(prefix + name, ast.Store())
