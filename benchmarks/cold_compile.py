@@ -5,7 +5,8 @@ Run from the repository root::
 
     .venv/bin/python benchmarks/cold_compile.py                 # every graph, 3 repeats
     .venv/bin/python benchmarks/cold_compile.py --only trig,chain200 --repeats 5
-    .venv/bin/python benchmarks/cold_compile.py --tracekit /path/to/other/checkout  # compare
+    .venv/bin/python benchmarks/cold_compile.py --tracekit /path/to/other/checkout  # another
+    .venv/bin/python benchmarks/cold_compile.py --tracekit /before --tracekit .  # side by side
 
 Each figure is the median over ``--repeats`` new processes, each with a new, empty cache
 directory (``TRACEKIT_CACHE_DIR``), of the first call of ``tk.jit(fn, wait=True)``: trace,
@@ -166,38 +167,57 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help=f"comma-separated graphs: {', '.join(GRAPHS)}, edit")
     ap.add_argument("--repeats", type=int, default=3, help="new processes per figure")
-    ap.add_argument("--tracekit", default=str(ROOT), help="the checkout to import tracekit from")
+    ap.add_argument(
+        "--tracekit",
+        action="append",
+        help="a checkout to import tracekit from (default: this one); given twice or more, the "
+        "checkouts' processes alternate and each figure has one row per checkout",
+    )
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     opts = ap.parse_args()
     if opts.child:
         print(json.dumps(child(*opts.child)))
         return
     names = opts.only.split(",") if opts.only else [*GRAPHS, "edit"]
-    fast_math = _fast_math_cache(opts.tracekit)
-    print(f"tracekit from {opts.tracekit}; load average {os.getloadavg()[0]:.2f}")
-    print(f"{'graph':10s} " + " ".join(f"{m:>17s}" for m in MODES))
-    for name in names:
-        cells = []
-        for mode in MODES:
-            if name == "edit" and mode == "new process":
-                cells.append("")
-                continue
-            if mode == "fast-math cached" and fast_math is None:
-                cells.append("n/a")
-                continue
-            runs = []
-            for _ in range(opts.repeats):
-                folder = tempfile.mkdtemp(prefix="tk-bench-cold-")
-                if mode == "fast-math cached":
-                    shutil.copytree(fast_math, os.path.join(folder, "fastmath"))
-                runs.append(_run_child(name, mode, folder, opts.tracekit))
-                shutil.rmtree(folder, ignore_errors=True)
-            cell = f"{statistics.median(r['seconds'] for r in runs):.2f} s"
-            if name == "edit":
-                cell += f" ({runs[0]['recompiled']}/5 kernels)"
-            cells.append(cell)
-        print(f"{name:10s} " + " ".join(f"{c:>17s}" for c in cells), flush=True)
+    checkouts = opts.tracekit or [str(ROOT)]
+    fast_math = {c: _fast_math_cache(c) for c in checkouts}
+    for k, c in enumerate(checkouts):
+        print(f"[{k}] tracekit from {c}")
     print(f"load average {os.getloadavg()[0]:.2f}")
+    tag = len(checkouts) > 1
+    print(f"{'graph':{14 if tag else 10}s} " + " ".join(f"{m:>17s}" for m in MODES))
+    for name in names:
+        cells = {c: [] for c in checkouts}
+        for mode in MODES:
+            runs = {c: [] for c in checkouts}
+            skip = name == "edit" and mode == "new process"
+            for _ in range(0 if skip else opts.repeats):
+                for c in checkouts:  # alternating: a change in the load reaches every checkout
+                    if mode == "fast-math cached" and fast_math[c] is None:
+                        continue
+                    folder = tempfile.mkdtemp(prefix="tk-bench-cold-")
+                    if mode == "fast-math cached":
+                        shutil.copytree(fast_math[c], os.path.join(folder, "fastmath"))
+                    runs[c].append(_run_child(name, mode, folder, c))
+                    shutil.rmtree(folder, ignore_errors=True)
+            for c in checkouts:
+                cells[c].append(_cell(name, runs[c], skip))
+        for k, c in enumerate(checkouts):
+            label = f"{name} [{k}]" if tag else name
+            print(f"{label:{14 if tag else 10}s} " + " ".join(f"{x:>17s}" for x in cells[c]))
+        sys.stdout.flush()
+    print(f"load average {os.getloadavg()[0]:.2f}")
+
+
+def _cell(name, runs, skip) -> str:
+    if skip:
+        return ""
+    if not runs:
+        return "n/a"
+    cell = f"{statistics.median(r['seconds'] for r in runs):.2f} s"
+    if name == "edit":
+        cell += f" ({runs[0]['recompiled']}/5 kernels)"
+    return cell
 
 
 if __name__ == "__main__":

@@ -817,6 +817,37 @@ def test_gelu_kernel_with_three_functions_vectorises():
 
 
 # ---------------------------------------------------------------------------
+# compilation: flat functions, made on first use, kept in a cache folder
+# ---------------------------------------------------------------------------
+
+
+def test_public_functions_compile_from_flat_source():
+    """No helper is left for numba to compile or inline into a public function's code."""
+    helpers = {fn.__name__ for fn in fm._HELPERS}
+    for name in ("sin_f64", "power_f64", "erf_f32", "arctan2_f32"):
+        called = set(getattr(fm, name).py_func.__code__.co_names)
+        assert called, name
+        assert not called & helpers, (name, called & helpers)
+
+
+def test_functions_made_after_cache_in_load_from_its_folder(tmp_path, monkeypatch):
+    """A function first used after ``cache_in`` (they are made on first use) keeps its machine
+    code in the folder, and the same function made again (as in a new process) loads it."""
+    name = "exp2_f32"
+    monkeypatch.setattr(fm, "_cache_class", None)
+    monkeypatch.delitem(fm.__dict__, name, raising=False)
+    monkeypatch.setattr(fm, "_made", {})
+    assert fm.cache_in(str(tmp_path))
+    fm._dispatcher(name).compile((numba.float32,))
+    assert list(tmp_path.glob("*.nbi")), "nothing saved in the cache folder"
+    monkeypatch.setattr(fm, "_made", {})  # forget it: made again from its source
+    again = fm._dispatcher(name)
+    again.compile((numba.float32,))
+    assert sum(again.stats.cache_hits.values()) == 1
+    assert float(evaluate("exp2", F32, np.array([3.0]))[0]) == 8.0
+
+
+# ---------------------------------------------------------------------------
 # report (python tests/backends/test_fastmath.py)
 # ---------------------------------------------------------------------------
 

@@ -175,7 +175,7 @@ def _cache_fast_math():
     """Once per process: the fast-math functions (:mod:`.fastmath`) in the disk cache too (in
     the cache directory of the first module that calls one), so that each is compiled once per
     machine rather than once per process (the first kernel calling ``sin`` would otherwise wait
-    about a second for it in every new process)."""
+    a few tenths of a second for it in every new process)."""
     with _lock:
         if _fast_math_cached:
             return

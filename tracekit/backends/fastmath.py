@@ -54,8 +54,10 @@ Implementation notes
   (per process and signature) and marked ``alwaysinline`` for LLVM, which then
   inlines the compiled body into the calling loop whatever its size (the
   default inliner threshold refuses e.g. ``sin``/``power``, leaving a call that
-  blocks vectorisation).  Private helpers are ``inline='always'`` (numba IR
-  level), so they cost no separate compilation units.
+  blocks vectorisation).  Private helpers are plain Python functions whose
+  statements are written into each public function's source before numba
+  sees it (``_flatten``), so they cost no compilation units and no numba IR
+  inlining.
 * All arithmetic is IEEE (``fastmath=False``); tricks such as the
   ``(x + 1.5*2**23) - 1.5*2**23`` rounding rely on it.  Divisions go through a
   tiny ``fdiv`` intrinsic, so the caller's ``error_model`` cannot add a
@@ -87,6 +89,12 @@ Only numpy and numba (with its llvmlite dependency) are imported.
 
 from __future__ import annotations
 
+import ast
+import functools
+import linecache
+import threading
+from collections.abc import Mapping
+
 import numpy as np
 from llvmlite import ir  # numba's own code-generation dependency
 from numba import njit, types
@@ -105,13 +113,154 @@ _OPTS = dict(error_model="numpy", fastmath=False, cache=False, nogil=True, force
 
 
 def _jit(fn):
-    """Public functions: one compilation unit each, LLVM-inlined into callers."""
-    return njit(**_OPTS)(fn)
+    """Public functions: one compilation unit each, LLVM-inlined into callers. Recorded here;
+    :func:`_dispatcher` makes the numba function on first use."""
+    _PUBLIC[fn.__name__] = fn
+    return fn
 
 
-def _jit_inline(fn):
-    """Private helpers: inlined at numba-IR level (no separate compilation unit)."""
-    return njit(error_model="numpy", fastmath=False, cache=False, inline="always")(fn)
+_PUBLIC: dict = {}  # public name -> its Python function
+_HELPERS: dict = {}  # helper function -> its source, or None for a def in this file
+
+
+def _helper(fn, source=None):
+    """Private helpers: plain Python functions whose bodies :func:`_flatten` writes into the
+    functions calling them (``source``: the source of a generated one)."""
+    _HELPERS[fn] = source
+    return fn
+
+
+def _flatten(fn):
+    """``fn`` recompiled with each call of a helper replaced by the helper's statements (its
+    names renamed apart, its arguments bound by assignments, its return value substituted for
+    the call), recursively: one flat function, so numba compiles no helper and inlines no IR
+    (numba's IR inlining was about half of a first compile of ``sin_f64``). Helpers are pure
+    and total, so the order they are evaluated in, and whether a conditional expression's
+    other branch is, changes no result."""
+    tree = _function_def(fn)
+    tree.decorator_list = []
+    tree.body = _Flattener(fn.__globals__).body(tree.body)
+    module = ast.fix_missing_locations(ast.Module([tree], []))
+    defined: dict = {}
+    exec(compile(module, fn.__code__.co_filename, "exec"), fn.__globals__, defined)  # noqa: S102
+    flat = defined[fn.__name__]
+    flat.__doc__ = fn.__doc__
+    return flat
+
+
+def _function_def(fn) -> ast.FunctionDef:
+    """A new syntax tree of ``fn``'s definition, at its lines in its file."""
+    source, first = _source(fn)
+    tree = ast.parse(source).body[0]
+    return tree if first == 1 else ast.increment_lineno(tree, first - 1)
+
+
+@functools.cache
+def _source(fn) -> tuple:
+    """(``fn``'s source, its first line): its own lines of its file, read off its code object
+    (from its first decorator to the end of its last statement), not the whole file parsed."""
+    if _HELPERS.get(fn) is not None:
+        return _HELPERS[fn], 1
+    code = fn.__code__
+    last = max(end for _, end, _, _ in code.co_positions() if end is not None)
+    lines = linecache.getlines(code.co_filename)
+    return "".join(lines[code.co_firstlineno - 1 : last]), code.co_firstlineno
+
+
+class _Selects(ast.NodeTransformer):
+    """``a if c else b``, ``a and b``, ``a or b`` as :func:`_select` calls: no branches, so
+    numba's passes see one block instead of three per expression, and the vectoriser a select
+    either way. Both sides are evaluated, which the pure and total arithmetic here allows; an
+    array read (which could fall outside its table) keeps its branch."""
+
+    def visit_IfExp(self, node):
+        self.generic_visit(node)
+        if _reads_memory(node.body) or _reads_memory(node.orelse):
+            return node
+        return _select_call(node.test, node.body, node.orelse, node)
+
+    def visit_BoolOp(self, node):
+        self.generic_visit(node)
+        if any(_reads_memory(v) for v in node.values[1:]):
+            return node
+        *firsts, out = node.values
+        for v in reversed(firsts):  # a and b: b if a else a; a or b: a if a else b
+            both = (out, v) if isinstance(node.op, ast.And) else (v, out)
+            out = _select_call(v, *both, node)
+        return out
+
+
+def _reads_memory(node) -> bool:
+    return any(isinstance(n, ast.Subscript) for n in ast.walk(node))
+
+
+def _select_call(test, a, b, where):
+    call = ast.Call(ast.Name("_select", ast.Load()), [test, a, b], [])
+    return ast.copy_location(call, where)
+
+
+class _Calls(ast.NodeTransformer):
+    """Helper calls in an expression replaced by their return values (:meth:`_Flattener.inline`,
+    their statements appended to ``before``)."""
+
+    def __init__(self, flattener, before: list):
+        self.flattener, self.before = flattener, before
+
+    def visit_Call(self, call):
+        self.generic_visit(call)  # arguments first
+        fn = self.flattener.scope.get(call.func.id) if isinstance(call.func, ast.Name) else None
+        return self.flattener.inline(fn, call, self.before) if fn in _HELPERS else call
+
+
+class _Flattener:
+    """Writes helpers' bodies into a statement list (:func:`_flatten`)."""
+
+    def __init__(self, scope: dict):
+        self.scope = scope
+        self.inlined = 0
+
+    def body(self, statements) -> list:
+        out = []
+        for s in statements:
+            if isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant):
+                continue  # a docstring
+            before: list = []
+            if isinstance(s, ast.If):
+                s.test = self.expr(s.test, before)
+                s.body, s.orelse = self.body(s.body), self.body(s.orelse)
+            elif isinstance(s, (ast.Assign, ast.Return, ast.Expr)):
+                s.value = self.expr(s.value, before)
+            else:
+                raise TypeError(f"fastmath: no flattening of {type(s).__name__} (line {s.lineno})")
+            out += before + [s]
+        return out
+
+    def expr(self, node, before: list):
+        return _Selects().visit(_Calls(self, before).visit(node))
+
+    def inline(self, fn, call, before: list):
+        """The helper ``fn``'s statements appended to ``before``; its return value."""
+        tree = _function_def(fn)
+        *statements, last = tree.body
+        params = [a.arg for a in tree.args.args]
+        nodes = list(ast.walk(tree))
+        returns = [n for n in nodes if isinstance(n, ast.Return)]
+        if returns != [last] or len(call.args) != len(params) or call.keywords:
+            raise TypeError(
+                f"fastmath: {fn.__name__} must take positional arguments and end in its only return"
+            )
+        self.inlined += 1
+        prefix = f"{fn.__name__}_{self.inlined}_"
+        names = [n for n in nodes if isinstance(n, ast.Name)]
+        local = set(params) | {n.id for n in names if isinstance(n.ctx, ast.Store)}
+        for n in names:
+            if n.id in local:
+                n.id = prefix + n.id
+        for name, value in zip(params, call.args):
+            target = ast.Name(prefix + name, ast.Store())
+            before.append(ast.copy_location(ast.Assign([target], value), call))
+        before += self.body(statements)
+        return self.expr(last.value, before)
 
 
 # ---------------------------------------------------------------------------
@@ -191,6 +340,22 @@ def _div(typingctx, a, b):
 
         return a(a, a), codegen
     return None
+
+
+@intrinsic
+def _select(typingctx, cond, a, b):
+    """``a if cond else b`` as one LLVM ``select`` (both evaluated: no branch, no block)."""
+    ty = typingctx.unify_types(types.unliteral(a), types.unliteral(b))
+    if ty is None:
+        return None
+
+    def codegen(context, builder, sig, args):
+        test = context.is_true(builder, sig.args[0], args[0])
+        x = context.cast(builder, args[1], sig.args[1], ty)
+        y = context.cast(builder, args[2], sig.args[2], ty)
+        return builder.select(test, x, y)
+
+    return ty(cond, a, b), codegen
 
 
 # ---------------------------------------------------------------------------
@@ -523,17 +688,15 @@ def _poly(name, dtype, start=0):
 
     ``start`` skips the leading coefficients (evaluates sum c_{start+i} x^i).
     """
-    cs = [dtype(_h(c)) for c in _COEFFS[name][start:]]
-    n = len(cs) - 1
-    lines = ["def p(x):", f"    r = C{n}"]
-    lines += [f"    r = _fma(r, x, C{i})" for i in range(n - 1, -1, -1)]
+    fn_name = f"_poly_{name.lower()}_{start}"
+    cs = [f"{fn_name}_c{i}" for i in range(len(_COEFFS[name]) - start)]
+    globals().update({c: dtype(_h(v)) for c, v in zip(cs, _COEFFS[name][start:])})
+    lines = [f"def {fn_name}(x):", f"    r = {cs[-1]}"]
+    lines += [f"    r = _fma(r, x, {c})" for c in reversed(cs[:-1])]
     lines.append("    return r")
-    g = {"_fma": _fma}
-    g.update({f"C{i}": c for i, c in enumerate(cs)})
-    exec("\n".join(lines), g)  # noqa: S102 - generated from the constant table above
-    fn = g["p"]
-    fn.__name__ = fn.__qualname__ = f"_poly_{name.lower()}_{start}"
-    return _jit_inline(fn)
+    source = "\n".join(lines)
+    exec(source, globals())  # noqa: S102 - generated from the constant table above
+    return _helper(globals()[fn_name], source)
 
 
 _p_exp32 = _poly("EXP32", _f32)
@@ -562,50 +725,50 @@ _p_asin64 = _poly("ASIN64", float)
 # ---------------------------------------------------------------------------
 
 
-@_jit_inline
+@_helper
 def _two_sum(a, b):
     s = a + b
     bb = s - a
     return s, (a - (s - bb)) + (b - bb)
 
 
-@_jit_inline
+@_helper
 def _fast_two_sum(a, b):  # requires |a| >= |b| (or a == 0)
     s = a + b
     return s, b - (s - a)
 
 
-@_jit_inline
+@_helper
 def _copysign32(a, b):
     return _as_f32((_as_int(a) & 0x7FFFFFFF) | (_as_int(b) & -2147483648))
 
 
-@_jit_inline
+@_helper
 def _copysign64(a, b):
     return _as_f64((_as_int(a) & 0x7FFFFFFFFFFFFFFF) | (_as_int(b) & (-9223372036854775807 - 1)))
 
 
-@_jit_inline
+@_helper
 def _ldexp32(p, k):
     """p * 2**k for k in [-252, 254] with a single final rounding."""
     k1 = k >> 1
     return (p * _as_f32((k1 + 127) << 23)) * _as_f32((k - k1 + 127) << 23)
 
 
-@_jit_inline
+@_helper
 def _ldexp64(p, k):
     """p * 2**k for k in [-2044, 2046] with a single final rounding."""
     k1 = k >> 1
     return (p * _as_f64((k1 + 1023) << 52)) * _as_f64((k - k1 + 1023) << 52)
 
 
-@_jit_inline
+@_helper
 def _int_to_f32(i):
     """Exact float32 of a small integer (|i| < 2**22) without an int->float op."""
     return _as_f32(i + _SH32_BITS) - _SH32
 
 
-@_jit_inline
+@_helper
 def _int_to_f64(i):
     """Exact float64 of an integer |i| < 2**51."""
     return _as_f64(i + _SHD_BITS) - _SHD
@@ -616,7 +779,7 @@ def _int_to_f64(i):
 # ---------------------------------------------------------------------------
 
 
-@_jit_inline
+@_helper
 def _exp_parts32(x):
     """(m, k) with exp(x) = m * 2**k, m in [0.7, 1.42], for x in [-104, 89] (or nan)."""
     kf = _fma(x, _L2E32, _SH32)
@@ -628,14 +791,14 @@ def _exp_parts32(x):
     return _ONE32 + t, ki
 
 
-@_jit_inline
+@_helper
 def _exp_core32(x):
     """exp(x) for x in [-104, 89] (or nan)."""
     m, k = _exp_parts32(x)
     return _ldexp32(m, k)
 
 
-@_jit_inline
+@_helper
 def _log_core32(x):
     """log(x) for x >= 2**-126 finite (garbage otherwise)."""
     ix = _as_int(x) - _SQRTH32_BITS
@@ -645,7 +808,7 @@ def _log_core32(x):
     return e, f, f * f * _p_log32(f)  # log(x) = e*ln2 + f + (third value)
 
 
-@_jit_inline
+@_helper
 def _sin_k32(x, y):
     """sin(x + y), |x| <= pi/4 (+tiny), |y| <= ulp(x)."""
     z = x * x
@@ -654,7 +817,7 @@ def _sin_k32(x, y):
     return x - ((z * (_HALF32 * y - v * r) - y) - v * _S0_32)
 
 
-@_jit_inline
+@_helper
 def _cos_k32(x, y):
     """cos(x + y), |x| <= pi/4 (+tiny)."""
     z = x * x
@@ -664,13 +827,13 @@ def _cos_k32(x, y):
     return w + (((_ONE32 - w) - hz) + (r - x * y))
 
 
-@_jit_inline
+@_helper
 def _lsr(v, k):
     """Logical right shift of an int64 by 0 <= k <= 63."""
     return np.int64(np.uint64(v) >> np.uint64(k))
 
 
-@_jit_inline
+@_helper
 def _ph32(ax):
     """Payne-Hanek reduction of a float32 |x| >= 2**20 (or inf/nan: garbage out).
 
@@ -698,7 +861,7 @@ def _ph32(ax):
     return q, f * _PIO2_H
 
 
-@_jit_inline
+@_helper
 def _reduce32(x):
     """x = q*pi/2 + rh + rl (float32 pair) for any finite float32 x."""
     ax = abs(x)
@@ -734,7 +897,7 @@ def _reduce32(x):
 # ---------------------------------------------------------------------------
 
 
-@_jit_inline
+@_helper
 def _exp_reduce64(x, xt):
     """exp(x + xt) = 2**k * exp(r + dr); x in [-1100, 1100] or nan, |xt| tiny."""
     kf = _fma(x, _L2E64, _SHD)
@@ -746,7 +909,7 @@ def _exp_reduce64(x, xt):
     return r, dr, k
 
 
-@_jit_inline
+@_helper
 def _expm1_small64(r, dr):
     """expm1(r + dr) - r for |r| <= ln2/2 (+tiny), |dr| <= ulp(r)."""
     z = r * r
@@ -754,7 +917,7 @@ def _expm1_small64(r, dr):
     return _fma(z, 0.5, t)
 
 
-@_jit_inline
+@_helper
 def _exp_mant64(r, dr):
     """exp(r + dr) in [0.7, 1.42] with ~0.5 ulp error."""
     small = _expm1_small64(r, dr)
@@ -763,7 +926,7 @@ def _exp_mant64(r, dr):
     return s + (c + small)
 
 
-@_jit_inline
+@_helper
 def _log_dd64(x):
     """log(x) as a double-double (h, l), |error| <~ 2**-68 |log x|; x > 0 finite."""
     sub = x < _MINNORM64
@@ -797,7 +960,7 @@ def _log_dd64(x):
     return _fast_two_sum(h, lo)
 
 
-@_jit_inline
+@_helper
 def _sin_k64(x, y):
     """sin(x + y), |x| <= pi/4 (+tiny), |y| <= ulp(x)  (fdlibm __kernel_sin form)."""
     z = x * x
@@ -806,7 +969,7 @@ def _sin_k64(x, y):
     return x - ((z * (0.5 * y - v * r) - y) - v * _S0_64)
 
 
-@_jit_inline
+@_helper
 def _cos_k64(x, y):
     """cos(x + y), |x| <= pi/4 (+tiny)  (fdlibm __kernel_cos form)."""
     z = x * x
@@ -816,7 +979,7 @@ def _cos_k64(x, y):
     return w + (((1.0 - w) - hz) + (r - x * y))
 
 
-@_jit_inline
+@_helper
 def _ph64(ax):
     """Payne-Hanek for |x| >= 2**17 or inf/nan (float64); returns (q, rh, rl).
 
@@ -855,7 +1018,7 @@ def _ph64(ax):
     return q, rh, rl
 
 
-@_jit_inline
+@_helper
 def _reduce64(x):
     """x = q*pi/2 + rh + rl for any finite float64 x."""
     ax = abs(x)
@@ -881,7 +1044,7 @@ def _reduce64(x):
     return q, rh, rl
 
 
-@_jit_inline
+@_helper
 def _sin64_impl(x):
     q, rh, rl = _reduce64(x)
     s = _sin_k64(rh, rl)
@@ -892,7 +1055,7 @@ def _sin64_impl(x):
     return r if abs(x) < _INF else _NAN
 
 
-@_jit_inline
+@_helper
 def _cos64_impl(x):
     q, rh, rl = _reduce64(x)
     s = _sin_k64(rh, rl)
@@ -902,7 +1065,7 @@ def _cos64_impl(x):
     return r if abs(x) < _INF else _NAN
 
 
-@_jit_inline
+@_helper
 def _tan64_impl(x):
     q, rh, rl = _reduce64(x)
     s = _sin_k64(rh, rl)
@@ -912,7 +1075,7 @@ def _tan64_impl(x):
     return r if abs(x) < _INF else _NAN
 
 
-@_jit_inline
+@_helper
 def _exp64_impl(x):
     xc = 710.0 if x > 710.0 else x
     xc = -746.0 if xc < -746.0 else xc
@@ -920,7 +1083,7 @@ def _exp64_impl(x):
     return _ldexp64(_exp_mant64(r, dr), k)
 
 
-@_jit_inline
+@_helper
 def _exp2_64_impl(x):
     xc = 1025.0 if x > 1025.0 else x
     xc = -1080.0 if xc < -1080.0 else xc
@@ -933,7 +1096,7 @@ def _exp2_64_impl(x):
     return _ldexp64(_exp_mant64(r2, dr2), k + k2)
 
 
-@_jit_inline
+@_helper
 def _log_parts64(x):
     """x = 2**e (1 + f), f in [sqrt(1/2)-1, sqrt(2)-1); log(1+f) = f - hfsq + r."""
     sub = x < _MINNORM64
@@ -948,21 +1111,21 @@ def _log_parts64(x):
     return _int_to_f64(e), f, hfsq, s * (hfsq + z * _p_log64(z))
 
 
-@_jit_inline
+@_helper
 def _log_special64(x, res):
     res = -_INF if x == 0.0 else res
     res = _NAN if x < 0.0 else res
     return res if x < _INF else x
 
 
-@_jit_inline
+@_helper
 def _log64_impl(x):
     ef, f, hfsq, r = _log_parts64(x)
     res = ef * _LN2HI64 - ((hfsq - (r + ef * _LN2LO64)) - f)
     return _log_special64(x, res)
 
 
-@_jit_inline
+@_helper
 def _log_hilo64(f, hfsq, r):
     """log(1+f) = hi + lo with hi holding 21 significant bits (fdlibm e_log2.c)."""
     hi = f - hfsq
@@ -970,7 +1133,7 @@ def _log_hilo64(f, hfsq, r):
     return hi, (f - hi) - hfsq + r
 
 
-@_jit_inline
+@_helper
 def _log2_64_impl(x):
     ef, f, hfsq, r = _log_parts64(x)
     hi, lo = _log_hilo64(f, hfsq, r)
@@ -981,7 +1144,7 @@ def _log2_64_impl(x):
     return _log_special64(x, val_lo + w)
 
 
-@_jit_inline
+@_helper
 def _log10_64_impl(x):
     ef, f, hfsq, r = _log_parts64(x)
     hi, lo = _log_hilo64(f, hfsq, r)
@@ -993,7 +1156,7 @@ def _log10_64_impl(x):
     return _log_special64(x, val_lo + w)
 
 
-@_jit_inline
+@_helper
 def _expm1_from64(r, dr, k):
     """2**k * (1 + expm1(r + dr)) - 1 for k in [-60, 1030]."""
     e = r + _expm1_small64(r, dr)
@@ -1003,7 +1166,7 @@ def _expm1_from64(r, dr, k):
     return _fma(t1, e, t1 - cc) * _as_f64((kh + 1023) << 52)
 
 
-@_jit_inline
+@_helper
 def _sinh64_impl(x):
     a = abs(x)
     ac = 711.0 if a > 711.0 else a
@@ -1017,7 +1180,7 @@ def _sinh64_impl(x):
     return res if a == a else a
 
 
-@_jit_inline
+@_helper
 def _cosh64_impl(x):
     a = abs(x)
     ac = 711.0 if a > 711.0 else a
@@ -1035,7 +1198,7 @@ def _cosh64_impl(x):
     return res if a == a else a
 
 
-@_jit_inline
+@_helper
 def _tanh64_impl(x):
     a = abs(x)
     z = a * a
@@ -1048,7 +1211,7 @@ def _tanh64_impl(x):
     return _copysign64(res, x)
 
 
-@_jit_inline
+@_helper
 def _pow_special64(x, y, mag):
     """Apply C99/NumPy special cases of pow to the magnitude |x|**y (float64)."""
     ax = abs(x)
@@ -1082,7 +1245,7 @@ def _pow_special64(x, y, mag):
     return res
 
 
-@_jit_inline
+@_helper
 def _pow64_impl(x, y):
     ax = abs(x)
     lh, ll = _log_dd64(ax)
@@ -1098,7 +1261,7 @@ def _pow64_impl(x, y):
     return _pow_special64(x, y, mag)
 
 
-@_jit_inline
+@_helper
 def _pow32_via64(x, y):
     """float32 pow computed in float64 (log + exp with ~2**-44 relative error)."""
     ax = abs(x)
@@ -1116,7 +1279,7 @@ def _pow32_via64(x, y):
 # ---------------------------------------------------------------------------
 
 
-@_jit_inline
+@_helper
 def _atan_ratio64(n, d):
     """atan(n / d) for 0 <= n <= d (or inf / inf, nan): u = n/d reduced to |u| <= 1/2 by
     atan(t) = pi/4 + atan((n - d) / (n + d)) for n/d in [1/2, 1]; u + u^3 P(u^2)."""
@@ -1131,7 +1294,7 @@ def _atan_ratio64(n, d):
     return (_PIO4_H + (u + (p + _PIO4_L))) if mid else u + p
 
 
-@_jit_inline
+@_helper
 def _atan64_impl(x):
     a = abs(x)
     big = a > 1.0
@@ -1143,7 +1306,7 @@ def _atan64_impl(x):
     return _copysign64(r, x)
 
 
-@_jit_inline
+@_helper
 def _atan2_64_impl(y, x):
     """C99 atan2: the angle of (x, y), signs of zeros and infinities as NumPy's."""
     ax, ay = abs(x), abs(y)
@@ -1161,14 +1324,14 @@ def _atan2_64_impl(y, x):
     return _copysign64(r, y)
 
 
-@_jit_inline
+@_helper
 def _asin_core64(u):
     """asin(u) for 0 <= u <= 1/2 minus u: u^3 Q(u^2)."""
     v = u * u
     return u * v * _p_asin64(v)
 
 
-@_jit_inline
+@_helper
 def _asin_far64(a):
     """2 asin(sqrt((1 - a) / 2)) for 1/2 <= a <= 1 as a double-double (s, tail): the square
     root's own error carried in the tail."""
@@ -1178,7 +1341,7 @@ def _asin_far64(a):
     return s + s, 2.0 * (sl + _asin_core64(s))
 
 
-@_jit_inline
+@_helper
 def _asin64_impl(x):
     a = abs(x)
     near = a <= 0.5
@@ -1188,7 +1351,7 @@ def _asin64_impl(x):
     return _copysign64(r, x)
 
 
-@_jit_inline
+@_helper
 def _acos64_impl(x):
     a = abs(x)
     near = a <= 0.5
@@ -1205,7 +1368,7 @@ def _acos64_impl(x):
 # ---------------------------------------------------------------------------
 
 
-@_jit_inline
+@_helper
 def _dd_mul(ah, al, bh, bl):
     """(ah + al) * (bh + bl) as a double-double (relative error ~2**-104)."""
     p = ah * bh
@@ -1215,7 +1378,7 @@ def _dd_mul(ah, al, bh, bl):
     return _fast_two_sum(p, e)
 
 
-@_jit_inline
+@_helper
 def _dd_pow_bit(rh, rl, bh, bl, take):
     """One step of binary exponentiation: r * b where ``take``, and b * b."""
     th, tl = _dd_mul(rh, rl, bh, bl)
@@ -1225,7 +1388,7 @@ def _dd_pow_bit(rh, rl, bh, bl, take):
     return rh, rl, bh, bl
 
 
-@_jit_inline
+@_helper
 def _dd_powi(m, n):
     """m**n as a double-double for 0 <= n < 32 (m in [1, 4): no overflow). With ``n`` a
     constant after inlining, the selects fold away: n's multiplication chain is left."""
@@ -1237,7 +1400,7 @@ def _dd_powi(m, n):
     return (th, tl) if n & 16 else (rh, rl)
 
 
-@_jit_inline
+@_helper
 def _pow_const64(x, y):
     """|x|**y for y an integer (|y| < 32) or a multiple of 1/4 (|y| < 16), then pow's
     special cases: |x| = m * 2**e with m in [1, 16) (e a multiple of 4 where 4y is odd, of 2
@@ -1275,7 +1438,7 @@ def _pow_const64(x, y):
     return _pow_special64(x, y, _ldexp64(ph + pl, scale))
 
 
-@_jit_inline
+@_helper
 def _pow_const32via64(x, y):
     """The float32 power by a constant exponent, in float64: a plain multiplication chain,
     square roots and division (relative error < 2**-48, then one rounding to float32); every
@@ -1589,7 +1752,7 @@ def log1p_f64(x):
     return _log1p64_impl(np.float64(x))
 
 
-@_jit_inline
+@_helper
 def _log1p64_impl(x):
     u = 1.0 + x
     c = _div(x - (u - 1.0), u)
@@ -1857,7 +2020,7 @@ _CBRT_B1 = 715094163  # (1023 - 1023/3 - 0.03306235651) * 2**20, fdlibm s_cbrt.c
 _THIRD = 1.0 / 3.0
 
 
-@_jit_inline
+@_helper
 def _asinh64_impl(x):
     a = abs(x)
     ac = _TWO28 if a > _TWO28 else a  # the branches not taken stay finite
@@ -1871,7 +2034,7 @@ def _asinh64_impl(x):
     return _copysign64(res, x)
 
 
-@_jit_inline
+@_helper
 def _acosh64_impl(x):
     xc = _TWO28 if x > _TWO28 else x
     t = xc - 1.0
@@ -1883,7 +2046,7 @@ def _acosh64_impl(x):
     return _NAN if x < 1.0 else res
 
 
-@_jit_inline
+@_helper
 def _atanh64_impl(x):
     a = abs(x)
     t = a + a
@@ -1896,7 +2059,7 @@ def _atanh64_impl(x):
     return _copysign64(res, x)
 
 
-@_jit_inline
+@_helper
 def _cbrt64_impl(x):
     """fdlibm s_cbrt.c: an exponent-thirds estimate, a polynomial to 23 bits, rounding to 32
     bits, one Newton step (0.667 ulp); subnormals scaled by 2**54 first."""
@@ -1919,7 +2082,7 @@ def _cbrt64_impl(x):
     return _copysign64(t, x)
 
 
-@_jit_inline
+@_helper
 def _hypot64_impl(x, y):
     """sqrt(x*x + y*y) with both scaled by one power of two (the larger near 1): no overflow
     or underflow in the square, one fused multiply-add, one square root."""
@@ -1937,21 +2100,21 @@ def _hypot64_impl(x, y):
 
 # float32 in float64: the squares cannot overflow and log1p's argument is never cancelled, so
 # one formula over the whole range (fdlibm needs three for float64).
-@_jit_inline
+@_helper
 def _asinh32via64(x):
     a = abs(x)
     res = _log1p64_impl(a + _div(a * a, 1.0 + np.sqrt(_fma(a, a, 1.0))))
     return _copysign64(a if a == _INF else res, x)
 
 
-@_jit_inline
+@_helper
 def _acosh32via64(x):
     t = x - 1.0
     res = _log1p64_impl(t + np.sqrt(_fma(t, t, t + t)))
     return _NAN if x < 1.0 else res
 
 
-@_jit_inline
+@_helper
 def _atanh32via64(x):
     a = abs(x)
     return _copysign64(0.5 * _log1p64_impl(_div(a + a, 1.0 - a)), x)
@@ -2102,12 +2265,69 @@ _F32_DT = np.dtype(np.float32)
 _F64_DT = np.dtype(np.float64)
 _SUFFIX = {_F32_DT: "f32", _F64_DT: "f64"}
 
-FAST_MATH: dict = {}
-for _op in OPS:  # an op may have a fast version for one of the dtypes only
-    for _dt, _sfx in _SUFFIX.items():
-        if f"{_op}_{_sfx}" in globals():
-            FAST_MATH[(_op, _dt)] = globals()[f"{_op}_{_sfx}"]
-del _op, _dt, _sfx
+for _name in _PUBLIC:  # numba functions from here on, made on first use (``__getattr__``)
+    del globals()[_name]
+del _name
+
+_lock = threading.Lock()
+_made: dict = {}  # public name -> its numba dispatcher
+_cache_class = None  # numba's function cache the dispatchers made from now on use (cache_in)
+
+
+def _dispatcher(name: str):
+    """The numba function ``name`` (``sin_f64``), made on its first use: flattening one costs
+    a few milliseconds, and a process calls a few of them."""
+    with _lock:
+        made = _made.get(name)
+        if made is None:
+            flat = _flatten(_PUBLIC[name])
+            made = njit(**_OPTS)(flat)
+            if _cache_class is not None:
+                try:
+                    made._cache = _cache_class(flat)
+                except Exception:  # numba's (private) cache classes changed: this process only
+                    pass
+            _made[name] = globals()[name] = made
+    return made
+
+
+def __getattr__(name: str):
+    if name in _PUBLIC:
+        return _dispatcher(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted({*globals(), *_PUBLIC})
+
+
+class _Dispatchers(Mapping):
+    """``key -> numba function``, each made on first access (:func:`_dispatcher`)."""
+
+    def __init__(self, names: dict):
+        self._names = names  # key -> public name
+
+    def __getitem__(self, key):
+        return _dispatcher(self._names[key])
+
+    def __contains__(self, key):
+        return key in self._names
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self):
+        return len(self._names)
+
+
+FAST_MATH = _Dispatchers(  # an op may have a fast version for one of the dtypes only
+    {
+        (op, dt): f"{op}_{sfx}"
+        for op in OPS
+        for dt, sfx in _SUFFIX.items()
+        if f"{op}_{sfx}" in _PUBLIC
+    }
+)
 
 
 def name_for(op: str, dtype) -> str | None:
@@ -2122,7 +2342,7 @@ def name_for(op: str, dtype) -> str | None:
 
 
 # x ** c for a constant c the code generator reduces to multiplications (``power_const_*``)
-POWER_CONST = {_F32_DT: power_const_f32, _F64_DT: power_const_f64}
+POWER_CONST = _Dispatchers({dt: f"power_const_{sfx}" for dt, sfx in _SUFFIX.items()})
 
 
 def power_const_name(dtype) -> str | None:
@@ -2135,16 +2355,20 @@ def cache_in(folder: str) -> bool:
     """Keep the public functions' machine code in ``folder``: numba's disk cache, keyed by this
     file's content, the argument types and the CPU, so that a new process loads them (their
     bitcode too, which LLVM still inlines into a calling loop) instead of compiling them again
-    (about a second each for ``sin_f64``/``power_f64``). Functions this process compiled already
-    are left as they are. False where numba's cache cannot be used there."""
-    try:
-        cache_class = _folder_cache(folder)
-        todo = [fn for fn in namespace().values() if not fn.overloads]
-        caches = [cache_class(fn.py_func) for fn in todo]
-    except Exception:  # an unwritable folder, or numba's (private) cache classes changed
-        return False
-    for fn, cache in zip(todo, caches):
-        fn._cache = cache
+    (a few tenths of a second each for ``sin_f64``/``power_f64``). Functions this process
+    compiled already are left as they are; those made later (on first use) use the folder too.
+    False where numba's cache cannot be used there."""
+    global _cache_class
+    with _lock:
+        try:
+            cache_class = _folder_cache(folder)
+            todo = [fn for fn in _made.values() if not fn.overloads]
+            caches = [cache_class(fn.py_func) for fn in todo]
+        except Exception:  # an unwritable folder, or numba's (private) cache classes changed
+            return False
+        for fn, cache in zip(todo, caches):
+            fn._cache = cache
+        _cache_class = cache_class
     return True
 
 
@@ -2184,8 +2408,12 @@ def _folder_cache(folder: str):
     return FolderCache
 
 
-def namespace() -> dict[str, object]:
-    """``{"fm_exp_f32": dispatcher, ...}`` for injection into generated source's globals."""
-    ns = {f"fm_{op}_{_SUFFIX[dt]}": fn for (op, dt), fn in FAST_MATH.items()}
-    ns.update({power_const_name(dt): fn for dt, fn in POWER_CONST.items()})
-    return ns
+_NAMESPACE = _Dispatchers(
+    {f"fm_{name}": name for name in (*FAST_MATH._names.values(), *POWER_CONST._names.values())}
+)
+
+
+def namespace() -> Mapping:
+    """``{"fm_exp_f32": dispatcher, ...}`` for generated source's globals (each dispatcher made
+    when it is first looked up)."""
+    return _NAMESPACE
