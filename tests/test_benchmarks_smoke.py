@@ -165,3 +165,16 @@ def test_random_programs_are_repeatable_and_depend_on_the_seed():
     assert all(a.dtype == np.dtype(prog.dtype) for a in args)
     with np.errstate(all="ignore"):
         assert all(np.isfinite(np.asarray(r)).all() for r in rp.as_tuple(prog.function(np)(*args)))
+
+
+def test_loops_cold_runs_a_workload_in_a_new_process():
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "loops_cold.py"), "--only", "stacked"]
+        + ["--steps", "10"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    (row,) = [line.split() for line in p.stdout.splitlines() if line.split()[:1] == ["stacked"]]
+    assert row[1] == "10" and all(float(v.rstrip("s")) >= 0 for v in row[2:]), p.stdout
