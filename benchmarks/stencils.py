@@ -303,14 +303,21 @@ def measure_grad(name, budget, peers):
     med = {k: summarize(v)["median_s"] for k, v in samples.items()}
     ratios = {"jax": med["jax"] / med["tracekit"]} if "jax" in med else {}
     return {
-        "workload": f"{name} grad",
+        **_result(f"{name} grad", med, ok, fused, unfused, cold, colds, ratios),
+        "kernels_without_pads": len(before.plan.kernels),
+        "host_steps": sum(st.kind == "host" for st in fused.plan.steps),
+        "host_steps_without_pads": sum(st.kind == "host" for st in before.plan.steps),
+    }
+
+
+def _result(workload, med, ok, fused, unfused, cold, colds, ratios) -> dict:
+    """The JSON row of one workload: medians, correctness, kernels, compile times, bytes."""
+    return {
+        "workload": workload,
         "median_s": med,
         "correct": ok,
         "kernels": len(fused.plan.kernels),
         "kernels_unfused": len(unfused.plan.kernels),
-        "kernels_without_pads": len(before.plan.kernels),
-        "host_steps": sum(st.kind == "host" for st in fused.plan.steps),
-        "host_steps_without_pads": sum(st.kind == "host" for st in before.plan.steps),
         "cold_s": cold,
         "cold_s_peers": colds,
         "bytes_moved": bytes_moved(fused),
@@ -365,20 +372,7 @@ def measure(name, budget, peers):
         beside = {k: summarize(v)["median_s"] for k, v in again.items()}
         med["numba"] = beside["numba"]
         ratios["numba"] = beside["numba"] / beside["tracekit"]
-    return {
-        "workload": name,
-        "median_s": med,
-        "correct": ok,
-        "kernels": len(fused.plan.kernels),
-        "kernels_unfused": len(unfused.plan.kernels),
-        "cold_s": cold,
-        "cold_s_peers": colds,
-        "bytes_moved": bytes_moved(fused),
-        "bytes_moved_unfused": bytes_moved(unfused),
-        "ratio_vs_best": min(ratios.values()) if ratios else None,
-        "ratios": ratios,
-        "offsets": [str(d) for d in fused.plan.offsets],
-    }
+    return _result(name, med, ok, fused, unfused, cold, colds, ratios)
 
 
 def _moved(pair) -> str:
