@@ -453,6 +453,13 @@ def _attr_text(attrs: dict) -> str:
     return " ".join(f"{k}={_quote(v)}" for k, v in attrs.items() if v is not None and v != "")
 
 
+def _cluster(sub, scene, cid, kind, **attrs):
+    """Gives a cluster its id, its SVG class (``kind``) and its look, and records it in the
+    scene as ``cluster <kind>``: what the explorer reads back from the SVG."""
+    scene[cid] = f"cluster {kind}"
+    sub.attr(id=cid, _attributes={"class": kind}, **attrs)
+
+
 def _add_node(dot, name: str, attrs: dict):
     # written straight into the body: graphviz's node() quoting dominated the build time
     dot.body.append(f"\t{_quote(name)} [{_attr_text(attrs)}]\n")
@@ -1034,37 +1041,25 @@ class _Builder:
             name = str(getattr(kern, "name", k))
             fill, border = KERNEL_FILLS[k % len(KERNEL_FILLS)]
             n_ops = len(getattr(kern, "nodes", ()))
-            self.scene[self.pid(f"kernel-{name}")] = "cluster kernel"
-            sub.attr(
-                id=self.pid(f"kernel-{name}"),
+            _cluster(
+                sub, self.scene, self.pid(f"kernel-{name}"), "kernel",
                 label=_label([f"kernel {name}", *_dask_layer(kern)], self.width),
                 tooltip=_tooltip([f"fused kernel {name}: {_ops(n_ops)}", *_dask_layer(kern)]),
-                style="filled,rounded",
-                fillcolor=fill,
-                color=border,
-                fontcolor=border,
-                fontsize="11",
-                penwidth="1.5",
-                _attributes={"class": "kernel"},
-            )
+                style="filled,rounded", fillcolor=fill, color=border, fontcolor=border,
+                fontsize="11", penwidth="1.5",
+            )  # fmt: skip
             return
         full = self.root + path
         if path in self.runs:
             self._run_attrs(sub, path)
             return
-        self.scene[self.pid("cluster-" + "/".join(full))] = "cluster scope"
-        sub.attr(
-            id=self.pid("cluster-" + "/".join(full)),
+        _cluster(
+            sub, self.scene, self.pid("cluster-" + "/".join(full)), "scope",
             label=_label([path[-1]], self.width),
             tooltip=_tooltip(["scope " + " > ".join(full)]),
-            style="filled,rounded",
-            fillcolor=SCOPE_FILL[len(path) % 2],
-            color="#9aa5b1",
-            fontcolor="#44546a",
-            fontsize="11",
-            labeljust="l",
-            _attributes={"class": "scope"},
-        )
+            style="filled,rounded", fillcolor=SCOPE_FILL[len(path) % 2], color="#9aa5b1",
+            fontcolor="#44546a", fontsize="11", labeljust="l",
+        )  # fmt: skip
 
     def _run_attrs(self, sub, path):
         """The cluster of a run of identical blocks drawn once: the first block's ops, marked
@@ -1087,20 +1082,13 @@ class _Builder:
                 f"+{len(own)} {what} of the other blocks: " + ", ".join(s.label for _, s in own)
             )
             tip += [f"{s.kind} %{v.name}: {_vtype(v)} = {s.label}" for v, s in own[:12]]
-        self.scene[rid] = "cluster scope repeat"
-        sub.attr(
-            id=rid,
+        _cluster(
+            sub, self.scene, rid, "scope repeat",
             label=_label(lines, self.width * 2),
             tooltip=_tooltip(tip),
-            style="filled,rounded,bold",
-            fillcolor=SCOPE_FILL[len(path) % 2],
-            color="#595959",
-            fontcolor="#262626",
-            fontsize="11",
-            penwidth="2",
-            labeljust="l",
-            _attributes={"class": "scope repeat"},
-        )
+            style="filled,rounded,bold", fillcolor=SCOPE_FILL[len(path) % 2], color="#595959",
+            fontcolor="#262626", fontsize="11", penwidth="2", labeljust="l",
+        )  # fmt: skip
 
     def _loop(self, dot, u: _Unit, node):
         """A loop: its body drawn once in a cluster labelled with the Python loop and its trip
@@ -1113,18 +1101,13 @@ class _Builder:
         title = f"{body.name}  \u00d7{node.attrs['trips']}"
         if is_while(node):  # its count is the data's: the traced one, and the bound
             title += f" when traced, \u2264{node.attrs['max_iterations']}"
-        self.scene[u.id] = "cluster loop"
-        sub.attr(
-            id=u.id,
+        _cluster(
+            sub, self.scene, u.id, "loop",
             label=_label([title + where], self.width * 2),
             tooltip=_tooltip([format_node(node)]),
-            style="rounded,dashed,filled",
-            fillcolor="#f7f7f7",
-            color="#7f7f7f",
-            fontcolor="#404040",
-            penwidth="1.5",
-            _attributes={"class": "loop"},
-        )
+            style="rounded,dashed,filled", fillcolor="#f7f7f7", color="#7f7f7f",
+            fontcolor="#404040", penwidth="1.5",
+        )  # fmt: skip
         inner = _Builder(body, self.o, prefix=f"{u.id}/", body_of=node)
         inner.build(sub)
         dot.subgraph(sub)
