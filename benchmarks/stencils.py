@@ -7,12 +7,18 @@ measured side by side. "cold": the first call's seconds (tracekit: trace and com
     .venv/bin/python benchmarks/stencils.py
     .venv/bin/python benchmarks/stencils.py --only hdiff --budget 2
     .venv/bin/python benchmarks/stencils.py --only "hdiff grad,biharmonic grad"
+    .venv/bin/python benchmarks/stencils.py --cold --repeats 3 --tracekit /before --tracekit .
 
 "<workload> grad": the gradient of ``sum(w * <workload>(x))`` in ``x`` (a vector-Jacobian
 product: the backward graph, a stencil chain of transposed offsets), against ``jax.grad``
 under ``jax.jit``; NumPy, numba and torch have no gradient of the same code (their columns
 are empty); "w/o pads": tracekit with the slices' gradients kept as zeros written into
 (``backends/pads.py`` off), as before pads were read in place.
+
+``--cold``: each workload's cold compile alone, as a new user meets it: trace, compile and the
+first call in a new process with a new, empty cache directory (numba already imported), the
+median of ``--repeats`` processes; ``--tracekit DIR`` given twice or more measures those
+checkouts side by side, their processes alternating.
 
 "bytes / least": the bytes of the inputs, the outputs and every array a kernel writes that is
 not an output, over those of the inputs and outputs alone (1.00: nothing materialised between
@@ -24,18 +30,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+HERE = Path(__file__).resolve().parent
+# --cold's children import the checkout they measure (its tracekit, these workloads)
+sys.path.insert(0, os.environ.get("STENCILS_TRACEKIT", str(HERE.parent)))
+sys.path.insert(1, str(HERE.parent))
 import tracekit as tk  # noqa: E402
 from benchmarks.common import interleaved, load_average, summarize, table  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results" / "stencils.json"
+RESULTS = HERE / "results" / "stencils.json"
 
 
 def hdiff(in_field, coeff, np=np):
@@ -375,6 +388,51 @@ def measure(name, budget, peers):
     return _result(name, med, ok, fused, unfused, cold, colds, ratios)
 
 
+def cold_child(name: str) -> None:
+    """Print the seconds of workload ``name``'s trace, compile and first call (this process's
+    first compile: ``--cold``) and its kernel count, as JSON."""
+    import numba  # noqa: F401  (imported before the clock starts, as in a notebook)
+
+    if name.endswith(" grad"):
+        fn, args = _backward(name.split()[0])
+        fn = tk.grad(fn)
+    else:
+        fn, make = WORKLOADS[name]
+        args = make()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        start = time.perf_counter()
+        c = tk.compile(tk.trace(fn, *args), target="cpu", progress=False)
+        c(*args)
+        seconds = time.perf_counter() - start
+    print(json.dumps({"cold_s": seconds, "kernels": len(c.plan.kernels), "tracekit": tk.__file__}))
+
+
+def cold(names, checkouts, repeats) -> dict:
+    """``{(workload, checkout): [seconds, ...]}``: each a new process of ``checkout`` with an
+    empty cache directory (:func:`cold_child`), the checkouts alternating."""
+    script = Path(__file__).resolve()
+    out: dict = {}
+    for name in names:
+        for _ in range(repeats):
+            for root in checkouts:
+                cache = tempfile.mkdtemp(prefix="tk-cold-")
+                env = dict(os.environ, STENCILS_TRACEKIT=str(root), TRACEKIT_CACHE_DIR=cache)
+                try:
+                    done = subprocess.run(
+                        [sys.executable, str(script), "--cold-child", name],
+                        cwd=root, env=env, capture_output=True, text=True, check=True,
+                    )  # fmt: skip
+                finally:
+                    shutil.rmtree(cache, ignore_errors=True)
+                row = json.loads(done.stdout.strip().splitlines()[-1])
+                out.setdefault((name, str(root)), []).append(row["cold_s"])
+                assert row["tracekit"].startswith(str(root)), row  # the checkout measured
+                print(f"{name} ({root}): {row['cold_s']:.2f} s, {row['kernels']} kernel(s), "
+                      f"load average {load_average()}", flush=True)  # fmt: skip
+    return out
+
+
 def _moved(pair) -> str:
     moved, least = pair
     return f"{moved / least:.2f}"
@@ -388,10 +446,26 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="a short timing (smoke test)")
     ap.add_argument("--json", default=str(RESULTS))
     ap.add_argument("--no-json", action="store_true")
+    ap.add_argument("--cold", action="store_true", help="cold compiles in new processes")
+    ap.add_argument("--repeats", type=int, default=3, help="--cold: processes per figure")
+    ap.add_argument("--tracekit", action="append", help="--cold: a checkout (repeatable)")
+    ap.add_argument("--cold-child", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    if a.cold_child:
+        return cold_child(a.cold_child)
     only = [w for w in a.only.split(",") if w]
     if set(only) - set(NAMES):
         ap.error(f"unknown workload(s); choose from {NAMES}")
+    if a.cold:
+        roots = [Path(p).resolve() for p in a.tracekit or [Path(__file__).resolve().parent.parent]]
+        print(f"load average {load_average()}")
+        got = cold(only or NAMES, roots, a.repeats)
+        rows = [
+            [name, *(f"{statistics.median(got[name, str(r)]):.2f}" for r in roots)]
+            for name in only or NAMES
+        ]
+        print(table(["workload", *(f"cold s: {r}" for r in roots)], rows, right={1, 2, 3}))
+        return None
     peers = set(a.peers.split(","))
     budget = 0.3 if a.quick else a.budget
     print(f"load average {load_average()}")

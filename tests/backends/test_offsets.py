@@ -339,6 +339,24 @@ def test_the_biharmonic_gradient_is_one_kernel_per_stage():
     assert sum(note.startswith("a pad read in place") for note in drawn.values()) == 10
 
 
+def test_backward_stages_read_through_pads_say_why_they_stay_arrays():
+    """The backward of the biharmonic: each stage's gradient is read by the stage before
+    through pads (zeros around it), which fusion across offsets does not compute again: the
+    plan keeps each as an array with that reason, and so does the compiled view's drawing."""
+    c = _compile(tk.grad(biharmonic_loss), np.zeros((30, 21)))
+    pad_reads = [d for d in c.plan.offsets if isinstance(d, pads.PadRead) and d.fused]
+    blocks = {d.reason.split(":")[0][1:] for d in pad_reads}  # "%26: f64[...] (rows ..."
+    kept = [d for d in c.plan.offsets if isinstance(d, offsets.OffsetFusion) and not d.fused]
+    read_through_pads = {d.value.name: d for d in kept if "pad(s)" in d.reason}
+    assert set(read_through_pads) == blocks, str(c.plan)  # every block a pad reads
+    assert sum(d.slices for d in read_through_pads.values()) == len(pad_reads) == 10
+    for d in read_through_pads.values():
+        assert "computed again only where read through slices" in d.reason, d.reason
+        assert "not in tiles: read through a pad" in d.reason, d.reason
+    why, _ = offsets.drawn_notes(c.graph, c.plan.offsets)
+    assert all("pad(s) (a slice's gradient" in why[name] for name in blocks), why
+
+
 def pad_of_a_result(u):
     z = np.zeros((u.shape[0] + 2, u.shape[1]))
     z[1:-1] = np.sin(u)

@@ -94,6 +94,10 @@ def _candidate(graph: Graph, decisions: dict):
         if not _pushable(n) or n.out in kept:
             continue
         users = readers.get(n.out, [])
+        pads = [u for u in users if OPS[u.op].pads]
+        if pads:
+            decisions.setdefault(n.out.name, _read_through_pads(n, len(pads), made))
+            continue
         if not users or not all(_is_slice(u, n.out) for u in users):
             continue
         cost = _cone(n.out, made)
@@ -113,6 +117,21 @@ def _candidate(graph: Graph, decisions: dict):
             decisions[n.out.name] = OffsetFusion(n.out, len(users), cost, True, "", n.source)
         return n, users
     return None
+
+
+def _read_through_pads(n: Node, pads: int, made: dict) -> OffsetFusion:
+    """The refusal of a value read through pads (``pads.py``): a backward stage of a stencil
+    chain, which the stage before it reads at transposed offsets, zeros around it."""
+    cost = _cone(n.out, made)
+    return OffsetFusion(
+        n.out,
+        pads,
+        cost,
+        False,
+        f"read through {pads} pad(s) (a slice's gradient: zeros around it), {cost} op(s) per "
+        "element: computed again only where read through slices",
+        n.source,
+    )
 
 
 def _pushable(n: Node) -> bool:

@@ -107,6 +107,8 @@ def _tile_of(plan: Plan, producer: Step, windows: dict):
         if o in ends or o.shape != g.shape:
             return "a result of the function, or of another shape"
         for view in readers.get(o, []):
+            if OPS[view.nodes[0].op].pads:
+                return "read through a pad (pads.py): rows outside it are its constant"
             w = windows.get(view.outputs[0]) if view.kind == "view" else None
             if w is None or w.base is not o or view.outputs[0] in ends:
                 return "read as an array, not only through slices of it"
