@@ -91,7 +91,9 @@ from __future__ import annotations
 
 import ast
 import functools
+import glob
 import linecache
+import os
 import threading
 from collections.abc import Mapping
 
@@ -2280,14 +2282,20 @@ def _dispatcher(name: str):
     with _lock:
         made = _made.get(name)
         if made is None:
-            flat = _flatten(_PUBLIC[name])
-            made = njit(**_OPTS)(flat)
-            if _cache_class is not None:
-                try:
-                    made._cache = _cache_class(flat)
-                except Exception:  # numba's (private) cache classes changed: this process only
-                    pass
-            _made[name] = globals()[name] = made
+            made = _made[name] = globals()[name] = _numba_function(name, _cache_class)
+    return made
+
+
+def _numba_function(name: str, cache_class):
+    """A new numba function for the public function ``name``, its machine code kept by
+    ``cache_class`` (None: in this process only)."""
+    flat = _flatten(_PUBLIC[name])
+    made = njit(**_OPTS)(flat)
+    if cache_class is not None:
+        try:
+            made._cache = cache_class(flat)
+        except Exception:  # numba's (private) cache classes changed: this process only
+            pass
     return made
 
 
@@ -2351,17 +2359,25 @@ def power_const_name(dtype) -> str | None:
     return f"fm_power_const_{_SUFFIX[dt]}" if dt in POWER_CONST else None
 
 
+INSTALLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fastmath_cache")
+"""Machine code of every public function compiled at install (:func:`precompile`, which
+``make setup`` runs), like a compiled extension's: numba's cache files, whose entries are keyed
+by this file's content, the argument types and the CPU (its name and features), so that a
+machine with another CPU, or an edited file, finds no entry there and compiles."""
+
+
 def cache_in(folder: str) -> bool:
     """Keep the public functions' machine code in ``folder``: numba's disk cache, keyed by this
     file's content, the argument types and the CPU, so that a new process loads them (their
     bitcode too, which LLVM still inlines into a calling loop) instead of compiling them again
-    (a few tenths of a second each for ``sin_f64``/``power_f64``). Functions this process
-    compiled already are left as they are; those made later (on first use) use the folder too.
-    False where numba's cache cannot be used there."""
+    (a few tenths of a second each for ``sin_f64``/``power_f64``). A function is looked up in
+    :data:`INSTALLED` first. Functions this process compiled already are left as they are;
+    those made later (on first use) use the folder too. False where numba's cache cannot be
+    used there."""
     global _cache_class
     with _lock:
         try:
-            cache_class = _folder_cache(folder)
+            cache_class = _folder_cache(folder, installed=INSTALLED)
             todo = [fn for fn in _made.values() if not fn.overloads]
             caches = [cache_class(fn.py_func) for fn in todo]
         except Exception:  # an unwritable folder, or numba's (private) cache classes changed
@@ -2372,8 +2388,37 @@ def cache_in(folder: str) -> bool:
     return True
 
 
-def _folder_cache(folder: str):
-    """numba's function cache, kept in ``folder`` (its own locators look beside the source)."""
+def precompile(folder: str | None = None, names=None) -> list[str]:
+    """Compile the public functions (``names``, default all), each for scalars of its own
+    dtype, into numba's cache in ``folder`` (default :data:`INSTALLED`), replacing what it
+    held: the library's install step, once per machine (about half a minute), after which a
+    new process loads them instead of compiling them. The names compiled are returned.
+
+    >>> import tempfile
+    >>> precompile(tempfile.mkdtemp(), ["exp2_f32"])
+    ['exp2_f32']
+    """
+    folder = folder or INSTALLED
+    names = list(names or _PUBLIC)
+    os.makedirs(folder, exist_ok=True)
+    for old in glob.glob(os.path.join(folder, "*.nb[ic]")):
+        os.unlink(old)
+    cache_class = _folder_cache(folder, strict=True)
+    for name in names:
+        _numba_function(name, cache_class).compile(_own_signature(name))
+    return names
+
+
+def _own_signature(name: str) -> tuple:
+    """The argument types of the public function ``name`` at its own dtype."""
+    dtype = types.float32 if name.endswith("_f32") else types.float64
+    return (dtype,) * _PUBLIC[name].__code__.co_argcount
+
+
+def _folder_cache(folder: str, installed: str | None = None, strict: bool = False):
+    """numba's function cache, kept in ``folder`` (its own locators look beside the source),
+    loading from ``installed`` (read only) first where that folder exists; ``strict``: a
+    failure to save raises (else the function stays in this process only)."""
     from numba.core import caching
 
     class Locator(caching._SourceFileBackedLocatorMixin, caching._CacheLocator):
@@ -2390,20 +2435,31 @@ def _folder_cache(folder: str):
     class Impl(caching.CompileResultCacheImpl):
         _locator_classes = [Locator]
 
+    first = _folder_cache(installed) if installed and os.path.isdir(installed) else None
+
     class FolderCache(caching.FunctionCache):
         _impl_class = Impl
 
+        def __init__(self, py_func):
+            super().__init__(py_func)
+            self._first = first(py_func) if first is not None else None
+
         def load_overload(self, sig, target_context):
-            try:
-                return super().load_overload(sig, target_context)
-            except Exception:  # a damaged or vanished entry: compiled again, and rewritten
-                return None
+            for cache in (self._first, super()):
+                try:
+                    loaded = cache and cache.load_overload(sig, target_context)
+                except Exception:  # a damaged or vanished entry: compiled again, and rewritten
+                    loaded = None
+                if loaded is not None:
+                    return loaded
+            return None
 
         def save_overload(self, sig, data):
             try:
                 super().save_overload(sig, data)
             except Exception:  # an unwritable folder: the function stays in this process only
-                pass
+                if strict:
+                    raise
 
     return FolderCache
 
