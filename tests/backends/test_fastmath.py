@@ -24,6 +24,8 @@ measured maxima next to the documented ones.
 
 from __future__ import annotations
 
+import functools
+import marshal
 import math
 import os
 import re
@@ -855,16 +857,40 @@ def test_installed_functions_load_before_the_cache_folder(tmp_path, monkeypatch)
     compiled or written in the cache folder, and the loaded function answers right."""
     installed, folder = tmp_path / "installed", tmp_path / "cache"
     assert fm.precompile(str(installed), ["log2_f64"]) == ["log2_f64"]
-    monkeypatch.setattr(fm, "INSTALLED", str(installed))
-    monkeypatch.setattr(fm, "_cache_class", None)
-    monkeypatch.delitem(fm.__dict__, "log2_f64", raising=False)
-    monkeypatch.setattr(fm, "_made", {})
+    _use_installed(monkeypatch, installed)
+    monkeypatch.setattr(fm, "_flatten", _not_flattened)  # its flat code was kept too
     assert fm.cache_in(str(folder))
     loaded = fm._dispatcher("log2_f64")
     loaded.compile((numba.float64,))
     assert sum(loaded.stats.cache_hits.values()) == 1
     assert not list(folder.glob("*.nbi")), "compiled again instead of loaded"
     assert loaded(np.float64(1024.0)) == 10.0
+
+
+def _use_installed(monkeypatch, folder):
+    """``folder`` as the library's installed folder, and no function made yet."""
+    monkeypatch.setattr(fm, "INSTALLED", str(folder))
+    monkeypatch.setattr(
+        fm, "_installed_flat_code", functools.cache(fm._installed_flat_code.__wrapped__)
+    )
+    monkeypatch.setattr(fm, "_cache_class", None)
+    monkeypatch.delitem(fm.__dict__, "log2_f64", raising=False)
+    monkeypatch.setattr(fm, "_made", {})
+
+
+def _not_flattened(fn):
+    raise AssertionError(f"{fn.__name__} flattened again")
+
+
+def test_flat_code_kept_for_another_file_is_not_used(tmp_path, monkeypatch):
+    """The flat functions kept at install are used only with the file they were made from."""
+    fm.precompile(str(tmp_path), ["log2_f64"])
+    path = tmp_path / f"flat.{sys.implementation.cache_tag}.marshal"
+    kept = marshal.loads(path.read_bytes())
+    path.write_bytes(marshal.dumps({**kept, "source": "an edited fastmath.py"}))
+    _use_installed(monkeypatch, tmp_path)
+    assert fm._installed_flat_code() == {}
+    assert fm._dispatcher("log2_f64")(np.float64(8.0)) == 3.0
 
 
 def test_precompile_replaces_what_the_folder_held(tmp_path):

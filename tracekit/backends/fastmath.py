@@ -92,10 +92,14 @@ from __future__ import annotations
 import ast
 import functools
 import glob
+import hashlib
 import linecache
+import marshal
 import os
+import sys
 import threading
 from collections.abc import Mapping
+from types import FunctionType
 
 import numpy as np
 from llvmlite import ir  # numba's own code-generation dependency
@@ -2289,7 +2293,12 @@ def _dispatcher(name: str):
 def _numba_function(name: str, cache_class):
     """A new numba function for the public function ``name``, its machine code kept by
     ``cache_class`` (None: in this process only)."""
-    flat = _flatten(_PUBLIC[name])
+    code = _installed_flat_code().get(name)
+    if code is not None:  # as :func:`_flatten` makes it, without the work
+        flat = FunctionType(code, globals(), name)
+        flat.__doc__ = _PUBLIC[name].__doc__
+    else:
+        flat = _flatten(_PUBLIC[name])
     made = njit(**_OPTS)(flat)
     if cache_class is not None:
         try:
@@ -2401,12 +2410,40 @@ def precompile(folder: str | None = None, names=None) -> list[str]:
     folder = folder or INSTALLED
     names = list(names or _PUBLIC)
     os.makedirs(folder, exist_ok=True)
-    for old in glob.glob(os.path.join(folder, "*.nb[ic]")):
+    for old in glob.glob(os.path.join(folder, "*.nb[ic]")) + glob.glob(_flat_code_path(folder)):
         os.unlink(old)
+    _installed_flat_code.cache_clear()
     cache_class = _folder_cache(folder, strict=True)
+    flat = {}
     for name in names:
-        _numba_function(name, cache_class).compile(_own_signature(name))
+        made = _numba_function(name, cache_class)
+        made.compile(_own_signature(name))
+        flat[name] = made.py_func.__code__
+    with open(_flat_code_path(folder), "wb") as f:
+        marshal.dump({"source": _file_digest(), "code": flat}, f)
     return names
+
+
+def _flat_code_path(folder: str) -> str:
+    """The flat functions' code objects (as :func:`marshal` writes them for this Python)."""
+    return os.path.join(folder, f"flat.{sys.implementation.cache_tag}.marshal")
+
+
+def _file_digest() -> str:
+    with open(__file__, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+@functools.cache
+def _installed_flat_code() -> dict:
+    """``{name: code}`` of the flat functions :func:`precompile` kept in :data:`INSTALLED`,
+    where this file is the one they were made from (else empty: they are flattened here)."""
+    try:
+        with open(_flat_code_path(INSTALLED), "rb") as f:
+            kept = marshal.load(f)
+        return kept["code"] if kept["source"] == _file_digest() else {}
+    except Exception:  # none kept, or kept by another Python
+        return {}
 
 
 def _own_signature(name: str) -> tuple:
