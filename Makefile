@@ -15,7 +15,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[dev,cuda,dask]"
 	touch $(STAMP)
 
-setup: $(STAMP)
+# The fast-math library's machine code, compiled once per machine like an extension module
+# (tracekit/backends/fastmath.py: precompile); a new process loads it instead of compiling it.
+FASTMATH := tracekit/backends/fastmath_cache/.made
+$(FASTMATH): $(STAMP) tracekit/backends/fastmath.py
+	$(BIN)/python -c "from tracekit.backends import fastmath; fastmath.precompile()"
+	touch $@
+
+setup: $(STAMP) $(FASTMATH)
 
 # Debian's graphviz (the system `dot`) and chromium (the browser test), when we may install them.
 sysdeps:

@@ -13,10 +13,15 @@ directory (``TRACEKIT_CACHE_DIR``), of the first call of ``tk.jit(fn, wait=True)
 compile, run. Three situations:
 
 ``new process``: the first compile of the process (numba's own first-use costs included) with
-nothing cached, the fast-math functions included; ``warm process``: the same after another
+nothing in the cache directory; the fast-math functions are compiled too, unless the checkout's
+fast-math library was precompiled at install (``make setup``: ``fastmath.precompile()``, kept
+in ``tracekit/backends/fastmath_cache`` like a compiled extension), which the output says for
+each checkout; the import of tracekit (before the call, not in the figure) is printed beside
+it; ``warm process``: the same after another
 small graph compiled in that process; ``fast-math cached``: a warm process whose cache
 directory holds only the fast-math functions (compiled once per machine and kept in the cache
-directory): what a new or edited graph costs a notebook.
+directory; where the library was precompiled at install, the cache directory is empty and the
+functions come from there): what a new or edited graph costs a notebook.
 
 ``edit``: in one process, the k-means step compiled, then the same step with one constant
 edited: the edit's compile time and how many of the five kernels it compiled again.
@@ -29,6 +34,7 @@ figures are not comparable with another run's.
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import shutil
@@ -122,7 +128,10 @@ def _compiled_kernels(program) -> int | None:
 
 def child(name: str, mode: str) -> dict:
     """One measurement, in this (new) process."""
+    t0 = time.perf_counter()
     import tracekit as tk
+
+    import_s = time.perf_counter() - t0
 
     graphs = _graphs()
     if mode != "new process":
@@ -141,7 +150,7 @@ def child(name: str, mode: str) -> dict:
     args = make()
     seconds, (_, out) = _first_call(fn, args)
     np.testing.assert_allclose(out, fn(*args), rtol=1e-3, atol=1e-3)
-    return {"seconds": seconds}
+    return {"seconds": seconds, "import_s": import_s}
 
 
 def _run_child(name, mode, cache_dir, tracekit_dir) -> dict:
@@ -182,7 +191,9 @@ def main():
     checkouts = opts.tracekit or [str(ROOT)]
     fast_math = {c: _fast_math_cache(c) for c in checkouts}
     for k, c in enumerate(checkouts):
-        print(f"[{k}] tracekit from {c}")
+        installed = glob.glob(os.path.join(c, "tracekit", "backends", "fastmath_cache", "*.nbi"))
+        said = f"{len(installed)} functions" if installed else "none"
+        print(f"[{k}] tracekit from {c}; fast-math library precompiled at install: {said}")
     print(f"load average {os.getloadavg()[0]:.2f}")
     tag = len(checkouts) > 1
     print(f"{'graph':{14 if tag else 10}s} " + " ".join(f"{m:>17s}" for m in MODES))
@@ -193,15 +204,13 @@ def main():
             skip = name == "edit" and mode == "new process"
             for _ in range(0 if skip else opts.repeats):
                 for c in checkouts:  # alternating: a change in the load reaches every checkout
-                    if mode == "fast-math cached" and fast_math[c] is None:
-                        continue
                     folder = tempfile.mkdtemp(prefix="tk-bench-cold-")
-                    if mode == "fast-math cached":
+                    if mode == "fast-math cached" and fast_math[c] is not None:
                         shutil.copytree(fast_math[c], os.path.join(folder, "fastmath"))
                     runs[c].append(_run_child(name, mode, folder, c))
                     shutil.rmtree(folder, ignore_errors=True)
             for c in checkouts:
-                cells[c].append(_cell(name, runs[c], skip))
+                cells[c].append(_cell(name, mode, runs[c], skip))
         for k, c in enumerate(checkouts):
             label = f"{name} [{k}]" if tag else name
             print(f"{label:{14 if tag else 10}s} " + " ".join(f"{x:>17s}" for x in cells[c]))
@@ -209,12 +218,14 @@ def main():
     print(f"load average {os.getloadavg()[0]:.2f}")
 
 
-def _cell(name, runs, skip) -> str:
+def _cell(name, mode, runs, skip) -> str:
     if skip:
         return ""
     if not runs:
         return "n/a"
     cell = f"{statistics.median(r['seconds'] for r in runs):.2f} s"
+    if runs[0].get("import_s") is not None and mode == "new process":
+        cell += f" (+{statistics.median(r['import_s'] for r in runs):.2f})"
     if name == "edit":
         cell += f" ({runs[0]['recompiled']}/5 kernels)"
     return cell

@@ -24,8 +24,12 @@ measured maxima next to the documented ones.
 
 from __future__ import annotations
 
+import functools
+import marshal
 import math
+import os
 import re
+import subprocess
 import sys
 
 import numba
@@ -834,6 +838,7 @@ def test_functions_made_after_cache_in_load_from_its_folder(tmp_path, monkeypatc
     """A function first used after ``cache_in`` (they are made on first use) keeps its machine
     code in the folder, and the same function made again (as in a new process) loads it."""
     name = "exp2_f32"
+    monkeypatch.setattr(fm, "INSTALLED", str(tmp_path / "none installed"))
     monkeypatch.setattr(fm, "_cache_class", None)
     monkeypatch.delitem(fm.__dict__, name, raising=False)
     monkeypatch.setattr(fm, "_made", {})
@@ -845,6 +850,79 @@ def test_functions_made_after_cache_in_load_from_its_folder(tmp_path, monkeypatc
     again.compile((numba.float32,))
     assert sum(again.stats.cache_hits.values()) == 1
     assert float(evaluate("exp2", F32, np.array([3.0]))[0]) == 8.0
+
+
+def test_installed_functions_load_before_the_cache_folder(tmp_path, monkeypatch):
+    """A function :func:`precompile` compiled at install is loaded from there: nothing is
+    compiled or written in the cache folder, and the loaded function answers right."""
+    installed, folder = tmp_path / "installed", tmp_path / "cache"
+    assert fm.precompile(str(installed), ["log2_f64"]) == ["log2_f64"]
+    _use_installed(monkeypatch, installed)
+    monkeypatch.setattr(fm, "_flatten", _not_flattened)  # its flat code was kept too
+    assert fm.cache_in(str(folder))
+    loaded = fm._dispatcher("log2_f64")
+    loaded.compile((numba.float64,))
+    assert sum(loaded.stats.cache_hits.values()) == 1
+    assert not list(folder.glob("*.nbi")), "compiled again instead of loaded"
+    assert loaded(np.float64(1024.0)) == 10.0
+
+
+def _use_installed(monkeypatch, folder):
+    """``folder`` as the library's installed folder, and no function made yet."""
+    monkeypatch.setattr(fm, "INSTALLED", str(folder))
+    monkeypatch.setattr(
+        fm, "_installed_flat_code", functools.cache(fm._installed_flat_code.__wrapped__)
+    )
+    monkeypatch.setattr(fm, "_cache_class", None)
+    monkeypatch.delitem(fm.__dict__, "log2_f64", raising=False)
+    monkeypatch.setattr(fm, "_made", {})
+
+
+def _not_flattened(fn):
+    raise AssertionError(f"{fn.__name__} flattened again")
+
+
+def test_flat_code_kept_for_another_file_is_not_used(tmp_path, monkeypatch):
+    """The flat functions kept at install are used only with the file they were made from."""
+    fm.precompile(str(tmp_path), ["log2_f64"])
+    path = tmp_path / f"flat.{sys.implementation.cache_tag}.marshal"
+    kept = marshal.loads(path.read_bytes())
+    path.write_bytes(marshal.dumps({**kept, "source": "an edited fastmath.py"}))
+    _use_installed(monkeypatch, tmp_path)
+    assert fm._installed_flat_code() == {}
+    assert fm._dispatcher("log2_f64")(np.float64(8.0)) == 3.0
+
+
+def test_precompile_replaces_what_the_folder_held(tmp_path):
+    stale = tmp_path / "fastmath.gone_f64-1.py311.nbi"
+    stale.write_bytes(b"from an older fastmath.py")
+    fm.precompile(str(tmp_path), ["exp2_f32"])
+    assert not stale.exists()
+    assert [p.name.split("-")[0] for p in tmp_path.glob("*.nbi")] == ["fastmath.exp2_f32"]
+
+
+_OTHER_CPU = """
+import sys, numba, numpy as np
+from tracekit.backends import fastmath as fm
+fm.INSTALLED = sys.argv[1]
+assert fm.cache_in(sys.argv[2])
+f = fm._dispatcher("log2_f64")
+f.compile((numba.float64,))
+print(sum(f.stats.cache_hits.values()), f(np.float64(0.125)))
+"""
+
+
+def test_installed_functions_of_another_cpu_are_compiled_again(tmp_path):
+    """numba keys each entry by the CPU's name and features: a process targeting another CPU
+    finds no entry it can use among those installed here, and compiles."""
+    installed = tmp_path / "installed"
+    fm.precompile(str(installed), ["log2_f64"])
+    env = dict(os.environ, NUMBA_CPU_NAME="generic", NUMBA_CPU_FEATURES="")
+    args = [sys.executable, "-c", _OTHER_CPU, str(installed), str(tmp_path / "cache")]
+    out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["0", "-3.0"]
+    assert list((tmp_path / "cache").glob("*.nbi")), "the other CPU's function was not kept"
 
 
 # ---------------------------------------------------------------------------

@@ -91,9 +91,15 @@ from __future__ import annotations
 
 import ast
 import functools
+import glob
+import hashlib
 import linecache
+import marshal
+import os
+import sys
 import threading
 from collections.abc import Mapping
+from types import FunctionType
 
 import numpy as np
 from llvmlite import ir  # numba's own code-generation dependency
@@ -2280,14 +2286,25 @@ def _dispatcher(name: str):
     with _lock:
         made = _made.get(name)
         if made is None:
-            flat = _flatten(_PUBLIC[name])
-            made = njit(**_OPTS)(flat)
-            if _cache_class is not None:
-                try:
-                    made._cache = _cache_class(flat)
-                except Exception:  # numba's (private) cache classes changed: this process only
-                    pass
-            _made[name] = globals()[name] = made
+            made = _made[name] = globals()[name] = _numba_function(name, _cache_class)
+    return made
+
+
+def _numba_function(name: str, cache_class):
+    """A new numba function for the public function ``name``, its machine code kept by
+    ``cache_class`` (None: in this process only)."""
+    code = _installed_flat_code().get(name)
+    if code is not None:  # as :func:`_flatten` makes it, without the work
+        flat = FunctionType(code, globals(), name)
+        flat.__doc__ = _PUBLIC[name].__doc__
+    else:
+        flat = _flatten(_PUBLIC[name])
+    made = njit(**_OPTS)(flat)
+    if cache_class is not None:
+        try:
+            made._cache = cache_class(flat)
+        except Exception:  # numba's (private) cache classes changed: this process only
+            pass
     return made
 
 
@@ -2351,17 +2368,25 @@ def power_const_name(dtype) -> str | None:
     return f"fm_power_const_{_SUFFIX[dt]}" if dt in POWER_CONST else None
 
 
+INSTALLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fastmath_cache")
+"""Machine code of every public function compiled at install (:func:`precompile`, which
+``make setup`` runs), like a compiled extension's: numba's cache files, whose entries are keyed
+by this file's content, the argument types and the CPU (its name and features), so that a
+machine with another CPU, or an edited file, finds no entry there and compiles."""
+
+
 def cache_in(folder: str) -> bool:
     """Keep the public functions' machine code in ``folder``: numba's disk cache, keyed by this
     file's content, the argument types and the CPU, so that a new process loads them (their
     bitcode too, which LLVM still inlines into a calling loop) instead of compiling them again
-    (a few tenths of a second each for ``sin_f64``/``power_f64``). Functions this process
-    compiled already are left as they are; those made later (on first use) use the folder too.
-    False where numba's cache cannot be used there."""
+    (a few tenths of a second each for ``sin_f64``/``power_f64``). A function is looked up in
+    :data:`INSTALLED` first. Functions this process compiled already are left as they are;
+    those made later (on first use) use the folder too. False where numba's cache cannot be
+    used there."""
     global _cache_class
     with _lock:
         try:
-            cache_class = _folder_cache(folder)
+            cache_class = _folder_cache(folder, installed=INSTALLED)
             todo = [fn for fn in _made.values() if not fn.overloads]
             caches = [cache_class(fn.py_func) for fn in todo]
         except Exception:  # an unwritable folder, or numba's (private) cache classes changed
@@ -2372,8 +2397,65 @@ def cache_in(folder: str) -> bool:
     return True
 
 
-def _folder_cache(folder: str):
-    """numba's function cache, kept in ``folder`` (its own locators look beside the source)."""
+def precompile(folder: str | None = None, names=None) -> list[str]:
+    """Compile the public functions (``names``, default all), each for scalars of its own
+    dtype, into numba's cache in ``folder`` (default :data:`INSTALLED`), replacing what it
+    held: the library's install step, once per machine (about half a minute), after which a
+    new process loads them instead of compiling them. The names compiled are returned.
+
+    >>> import tempfile
+    >>> precompile(tempfile.mkdtemp(), ["exp2_f32"])
+    ['exp2_f32']
+    """
+    folder = folder or INSTALLED
+    names = list(names or _PUBLIC)
+    os.makedirs(folder, exist_ok=True)
+    for old in glob.glob(os.path.join(folder, "*.nb[ic]")) + glob.glob(_flat_code_path(folder)):
+        os.unlink(old)
+    _installed_flat_code.cache_clear()
+    cache_class = _folder_cache(folder, strict=True)
+    flat = {}
+    for name in names:
+        made = _numba_function(name, cache_class)
+        made.compile(_own_signature(name))
+        flat[name] = made.py_func.__code__
+    with open(_flat_code_path(folder), "wb") as f:
+        marshal.dump({"source": _file_digest(), "code": flat}, f)
+    return names
+
+
+def _flat_code_path(folder: str) -> str:
+    """The flat functions' code objects (as :func:`marshal` writes them for this Python)."""
+    return os.path.join(folder, f"flat.{sys.implementation.cache_tag}.marshal")
+
+
+def _file_digest() -> str:
+    with open(__file__, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+@functools.cache
+def _installed_flat_code() -> dict:
+    """``{name: code}`` of the flat functions :func:`precompile` kept in :data:`INSTALLED`,
+    where this file is the one they were made from (else empty: they are flattened here)."""
+    try:
+        with open(_flat_code_path(INSTALLED), "rb") as f:
+            kept = marshal.load(f)
+        return kept["code"] if kept["source"] == _file_digest() else {}
+    except Exception:  # none kept, or kept by another Python
+        return {}
+
+
+def _own_signature(name: str) -> tuple:
+    """The argument types of the public function ``name`` at its own dtype."""
+    dtype = types.float32 if name.endswith("_f32") else types.float64
+    return (dtype,) * _PUBLIC[name].__code__.co_argcount
+
+
+def _folder_cache(folder: str, installed: str | None = None, strict: bool = False):
+    """numba's function cache, kept in ``folder`` (its own locators look beside the source),
+    loading from ``installed`` (read only) first where that folder exists; ``strict``: a
+    failure to save raises (else the function stays in this process only)."""
     from numba.core import caching
 
     class Locator(caching._SourceFileBackedLocatorMixin, caching._CacheLocator):
@@ -2390,20 +2472,31 @@ def _folder_cache(folder: str):
     class Impl(caching.CompileResultCacheImpl):
         _locator_classes = [Locator]
 
+    first = _folder_cache(installed) if installed and os.path.isdir(installed) else None
+
     class FolderCache(caching.FunctionCache):
         _impl_class = Impl
 
+        def __init__(self, py_func):
+            super().__init__(py_func)
+            self._first = first(py_func) if first is not None else None
+
         def load_overload(self, sig, target_context):
-            try:
-                return super().load_overload(sig, target_context)
-            except Exception:  # a damaged or vanished entry: compiled again, and rewritten
-                return None
+            for cache in (self._first, super()):
+                try:
+                    loaded = cache and cache.load_overload(sig, target_context)
+                except Exception:  # a damaged or vanished entry: compiled again, and rewritten
+                    loaded = None
+                if loaded is not None:
+                    return loaded
+            return None
 
         def save_overload(self, sig, data):
             try:
                 super().save_overload(sig, data)
             except Exception:  # an unwritable folder: the function stays in this process only
-                pass
+                if strict:
+                    raise
 
     return FolderCache
 
