@@ -195,7 +195,11 @@ class _Driver:
         for k, (x, b) in enumerate(zip(n.inputs, body.inputs)):
             if not isinstance(x, Var):  # a number; the 0-d array of it where the body takes one
                 value = py_literal(x)
-                args.append(value if b.weak else f"np.full({b.shape!r}, {value}, np.{b.dtype})")
+                args.append(
+                    _typed(value, b.dtype)
+                    if b.weak
+                    else f"np.full({b.shape!r}, {value}, np.{b.dtype})"
+                )
                 continue
             name = self.names[x]
             if b.weak:
@@ -210,8 +214,8 @@ class _Driver:
                 args.append(f"np.ascontiguousarray({name})")
         start = n.attrs.get("start", 0)
         if start != 0:  # where its count starts: an int, or moving with this loop
-            args.append(_int(start, self.k0))
-        args.append(str(trip_count(n)))
+            args.append(_typed(_int(start, self.k0), np.dtype(np.int64)))
+        args.append(_typed(str(trip_count(n)), np.dtype(np.int64)))
         outs = []
         for o in n.outputs:
             outs.append(self._name(o))
@@ -585,6 +589,15 @@ def _index(idx, k0=None) -> str:
         else:
             parts.append(_int(e, k0))
     return ", ".join(parts) if parts else "()"
+
+
+def _typed(value: str, dtype: np.dtype) -> str:
+    """``value`` (an expression of a number) as a callee's argument of the type that its driver
+    was compiled for: numba types an int or bool literal as a literal type, and compiles a
+    callee once more for each such literal (a nested loop's count, a third of a second each)."""
+    if dtype.kind == "b":
+        return f"np.bool_({value})"
+    return f"np.{dtype.name}({value})" if dtype.kind in "iu" else value
 
 
 def _int(x, k0=None) -> str:
