@@ -493,6 +493,38 @@ def test_nested_loops_run_as_one_numba_function():
     np.testing.assert_allclose(c(strided, w), nested_tanh(strided, w), rtol=1e-12)
 
 
+def _nested_counts(x, w):
+    for _ in range(12):
+        y = x * 0.25
+        for _ in range(9):
+            y = np.tanh(y * 1.0137 + w)  # a constant of this test's: a fresh compile
+        x = x + y
+    return x
+
+
+def test_nested_loop_drivers_compile_once_each(tmp_path, monkeypatch):
+    """A driver calls a nested loop's driver (and the graph's function the outer one's) with
+    its count typed as the driver was compiled for: numba compiles no second version of a
+    driver for a literal count (no argument of any compiled signature is a literal type)."""
+    import numba
+    from numba.core import event
+
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path))
+    x, w = _r(11, 24), _r(12, 24)
+    with quiet(), event.install_recorder("numba:compile") as recorded:
+        c = tk.compile(tk.trace(_nested_counts, x, w), target="cpu", progress=False)
+    (run,) = c.program.loops.values()
+    assert run.how == "one numba function" and "= inner_0(" in run.source, run.how
+    compiled = [e.data for _, e in recorded.buffer if e.is_end]
+    drivers = [d["args"] for d in compiled if d["dispatcher"].py_func.__name__ == "loop_driver"]
+    assert len(drivers) == 2, drivers  # the inner loop's, the outer loop's
+    literal = [
+        d["args"] for d in compiled if any(isinstance(a, numba.types.Literal) for a in d["args"])
+    ]
+    assert not literal, literal
+    np.testing.assert_allclose(c(x, w), _nested_counts(x, w), rtol=1e-12)
+
+
 def test_a_small_graph_with_loops_runs_as_one_numba_function():
     """Where a graph with loops does little work, its steps (kernels, the loops' drivers)
     are one numba function, which a call with plain arrays runs; other calls take the
