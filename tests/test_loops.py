@@ -694,6 +694,30 @@ def test_iterations_that_differ_do_not_roll(fn, why):
         assert_same(t(new), fn(new))
 
 
+def changes_late(x, steps=400):
+    for i in range(steps):
+        c = 0.5 + 0 * i if i != steps - 7 else -0.5  # equal floats, but new objects; one differs
+        x = np.tanh(x * c + 0.1)
+    return x
+
+
+def test_an_iteration_that_differs_late_in_a_long_loop_stays_outside_it():
+    """Iterations whose literals are equal floats (new objects each time) roll; the one whose
+    literal differs, seven from the end, stays outside the loop, with those after it (a note
+    says why)."""
+    x = np.linspace(-1.0, 1.0, 5)
+    with quiet():
+        t = tk.trace(changes_late, x)
+    (loop,) = _loops(t.graph)
+    assert loop.attrs["trips"] == 393, str(t.graph)
+    outside = [n.inputs[1] for n in t.graph.nodes if n.op == "multiply"]
+    assert outside == [-0.5] + [0.5] * 6, str(t.graph)
+    assert any("7 iterations not rolled" in note for note in t.notes), t.notes
+    new = x[::-1] * 0.5
+    with quiet():
+        assert_same(t(new), changes_late(new))
+
+
 def test_a_body_that_repeats_an_op_on_one_line_is_one_iteration():
     """Two multiplies of one line inside an iteration are not a loop nested in it."""
     t = _trace("repeats_in_its_body")
