@@ -214,8 +214,8 @@ class _Driver:
                 args.append(f"np.ascontiguousarray({name})")
         start = n.attrs.get("start", 0)
         if start != 0:  # where its count starts: an int, or moving with this loop
-            args.append(_typed(_int(start, self.k0), np.dtype(np.int64)))
-        args.append(_typed(str(trip_count(n)), np.dtype(np.int64)))
+            args.append(_typed(_int(start, self.k0), _COUNT))
+        args.append(_typed(str(trip_count(n)), _COUNT))
         outs = []
         for o in n.outputs:
             outs.append(self._name(o))
@@ -591,13 +591,16 @@ def _index(idx, k0=None) -> str:
     return ", ".join(parts) if parts else "()"
 
 
+_COUNT = np.dtype(np.int64)  # a driver's count and start
+
+
 def _typed(value: str, dtype: np.dtype) -> str:
     """``value`` (an expression of a number) as a callee's argument of the type that its driver
     was compiled for: numba types an int or bool literal as a literal type, and compiles a
     callee once more for each such literal (a nested loop's count, a third of a second each)."""
     if dtype.kind == "b":
         return f"np.bool_({value})"
-    return f"np.{dtype.name}({value})" if dtype.kind in "iu" else value
+    return f"np.int64({value})" if dtype.kind in "iu" else value  # driver_signature's int
 
 
 def _int(x, k0=None) -> str:
