@@ -1438,20 +1438,46 @@ def test_invariant_work_is_hoisted_out_of_the_loop():
     assert_same(b(*args, np.ones(())), tk.vjp(tk.trace(_rnn, *_rnn_data()))(*args, np.ones(())))
 
 
+def _damped(x, w):
+    for _ in range(50):
+        x = np.tanh(x @ w) * 0.9 + 0.01
+    return x
+
+
+def test_a_loops_buffers_are_fresh_at_each_call():
+    """A driver's buffers (its carried state's two among them) are allocated by its caller at
+    each call: a result handed back from one is not overwritten by the next call, through the
+    loop's own run and through the runner (a graph large enough to keep it)."""
+    x, w = _r(13, 64, 64), _r(14, 64, 64) / 8
+    with quiet():
+        c = tk.compile(tk.trace(_damped, x, w), target="cpu", progress=False)
+    (run,) = c.program.loops.values()
+    assert run.how == "one numba function" and run.workspace, run.how
+    assert c.runner.whole is None
+    first = c(x, w)
+    held = first.copy()
+    second = c(x * 0.5, w)
+    np.testing.assert_allclose(second, _damped(x * 0.5, w), rtol=1e-9, atol=1e-14)
+    assert np.array_equal(first, held) and first is not second
+    again = run(x, w)
+    np.testing.assert_allclose(run(x * 0.25, w), _damped(x * 0.25, w), rtol=1e-9, atol=1e-14)
+    np.testing.assert_allclose(again, held, rtol=1e-9, atol=1e-14)
+
+
 def test_a_kernel_writes_the_region_a_loop_stores_into_directly():
     """``B[1:-1, 1:-1] = f(A)`` in a loop: the kernel writes B's interior, no temporary and no
     copy; where the kernel reads the array it writes (``u[1:-1] = g(u)``), it keeps its
     temporary (its neighbours would read values already written)."""
-    sources = {}
+    sources, workspaces = {}, {}
     for name in ("jacobi", "heat"):
         with quiet():
             c = tk.compile(_trace(name), target="cpu", progress=False)
         (run,) = c.program.loops.values()
         assert run.how == "one numba function"
         driver = run.source[run.source.index("def loop_driver") :]
-        sources[name] = driver
+        sources[name], workspaces[name] = driver, run.workspace  # temporaries: passed in
         args = PROGRAMS[name][1](8)
         want, got = _copies(args), _copies(args)
         np.testing.assert_allclose(c(*got), PROGRAMS[name][0](*want), rtol=1e-12)
-    assert "np.empty" not in sources["jacobi"] and "for q0 in" not in sources["jacobi"]
-    assert "np.empty" in sources["heat"]
+    assert not workspaces["jacobi"] and "for q0 in" not in sources["jacobi"]
+    assert workspaces["heat"] and "np.empty" not in sources["heat"]
