@@ -493,6 +493,38 @@ def test_nested_loops_run_as_one_numba_function():
     np.testing.assert_allclose(c(strided, w), nested_tanh(strided, w), rtol=1e-12)
 
 
+def _nested_counts(x, w):
+    for _ in range(12):
+        y = x * 0.25
+        for _ in range(9):
+            y = np.tanh(y * 1.0137 + w)  # a constant of this test's: a fresh compile
+        x = x + y
+    return x
+
+
+def test_nested_loop_drivers_compile_once_each(tmp_path, monkeypatch):
+    """A driver calls a nested loop's driver (and the graph's function the outer one's) with
+    its count typed as the driver was compiled for: numba compiles no second version of a
+    driver for a literal count (no argument of any compiled signature is a literal type)."""
+    import numba
+    from numba.core import event
+
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path))
+    x, w = _r(11, 24), _r(12, 24)
+    with quiet(), event.install_recorder("numba:compile") as recorded:
+        c = tk.compile(tk.trace(_nested_counts, x, w), target="cpu", progress=False)
+    (run,) = c.program.loops.values()
+    assert run.how == "one numba function" and "= inner_0(" in run.source, run.how
+    compiled = [e.data for _, e in recorded.buffer if e.is_end]
+    drivers = [d["args"] for d in compiled if d["dispatcher"].py_func.__name__ == "loop_driver"]
+    assert len(drivers) == 2, drivers  # the inner loop's, the outer loop's
+    literal = [
+        d["args"] for d in compiled if any(isinstance(a, numba.types.Literal) for a in d["args"])
+    ]
+    assert not literal, literal
+    np.testing.assert_allclose(c(x, w), _nested_counts(x, w), rtol=1e-12)
+
+
 def test_a_small_graph_with_loops_runs_as_one_numba_function():
     """Where a graph with loops does little work, its steps (kernels, the loops' drivers)
     are one numba function, which a call with plain arrays runs; other calls take the
@@ -660,6 +692,30 @@ def test_iterations_that_differ_do_not_roll(fn, why):
     new = x if fn is chaotic else x + 0.25  # the guarded branches hold for x itself
     with quiet():
         assert_same(t(new), fn(new))
+
+
+def changes_late(x, steps=400):
+    for i in range(steps):
+        c = 0.5 + 0 * i if i != steps - 7 else -0.5  # equal floats, but new objects; one differs
+        x = np.tanh(x * c + 0.1)
+    return x
+
+
+def test_an_iteration_that_differs_late_in_a_long_loop_stays_outside_it():
+    """Iterations whose literals are equal floats (new objects each time) roll; the one whose
+    literal differs, seven from the end, stays outside the loop, with those after it (a note
+    says why)."""
+    x = np.linspace(-1.0, 1.0, 5)
+    with quiet():
+        t = tk.trace(changes_late, x)
+    (loop,) = _loops(t.graph)
+    assert loop.attrs["trips"] == 393, str(t.graph)
+    outside = [n.inputs[1] for n in t.graph.nodes if n.op == "multiply"]
+    assert outside == [-0.5] + [0.5] * 6, str(t.graph)
+    assert any("7 iterations not rolled" in note for note in t.notes), t.notes
+    new = x[::-1] * 0.5
+    with quiet():
+        assert_same(t(new), changes_late(new))
 
 
 def test_a_body_that_repeats_an_op_on_one_line_is_one_iteration():
@@ -1382,20 +1438,46 @@ def test_invariant_work_is_hoisted_out_of_the_loop():
     assert_same(b(*args, np.ones(())), tk.vjp(tk.trace(_rnn, *_rnn_data()))(*args, np.ones(())))
 
 
+def _damped(x, w):
+    for _ in range(50):
+        x = np.tanh(x @ w) * 0.9 + 0.01
+    return x
+
+
+def test_a_loops_buffers_are_fresh_at_each_call():
+    """A driver's buffers (its carried state's two among them) are allocated by its caller at
+    each call: a result handed back from one is not overwritten by the next call, through the
+    loop's own run and through the runner (a graph large enough to keep it)."""
+    x, w = _r(13, 64, 64), _r(14, 64, 64) / 8
+    with quiet():
+        c = tk.compile(tk.trace(_damped, x, w), target="cpu", progress=False)
+    (run,) = c.program.loops.values()
+    assert run.how == "one numba function" and run.workspace, run.how
+    assert c.runner.whole is None
+    first = c(x, w)
+    held = first.copy()
+    second = c(x * 0.5, w)
+    np.testing.assert_allclose(second, _damped(x * 0.5, w), rtol=1e-9, atol=1e-14)
+    assert np.array_equal(first, held) and first is not second
+    again = run(x, w)
+    np.testing.assert_allclose(run(x * 0.25, w), _damped(x * 0.25, w), rtol=1e-9, atol=1e-14)
+    np.testing.assert_allclose(again, held, rtol=1e-9, atol=1e-14)
+
+
 def test_a_kernel_writes_the_region_a_loop_stores_into_directly():
     """``B[1:-1, 1:-1] = f(A)`` in a loop: the kernel writes B's interior, no temporary and no
     copy; where the kernel reads the array it writes (``u[1:-1] = g(u)``), it keeps its
     temporary (its neighbours would read values already written)."""
-    sources = {}
+    sources, workspaces = {}, {}
     for name in ("jacobi", "heat"):
         with quiet():
             c = tk.compile(_trace(name), target="cpu", progress=False)
         (run,) = c.program.loops.values()
         assert run.how == "one numba function"
         driver = run.source[run.source.index("def loop_driver") :]
-        sources[name] = driver
+        sources[name], workspaces[name] = driver, run.workspace  # temporaries: passed in
         args = PROGRAMS[name][1](8)
         want, got = _copies(args), _copies(args)
         np.testing.assert_allclose(c(*got), PROGRAMS[name][0](*want), rtol=1e-12)
-    assert "np.empty" not in sources["jacobi"] and "for q0 in" not in sources["jacobi"]
-    assert "np.empty" in sources["heat"]
+    assert not workspaces["jacobi"] and "for q0 in" not in sources["jacobi"]
+    assert workspaces["heat"] and "np.empty" not in sources["heat"]

@@ -93,6 +93,9 @@ def ident(name: str) -> str:
     return "vZkars" if body == "ars" else "v" + body
 
 
+_INT = frozenset({int})
+
+
 class Var:
     """A value in the graph: name, shape, dtype. Immutable; compared by identity.
 
@@ -107,7 +110,7 @@ class Var:
     __slots__ = ("name", "shape", "dtype", "weak", "_uid")
 
     def __init__(self, name: str, shape, dtype, weak: bool = False):
-        if type(shape) is not tuple or any(type(d) is not int for d in shape):
+        if type(shape) is not tuple or not _INT.issuperset(map(type, shape)):
             shape = tuple(int(d) for d in shape)
         setter = object.__setattr__
         setter(self, "name", name if type(name) is str else str(name))
@@ -306,7 +309,7 @@ class FrozenDict(dict):
         return hash(json.dumps(_canonical(dict(self)), sort_keys=True))
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, init=False)
 class Node:
     """One op application: ``outputs = op(*inputs, **attrs)``.
 
@@ -326,16 +329,16 @@ class Node:
     source: Source | None = None
     scope: tuple = ()
 
-    def __post_init__(self):
+    def __init__(self, op, inputs, attrs, outputs, source=None, scope=()):
+        # written out (dataclass's would set each field, then convert): tracing makes a node
+        # per op, tens of thousands in a loop
         setter = object.__setattr__
-        if type(self.inputs) is not tuple:
-            setter(self, "inputs", tuple(self.inputs))
-        if type(self.outputs) is not tuple:
-            setter(self, "outputs", tuple(self.outputs))
-        if type(self.attrs) is not FrozenDict:
-            setter(self, "attrs", FrozenDict(self.attrs))
-        if type(self.scope) is not tuple:
-            setter(self, "scope", tuple(self.scope))
+        setter(self, "op", op)
+        setter(self, "inputs", inputs if type(inputs) is tuple else tuple(inputs))
+        setter(self, "attrs", attrs if type(attrs) is FrozenDict else FrozenDict(attrs))
+        setter(self, "outputs", outputs if type(outputs) is tuple else tuple(outputs))
+        setter(self, "source", source)
+        setter(self, "scope", scope if type(scope) is tuple else tuple(scope))
 
     @property
     def out(self) -> Var:

@@ -29,6 +29,7 @@ from . import scalar as S
 from .control import loop_runner, prepared
 from .cpu_loop import (
     NoDriver,
+    allocate,
     driver_signature,
     driver_source,
     input_preparer,
@@ -590,7 +591,11 @@ class Runner:
                     prepared_argument, dtype=b.dtype, shape=b.shape, carried=k < carried
                 )
                 args.append(f"{prep}({name})")
-        call = f"{drv}({', '.join(args + ([start] if start else []) + [str(trip_count(node))])})"
+        args += [start] if start else []
+        args.append(str(trip_count(node)))
+        for shape, dtype in run.workspace:  # fresh at each call: a driver may return one
+            args.append(f"_empty({shape!r}, np.{dtype.name})")
+        call = f"{drv}({', '.join(args)})"
         return f"{call}[0]" if len(node.outputs) == 1 else call
 
 
@@ -630,7 +635,7 @@ def whole_graph_source(plan: Plan, program: CpuProgram) -> str | None:
     attrs = {"body": g, "trips": 1, "carried": 0, "stacked": 0}
     node = Node("loop", tuple(g.inputs), attrs, tuple(g.outputs))
     try:
-        source, _ = driver_source(node, plan, program, "whole_graph", counted=False)
+        source, _, _ = driver_source(node, plan, program, "whole_graph", counted=False)
     except NoDriver:
         return None
     return source
@@ -670,7 +675,9 @@ def compile_loop(node, math: str, disk: bool):
         return CpuProgram(plan, math, out_windows, returns, disk)
 
     try:
-        source, program = driver_source(node, plan, program, "loop_driver", remake)
+        source, program, workspace = driver_source(
+            node, plan, program, "loop_driver", remake, external=True
+        )
         program.source += "\n\n" + source
     except NoDriver as why:
         run = loop_runner(node, compile_body(g, plan, program, disk))
@@ -680,7 +687,8 @@ def compile_loop(node, math: str, disk: bool):
     program.load(disk=disk)
     driver = program.module.loop_driver
     try:
-        driver.compile(driver_signature(g, node.attrs.get("start", 0) != 0, counted=True))
+        shifted = node.attrs.get("start", 0) != 0
+        driver.compile(driver_signature(g, shifted, counted=True, workspace=workspace))
     except Exception as e:
         raise CompileError(_describe_failure("loop_driver", [], e, program.source)) from e
     single, until = len(node.outputs) == 1, node.attrs.get("cond") is not None
@@ -689,7 +697,9 @@ def compile_loop(node, math: str, disk: bool):
     count = trip_count(node)
 
     def run(*inputs, handed=(), start=0):
-        out = driver(*prepare(inputs, handed), *((start,) if shifted else ()), count)
+        out = driver(
+            *prepare(inputs, handed), *((start,) if shifted else ()), count, *allocate(workspace)
+        )
         if until:  # a while loop's driver says last whether its condition became false
             if not out[-1]:
                 raise GuardError(not_converged(node.attrs))
@@ -698,6 +708,7 @@ def compile_loop(node, math: str, disk: bool):
 
     run.how, run.source = "one numba function", program.source
     run.driver = None if until else driver  # a caller may call it with prepared arguments
+    run.workspace = workspace  # and fresh buffers of these shapes and dtypes (allocate)
     return run
 
 

@@ -41,22 +41,28 @@ class NoDriver(Exception):
     """A body step without a numba form: the loop runs its body from Python."""
 
 
-def driver_source(node, plan, program, name: str, remake=None, counted=True):
-    """``(source, program)``: the source of ``name(carried..., invariants..., [start,] count)``
+def driver_source(node, plan, program, name: str, remake=None, counted=True, external=False):
+    """``(source, program, workspace)``: the source of ``name(carried..., invariants...,
+    [start,] count, [workspace...])``
     running loop ``node`` whose body was planned as ``plan`` and compiled as ``program`` (its
     segments), and the program it calls: ``remake(out_windows, scalar_results)`` when kernels
     write their results straight into the regions that stores would copy them to, or return
     0-d results as scalars. ``count`` (:func:`trip_count`; none where ``counted`` is false:
     then the loop's own, written in) is an argument, so that one machine code serves a loop
-    traced for any number of iterations. Raises :class:`NoDriver`."""
-    d = _Driver(node, plan, program, name, remake, counted)
+    traced for any number of iterations. ``external``: the buffers the loop works in are
+    arguments too, allocated by its caller at each call (``workspace``: their shapes and
+    dtypes; :func:`allocate`), so that the driver does not compile numba's ``np.empty``
+    (0.1-0.2 s in a new process); else ``workspace`` is empty. Raises :class:`NoDriver`."""
+    d = _Driver(node, plan, program, name, remake, counted, external)
     d.program.callees.update({callee: fn for callee, (fn, _) in d.callees.items()})
-    return d.source, d.program
+    return d.source, d.program, tuple(shape_dtype for _, shape_dtype in d.workspace)
 
 
 class _Driver:
-    def __init__(self, node, plan, program, name, remake=None, counted=True):
+    def __init__(self, node, plan, program, name, remake=None, counted=True, external=False):
         self.node, self.plan, self.program = node, plan, program
+        self.external = external
+        self.workspace: list = []  # (name, (shape, dtype)) of the buffers the caller passes
         self.count = "n_trips" if counted else str(trip_count(node))
         g = plan.graph
         self.body, self.carried = g, node.attrs["carried"]
@@ -86,6 +92,7 @@ class _Driver:
             else:
                 self.contiguous.add(v)  # the caller passes contiguous copies
         self._steps()
+        params += [name for name, _ in self.workspace]
         self.source = self._assemble(name, params)
 
     def _name(self, v: Var) -> str:
@@ -195,7 +202,11 @@ class _Driver:
         for k, (x, b) in enumerate(zip(n.inputs, body.inputs)):
             if not isinstance(x, Var):  # a number; the 0-d array of it where the body takes one
                 value = py_literal(x)
-                args.append(value if b.weak else f"np.full({b.shape!r}, {value}, np.{b.dtype})")
+                args.append(
+                    _typed(value, b.dtype)
+                    if b.weak
+                    else f"np.full({b.shape!r}, {value}, np.{b.dtype})"
+                )
                 continue
             name = self.names[x]
             if b.weak:
@@ -210,8 +221,9 @@ class _Driver:
                 args.append(f"np.ascontiguousarray({name})")
         start = n.attrs.get("start", 0)
         if start != 0:  # where its count starts: an int, or moving with this loop
-            args.append(_int(start, self.k0))
-        args.append(str(trip_count(n)))
+            args.append(_typed(_int(start, self.k0), _COUNT))
+        args.append(_typed(str(trip_count(n)), _COUNT))
+        args += [_empty(shape, dtype) for shape, dtype in run.workspace]
         outs = []
         for o in n.outputs:
             outs.append(self._name(o))
@@ -233,19 +245,23 @@ class _Driver:
             double = False  # read into a scalar right after its kernel: one buffer serves
         elif v.weak or v.dtype.kind not in "biufc":
             raise NoDriver("a weak or non-numeric temporary")
-        dt = f"np.{v.dtype.name}"
         base = f"b_{v.ident}"
         if double:  # carried: the previous iteration's is read while this one is written
-            self.before += [
-                f"{base}0 = np.empty({v.shape!r}, {dt})",
-                f"{base}1 = np.empty({v.shape!r}, {dt})",
-            ]
+            self._buffer(f"{base}0", v.shape, v.dtype)
+            self._buffer(f"{base}1", v.shape, v.dtype)
             self.lines.append(f"d_{v.ident} = {base}0 if k % 2 == 0 else {base}1")
         else:
-            self.before.append(f"{base} = np.empty({v.shape!r}, {dt})")
+            self._buffer(base, v.shape, v.dtype)
             self.lines.append(f"d_{v.ident} = {base}")
         self.names[v] = f"d_{v.ident}"
         self.contiguous.add(v)
+
+    def _buffer(self, name: str, shape: tuple, dtype: np.dtype):
+        """A buffer of the loop's, made before it: an argument where the caller allocates."""
+        if self.external:
+            self.workspace.append((name, (shape, dtype)))
+        else:
+            self.before.append(f"{name} = {_empty(shape, dtype)}")
 
     def _operand(self, v: Var, ks, whole=False) -> str:
         name = self.names[v]
@@ -314,12 +330,12 @@ class _Driver:
         target = self.names[base]
         if not in_place:  # a copy; a carried one alternates (the old value may still be read)
             copy = f"c_{n.out.ident}"
-            empty = f"np.empty({base.shape!r}, np.{base.dtype.name})"
             if n.out in set(self.body.outputs[: self.carried]):
-                self.before += [f"{copy}0 = {empty}", f"{copy}1 = {empty}"]
+                self._buffer(f"{copy}0", base.shape, base.dtype)
+                self._buffer(f"{copy}1", base.shape, base.dtype)
                 self.lines.append(f"{copy} = {copy}0 if k % 2 == 0 else {copy}1")
             else:
-                self.before.append(f"{copy} = {empty}")
+                self._buffer(copy, base.shape, base.dtype)
             self._copy(copy, target, base.shape, base.shape)
             target = copy
         region = _region(base.shape, idx)
@@ -587,6 +603,28 @@ def _index(idx, k0=None) -> str:
     return ", ".join(parts) if parts else "()"
 
 
+_COUNT = np.dtype(np.int64)  # a driver's count and start
+
+
+def _empty(shape: tuple, dtype: np.dtype) -> str:
+    """numba source allocating an uninitialised array."""
+    return f"np.empty({shape!r}, np.{dtype.name})"
+
+
+def allocate(workspace) -> list:
+    """Fresh buffers for a driver's ``workspace`` (:func:`driver_source`), one call's."""
+    return [np.empty(shape, dtype) for shape, dtype in workspace]
+
+
+def _typed(value: str, dtype: np.dtype) -> str:
+    """``value`` (an expression of a number) as a callee's argument of the type that its driver
+    was compiled for: numba types an int or bool literal as a literal type, and compiles a
+    callee once more for each such literal (a nested loop's count, a third of a second each)."""
+    if dtype.kind == "b":
+        return f"np.bool_({value})"
+    return f"np.int64({value})" if dtype.kind in "iu" else value  # driver_signature's int
+
+
 def _int(x, k0=None) -> str:
     if isinstance(x, Affine):
         count = "k" if x.local or k0 is None else f"(k + {k0})"
@@ -622,9 +660,10 @@ def input_preparer(body, carried: int):
     return prepare
 
 
-def driver_signature(body, shifted: bool = False, counted: bool = False):
+def driver_signature(body, shifted: bool = False, counted: bool = False, workspace=()):
     """numba types of a driver's arguments (what :func:`input_preparer` gives; ``shifted``:
-    and the count the loop starts from; ``counted``: and its :func:`trip_count`)."""
+    and the count the loop starts from; ``counted``: and its :func:`trip_count`; and the
+    buffers of its ``workspace``)."""
     import numba
 
     return (
@@ -636,6 +675,10 @@ def driver_signature(body, shifted: bool = False, counted: bool = False):
         )
         + ((numba.int64,) if shifted else ())
         + ((numba.int64,) if counted else ())
+        + tuple(
+            numba.types.Array(numba.from_dtype(dtype), len(shape), "C")
+            for shape, dtype in workspace
+        )
     )
 
 

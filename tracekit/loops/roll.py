@@ -99,8 +99,7 @@ class _Context:
     breaks: dict  # id of a guard on a break's test -> (index in the range, range's length)
     handled: set = field(default_factory=set)  # ids of the guards the loops check now
     signatures: dict = field(default_factory=dict)  # node -> its keys (_signatures)
-    signature_ids: dict = field(default_factory=dict)  # a signature -> its small int
-    type_ids: dict = field(default_factory=dict)  # Var -> its type's small int (_type_id)
+    keys: _Keys = field(default_factory=lambda: _Keys())  # small ints of signatures' parts
 
 
 def _is_loop(n: Node) -> bool:
@@ -308,47 +307,71 @@ def _enclosing(sources: tuple) -> tuple:
 def _signatures(nodes, ctx) -> tuple[list, list]:
     """What two iterations' nodes at one body position must share, per node: loosely (a
     number among the inputs only its type; :func:`_progression` matches the values) and
-    strictly, each as a small int (``ctx.signature_ids``: runs of them compare quickly).
+    strictly, each as a small int (``ctx.keys``: runs of them compare quickly).
     ``ctx.signatures`` keeps each node's pair for the next scan of the graph."""
-    memo, ids, types = ctx.signatures, ctx.signature_ids, ctx.type_ids
+    memo, keys = ctx.signatures, ctx.keys
     loose, strict = [], []
     for n in nodes:
         known = memo.get(n)
         if known is None:
-            known = memo[n] = _signature(n, ids, types)
+            known = memo[n] = _signature(n, keys)
         loose.append(known[0])
         strict.append(known[1])
     return loose, strict
 
 
-def _signature(n: Node, ids: dict, types: dict) -> tuple[int, int]:
-    """(loose, strict) of ``n``; ``types`` keeps each Var's shape, dtype and weakness as a
-    small int, made for its producer and read for each of its readers."""
+class _Keys:
+    """Small ints for what signatures are made of: each signature (``ids``), each Var's
+    shape, dtype and weakness (``types``: made for its producer, read by its readers), and
+    the key of each source line and literal, by the object's id (a loop's iterations share
+    these objects; ``held`` keeps each object alive, so that no other reuses its id)."""
+
+    __slots__ = ("ids", "types", "held")
+
+    def __init__(self):
+        self.ids: dict = {}
+        self.types: dict = {}
+        self.held: dict = {}
+
+
+def _source_key(src):
+    return (src.file, src.line) if src else None
+
+
+def _signature(n: Node, keys: _Keys) -> tuple[int, int]:
+    """(loose, strict) of ``n``, small ints from ``keys`` (written out: a loop of a thousand
+    iterations has tens of thousands of nodes)."""
+    ids, types, held = keys.ids, keys.types, keys.held
     attrs = _attrs_key(n)
     if attrs is None:  # an attribute holding a value of the graph: never a repeat
         unique = ids.setdefault(("unique", id(n)), len(ids))
         return unique, unique
     outs = []
     for o in n.outputs:
-        outs.append(ids.setdefault(("v", o.shape, o.dtype.str, o.weak), len(ids)))
-        types[o] = outs[-1]
+        types[o] = k = ids.setdefault((o.shape, o.dtype, o.weak), len(ids))
+        outs.append(k)
     src = n.source
-    src = (src.file, src.line) if src else None
+    found = held.get(id(src))
+    if found is None or found[0] is not src:
+        found = held[id(src)] = (src, _source_key(src))
     ins, numbers = [], False
     for x in n.inputs:
         if type(x) is Var:
-            known = types.get(x)
-            if known is None:  # an input of the graph
-                known = types[x] = ids.setdefault(("v", x.shape, x.dtype.str, x.weak), len(ids))
-            ins.append(known)
+            k = types.get(x)
+            if k is None:  # an input of the graph
+                k = types[x] = ids.setdefault((x.shape, x.dtype, x.weak), len(ids))
+            ins.append(k)
         else:
             numbers = numbers or _is_number(x)
-            ins.append(_literal_key(x))
-    strict = ids.setdefault((n.op, tuple(ins), attrs, tuple(outs), src), len(ids))
+            lit = held.get(id(x))
+            if lit is None or lit[0] is not x:
+                lit = held[id(x)] = (x, _literal_key(x))
+            ins.append(lit[1])
+    strict = ids.setdefault((n.op, tuple(ins), attrs, tuple(outs), found[1]), len(ids))
     if not numbers:
         return strict, strict
     ins = [("n", type(x).__name__) if _is_number(x) else k for x, k in zip(n.inputs, ins)]
-    return ids.setdefault((n.op, tuple(ins), attrs, tuple(outs), src), len(ids)), strict
+    return ids.setdefault((n.op, tuple(ins), attrs, tuple(outs), found[1]), len(ids)), strict
 
 
 def _attrs_key(n: Node) -> tuple | str | None:
