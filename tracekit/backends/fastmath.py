@@ -107,6 +107,7 @@ __all__ = [
     "namespace",
     "name_for",
     "power_const_name",
+    "near_names",
     "OPS",
 ]
 
@@ -863,11 +864,9 @@ def _ph32(ax):
 
 
 @_helper
-def _reduce32(x):
-    """x = q*pi/2 + rh + rl (float32 pair) for any finite float32 x."""
-    ax = abs(x)
-    small = ax <= _LIM32
-    xc = x if small else _ZERO32
+def _near32(x):
+    """x = q*pi/2 + rh + rl (float32 pair) for |x| <= _LIM32; q = rh = rl = 0 beyond."""
+    xc = x if abs(x) <= _LIM32 else _ZERO32
     j = _fma(xc, _TWO_O_PI32, _SH32)
     q = _as_int(j)
     n = j - _SH32
@@ -877,6 +876,15 @@ def _reduce32(x):
     s, e = _two_sum(r1, -ph)
     lo = (e - pl) - n * _PIO2_3_32
     rh, rl = _two_sum(s, lo)
+    return q, rh, rl
+
+
+@_helper
+def _reduce32(x):
+    """x = q*pi/2 + rh + rl (float32 pair) for any finite float32 x."""
+    q, rh, rl = _near32(x)
+    ax = abs(x)
+    small = ax <= _LIM32
     # large arguments: Payne-Hanek in float64 (selected, both are evaluated)
     axl = ax if not small else _LIM32
     qb, rb = _ph32(axl)
@@ -1020,11 +1028,9 @@ def _ph64(ax):
 
 
 @_helper
-def _reduce64(x):
-    """x = q*pi/2 + rh + rl for any finite float64 x."""
-    ax = abs(x)
-    small = ax <= _LIM64
-    xc = x if small else 0.0
+def _near64(x):
+    """x = q*pi/2 + rh + rl for |x| <= _LIM64; q = rh = rl = 0 beyond."""
+    xc = x if abs(x) <= _LIM64 else 0.0
     j = _fma(xc, _TWO_O_PI64, _SHD)
     q = _as_int(j)
     n = j - _SHD
@@ -1032,6 +1038,15 @@ def _reduce64(x):
     h, l1 = _two_sum(t, -(n * _PIO2_2))
     h, l2 = _two_sum(h, -(n * _PIO2_3))
     rh, rl = _two_sum(h, (l1 + l2) - n * _PIO2_4)
+    return q, rh, rl
+
+
+@_helper
+def _reduce64(x):
+    """x = q*pi/2 + rh + rl for any finite float64 x."""
+    q, rh, rl = _near64(x)
+    ax = abs(x)
+    small = ax <= _LIM64
     axl = ax if not small else 131072.0
     qb, bh, bl = _ph64(axl)
     if x < 0.0:
@@ -1048,6 +1063,12 @@ def _reduce64(x):
 @_helper
 def _sin64_impl(x):
     q, rh, rl = _reduce64(x)
+    return _sin64_of(x, q, rh, rl)
+
+
+@_helper
+def _sin64_of(x, q, rh, rl):
+    """sin(x) from x = q*pi/2 + rh + rl."""
     s = _sin_k64(rh, rl)
     c = _cos_k64(rh, rl)
     r = c if q & 1 else s
@@ -1059,6 +1080,12 @@ def _sin64_impl(x):
 @_helper
 def _cos64_impl(x):
     q, rh, rl = _reduce64(x)
+    return _cos64_of(x, q, rh, rl)
+
+
+@_helper
+def _cos64_of(x, q, rh, rl):
+    """cos(x) from x = q*pi/2 + rh + rl."""
     s = _sin_k64(rh, rl)
     c = _cos_k64(rh, rl)
     r = s if q & 1 else c
@@ -1069,6 +1096,12 @@ def _cos64_impl(x):
 @_helper
 def _tan64_impl(x):
     q, rh, rl = _reduce64(x)
+    return _tan64_of(x, q, rh, rl)
+
+
+@_helper
+def _tan64_of(x, q, rh, rl):
+    """tan(x) from x = q*pi/2 + rh + rl."""
     s = _sin_k64(rh, rl)
     c = _cos_k64(rh, rl)
     r = _div(-c, s) if q & 1 else _div(s, c)
@@ -1614,6 +1647,12 @@ def sin_f32(x):
     """
     x = _f32(x)
     q, rh, rl = _reduce32(x)
+    return _sin32_of(x, q, rh, rl)
+
+
+@_helper
+def _sin32_of(x, q, rh, rl):
+    """sin(x) from x = q*pi/2 + rh + rl."""
     s = _sin_k32(rh, rl)
     c = _cos_k32(rh, rl)
     r = c if q & 1 else s
@@ -1630,6 +1669,12 @@ def cos_f32(x):
     """
     x = _f32(x)
     q, rh, rl = _reduce32(x)
+    return _cos32_of(x, q, rh, rl)
+
+
+@_helper
+def _cos32_of(x, q, rh, rl):
+    """cos(x) from x = q*pi/2 + rh + rl."""
     s = _sin_k32(rh, rl)
     c = _cos_k32(rh, rl)
     r = s if q & 1 else c
@@ -1704,6 +1749,12 @@ def tan_f32(x):
     """
     x = _f32(x)
     q, rh, rl = _reduce32(x)
+    return _tan32_of(x, q, rh, rl)
+
+
+@_helper
+def _tan32_of(x, q, rh, rl):
+    """tan(x) from x = q*pi/2 + rh + rl."""
     h, l = np.float64(rh), np.float64(rl)
     s = _sin_k64(h, l)
     c = _cos_k64(h, l)
@@ -1859,6 +1910,85 @@ def tan_f64(x):
     Domain: all float64.  max error vs correctly rounded: 2 ulp.
     """
     return _tan64_impl(np.float64(x))
+
+
+# ---------------------------------------------------------------------------
+# sin, cos, tan without their large-argument path
+# ---------------------------------------------------------------------------
+# A vectorised loop evaluates both sides of every select: each element of sin_f64 pays for
+# the Payne-Hanek reduction (two thirds of its time) though ordinary arguments never need it.
+# A kernel calls the near versions instead, counts the arguments ``trig_far_*`` says they do
+# not cover, and computes everything again with the full functions where that count is not 0.
+
+
+@_jit
+def sin_near_f32(x):
+    """sin_f32 for |x| <= 2**20 and +-inf/nan; any other value for other arguments
+    (``trig_far_f32``).  max error vs correctly rounded: 1 ulp."""
+    x = _f32(x)
+    q, rh, rl = _near32(x)
+    return _sin32_of(x, q, rh, rl)
+
+
+@_jit
+def cos_near_f32(x):
+    """cos_f32 for |x| <= 2**20 and +-inf/nan (see sin_near_f32).
+    max error vs correctly rounded: 1 ulp."""
+    x = _f32(x)
+    q, rh, rl = _near32(x)
+    return _cos32_of(x, q, rh, rl)
+
+
+@_jit
+def tan_near_f32(x):
+    """tan_f32 for |x| <= 2**20 and +-inf/nan (see sin_near_f32).
+    max error vs correctly rounded: 1 ulp."""
+    x = _f32(x)
+    q, rh, rl = _near32(x)
+    return _tan32_of(x, q, rh, rl)
+
+
+@_jit
+def trig_far_f32(x):
+    """1 where sin_near_f32/cos_near_f32/tan_near_f32 do not cover x (finite, |x| > 2**20),
+    else 0."""
+    ax = abs(_f32(x))
+    return np.int64(1) if (ax > _LIM32) & (ax < _INF32) else np.int64(0)
+
+
+@_jit
+def sin_near_f64(x):
+    """sin_f64 for |x| <= 3e6 and +-inf/nan; any other value for other arguments
+    (``trig_far_f64``).  max error vs correctly rounded: 1 ulp."""
+    x = np.float64(x)
+    q, rh, rl = _near64(x)
+    return _sin64_of(x, q, rh, rl)
+
+
+@_jit
+def cos_near_f64(x):
+    """cos_f64 for |x| <= 3e6 and +-inf/nan (see sin_near_f64).
+    max error vs correctly rounded: 1 ulp."""
+    x = np.float64(x)
+    q, rh, rl = _near64(x)
+    return _cos64_of(x, q, rh, rl)
+
+
+@_jit
+def tan_near_f64(x):
+    """tan_f64 for |x| <= 3e6 and +-inf/nan (see sin_near_f64).
+    max error vs correctly rounded: 2 ulp."""
+    x = np.float64(x)
+    q, rh, rl = _near64(x)
+    return _tan64_of(x, q, rh, rl)
+
+
+@_jit
+def trig_far_f64(x):
+    """1 where sin_near_f64/cos_near_f64/tan_near_f64 do not cover x (finite, |x| > 3e6),
+    else 0."""
+    ax = abs(np.float64(x))
+    return np.int64(1) if (ax > _LIM64) & (ax < _INF) else np.int64(0)
 
 
 @_jit
@@ -2355,6 +2485,32 @@ def name_for(op: str, dtype) -> str | None:
 POWER_CONST = _Dispatchers({dt: f"power_const_{sfx}" for dt, sfx in _SUFFIX.items()})
 
 
+# op -> (its version without the large-argument path, the test of the arguments it misses)
+NEAR = _Dispatchers(
+    {
+        (op, dt): f"{op}_near_{sfx}"
+        for op in ("sin", "cos", "tan")
+        for dt, sfx in _SUFFIX.items()
+    }
+)
+FAR = _Dispatchers({dt: f"trig_far_{sfx}" for dt, sfx in _SUFFIX.items()})
+
+
+def near_names(op: str, dtype) -> tuple | None:
+    """``(near, far)``: the global names of ``op``'s version for ordinary arguments at
+    ``dtype`` and of the test (1 or 0) of an argument it does not cover; None where ``op`` has
+    one version only. A loop computing ``near(x)`` and adding up ``far(x)`` is exact where the
+    sum is 0.
+
+    >>> near_names("sin", np.float64)
+    ('fm_sin_near_f64', 'fm_trig_far_f64')
+    """
+    dt = np.dtype(dtype)
+    if (op, dt) not in NEAR:
+        return None
+    return f"fm_{NEAR._names[(op, dt)]}", f"fm_{FAR._names[dt]}"
+
+
 def power_const_name(dtype) -> str | None:
     """Global name (``fm_power_const_<f32|f64>``) of ``power_const`` at ``dtype``, or None."""
     dt = np.dtype(dtype)
@@ -2419,7 +2575,11 @@ def _folder_cache(folder: str):
 
 
 _NAMESPACE = _Dispatchers(
-    {f"fm_{name}": name for name in (*FAST_MATH._names.values(), *POWER_CONST._names.values())}
+    {
+        f"fm_{name}": name
+        for table in (FAST_MATH, POWER_CONST, NEAR, FAR)
+        for name in table._names.values()
+    }
 )
 
 
