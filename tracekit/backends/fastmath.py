@@ -2487,11 +2487,7 @@ POWER_CONST = _Dispatchers({dt: f"power_const_{sfx}" for dt, sfx in _SUFFIX.item
 
 # op -> (its version without the large-argument path, the test of the arguments it misses)
 NEAR = _Dispatchers(
-    {
-        (op, dt): f"{op}_near_{sfx}"
-        for op in ("sin", "cos", "tan")
-        for dt, sfx in _SUFFIX.items()
-    }
+    {(op, dt): f"{op}_near_{sfx}" for op in ("sin", "cos", "tan") for dt, sfx in _SUFFIX.items()}
 )
 FAR = _Dispatchers({dt: f"trig_far_{sfx}" for dt, sfx in _SUFFIX.items()})
 
