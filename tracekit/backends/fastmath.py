@@ -506,6 +506,18 @@ _NAN = np.nan
 # Fitted with a Remez exchange in 50-digit arithmetic (mpmath), rounded to
 # the working precision.
 _COEFFS = {
+    # float32 exp2 in float64: 2^f = sum (f ln2)^n / n!, |f| <= 1/2 (Taylor, 2^-32.3)
+    "EXP2_32": (
+        "0x1.0000000000000p+0",
+        "0x1.62e42fefa39efp-1",
+        "0x1.ebfbdff82c58fp-3",
+        "0x1.c6b08d704a0c0p-5",
+        "0x1.3b2ab6fba4e77p-7",
+        "0x1.5d87fe78a6731p-10",
+        "0x1.430912f86c787p-13",
+        "0x1.ffcbfc588b0c7p-17",
+        "0x1.62c0223a5c824p-20",
+    ),
     # float32: expm1(r) - r = r^2 * P(r), |r| <= ln2/2, relative to exp(r)  (2^-28.2)
     "EXP32": (
         "0x1.fffffc0000000p-2",
@@ -705,6 +717,7 @@ def _poly(name, dtype, start=0):
 
 
 _p_exp32 = _poly("EXP32", _f32)
+_p_exp2_32 = _poly("EXP2_32", float)
 _p_expm1_32 = _poly("EXPM1_32", _f32)
 _p_log32 = _poly("LOG32", _f32)
 _p_tanh32 = _poly("TANH32", _f32)
@@ -1698,11 +1711,19 @@ def power_f32(x, y):
 
 @_jit
 def exp2_f32(x):
-    """2**x for float32 (via the float64 kernel, rounded once).
+    """2**x for float32: x = k + f (k an integer, |f| <= 1/2, both exact), 2**f by a degree-8
+    polynomial in float64 (2**-32 relative), times 2**k exactly in float64, rounded once
+    (subnormal and overflowing results too).
 
     Domain: all float32.  max error vs correctly rounded: 1 ulp.
     """
-    return _f32(_exp2_64_impl(np.float64(_f32(x))))
+    x64 = np.float64(_f32(x))
+    xc = _select(x64 > 129.0, 129.0, _select(x64 < -151.0, -151.0, x64))  # nan stays nan
+    kf = xc + _SHD
+    k = _as_int(kf) - _SHD_BITS
+    f = xc - (kf - _SHD)
+    res = _f32(_ldexp64(_p_exp2_32(f), k))
+    return res if x64 == x64 else _NAN32
 
 
 @_jit
