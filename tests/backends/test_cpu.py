@@ -397,6 +397,40 @@ def test_chained_transcendentals_interleave_at_default_settings(dt, shape, monke
         np.testing.assert_array_equal(got, plain(with_layout(x, layout), y, 0.25))
 
 
+def _trig_chain(x, y):
+    return np.sin(x * 3.0) + np.cos(x) * np.tan(x - y)
+
+
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+@pytest.mark.parametrize("interleaved", [False, True], ids=["plain", "streams"])
+def test_trig_kernels_compute_again_where_an_argument_is_huge(dt, interleaved, monkeypatch):
+    """sin, cos and tan in a kernel are their versions without the huge-argument reduction
+    (which a vectorised loop would evaluate for every element); where any argument is beyond
+    them the kernel computes every element again with the full functions: NumPy's results
+    either way, in every layout, in streams or not."""
+    if interleaved:
+        for name, value in (("STREAMS", 2), ("LANES", 2), ("STREAM_MIN_WORK", 0)):
+            monkeypatch.setattr(emit_cpu, name, value)
+        monkeypatch.setattr(emit_cpu, "STREAM_MIN_FAST_MATH", 0)
+    else:
+        monkeypatch.setattr(emit_cpu, "STREAMS", 1)
+    rng = np.random.default_rng(seed_of("near trig", dt))
+    x = rng.uniform(-20, 20, (3, BIG // 3 + 1)).astype(dt)
+    y = rng.uniform(-2, 2, x.shape[-1:]).astype(dt)
+    c, t = compiled(_trig_chain, x, y)
+    assert re.search(r"fm_sin_near_f\d\d\(", c.source) and "fm_tan_f" in c.source
+    assert bool(re.search(r"_i\d+_1 = ", c.source)) == interleaved
+    huge = x.copy()
+    huge[1, 5] = 1e22 if dt == "float64" else 3e7  # one far argument: everything again
+    tol = 1e-5 if dt == "float32" else 1e-12
+    for case in (x, huge):
+        for layout in LAYOUTS:
+            got, want, _, _ = both(c, t, with_layout(case, layout), y)
+            np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=layout)
+            with np.errstate(all="ignore"):
+                np.testing.assert_allclose(got, _trig_chain(case, y), rtol=tol, atol=tol)
+
+
 def test_interleaved_kernel_writing_into_its_own_input():
     """``x`` updated in place and an ``out=`` buffer that is the input: each element is read
     before it is written, stream by stream."""

@@ -633,7 +633,7 @@ def test_registry():
             assert documented_cr_bound(op, dt) is not None  # every function states its bound
     assert fm.name_for("exp", np.int32) is None
     assert fm.name_for("logaddexp", np.float64) is None
-    assert len(ns) == len(fm.FAST_MATH) + len(fm.POWER_CONST)
+    assert len(ns) == len(fm.FAST_MATH) + len(fm.POWER_CONST) + len(fm.NEAR) + len(fm.FAR)
     for dt, sfx in ((F32, "f32"), (F64, "f64")):
         assert ns[fm.power_const_name(dt)] is fm.POWER_CONST[dt]
         assert fm.power_const_name(dt) == f"fm_power_const_{sfx}"
@@ -773,6 +773,62 @@ def test_trig_of_the_hardest_double():
 
 def _vector_width_in_llvm(llvm_ir, elem):
     return {int(n) for n in re.findall(r"<(\d+) x " + elem + ">", llvm_ir)}
+
+
+NEAR_LIMIT = {F32: 2.0**20, F64: 3.0e6}  # the Cody-Waite ranges the near versions cover
+
+
+@pytest.mark.parametrize("op,dtype", [(o, d) for o in ("sin", "cos", "tan") for d in DTYPES])
+def test_near_versions_are_the_full_ones_where_the_far_test_is_zero(op, dtype):
+    """``<op>_near`` (no Payne-Hanek) gives the full function's bits wherever ``trig_far``
+    says 0, which it says exactly for the finite arguments beyond the Cody-Waite range; and
+    its loop vectorises without the large-argument path's table gathers."""
+    near_name, far_name = fm.near_names(op, dtype)
+    ns = fm.namespace()
+    near, far = ns[near_name], ns[far_name]
+    x = inputs(op, dtype)
+    x = np.concatenate([x, np.array([NEAR_LIMIT[dtype]], dtype)])
+    x = np.concatenate([x, np.nextafter(x[-1:], dtype.type(np.inf)), -x[-2:]])
+    got_near, got_full = np.empty_like(x), evaluate(op, dtype, x)
+    _evaluator(near, 1)(x, got_near)
+    flags = np.empty(len(x), np.int64)
+    _flags(far)(x, flags)
+    beyond = np.isfinite(x) & (np.abs(x) > NEAR_LIMIT[dtype])
+    np.testing.assert_array_equal(flags, beyond.astype(np.int64))
+    assert 0 < beyond.sum() < len(x) - 1000  # both kinds, many of each
+    np.testing.assert_array_equal(got_near[~beyond], got_full[~beyond])  # (nan == nan here)
+    ev = _evaluator(near, 1)
+    assert "gather" not in ev.inspect_llvm(ev.signatures[0])
+    assert _VECTOR_FMA.search(ev.inspect_llvm(ev.signatures[0]))
+
+
+@functools.cache
+def _flags(far):
+    @numba.njit(fastmath=False)
+    def flags(x, out):
+        for i in range(x.shape[0]):
+            out[i] = far(x[i])
+
+    return flags
+
+
+def test_near_names():
+    assert fm.near_names("sin", F64) == ("fm_sin_near_f64", "fm_trig_far_f64")
+    assert fm.near_names("tan", np.float32) == ("fm_tan_near_f32", "fm_trig_far_f32")
+    assert fm.near_names("exp", F64) is None
+
+
+@pytest.mark.parametrize("op", ["sin", "cos", "tan"])
+def test_float32_trig_reduces_without_the_float64_table(op):
+    """float32 trig reduces its argument in float32 (Payne-Hanek in integer arithmetic): a
+    vectorised loop evaluates the large-argument path for every element, and the float64
+    one's table gathers cost tan twice sin's time."""
+    ev = _evaluator(fm.FAST_MATH[(op, F32)], 1)
+    x = np.linspace(-1e30, 1e30, 64, dtype=F32)
+    out = np.empty_like(x)
+    ev(x, out)
+    assert ulp_distance(out, getattr(np, op)(x.astype(F64)).astype(F32)).max() <= 1
+    assert "gather" not in ev.inspect_llvm(ev.signatures[0])
 
 
 @pytest.mark.parametrize("parallel", [False, True], ids=["range", "prange"])

@@ -101,6 +101,9 @@ class KernelSource:
         self.local: dict = {}  # Var -> source of its current element / row value
         self.reduces = [n for n in g.nodes if is_reduction(n)]
         self.blocked: list = []  # reductions adding up in blocks in the loop being emitted
+        self.near = False  # fast-math functions' versions for ordinary arguments (_elementwise)
+        self._far = f"{self.p}far"  # how many arguments those versions missed
+        self.far_terms: list = []  # the element's tests (numba allows one update per loop)
 
     # -- naming
     def arg(self, v: Var) -> str:
@@ -192,8 +195,12 @@ class KernelSource:
             self.emit(f"{name} = {self.read(node.inputs[0])}", depth)
         else:
             vals = [self.value(x) for x in node.inputs]
-            src = S.expr(node, [v[0] for v in vals], [v[1] for v in vals], self.math)
+            args, dtypes = [v[0] for v in vals], [v[1] for v in vals]
+            src = S.expr(node, args, dtypes, self.math, near=self.near)
             self.emit(f"{name} = {S.typed_expr(node, src, self.math)}", depth)
+            far = S.far_test(node, args, dtypes, self.math) if self.near else None
+            if far:
+                self.far_terms.append(far)
         self.local[out] = name
 
     def store(self, v: Var, depth: int):
@@ -287,9 +294,38 @@ class KernelSource:
         return self._work() >= self.min_parallel
 
     def _elementwise(self):
-        streams = self._streams()
+        """The element loops; where some function has a version for ordinary arguments
+        (``sin`` without its huge-argument reduction, which a vectorised loop would otherwise
+        evaluate for every element), the loops with those versions, counting the arguments
+        they miss, then, where there were any, the loops again with the full functions: one
+        serial loop of one stream, for a case that is rare and should cost little to compile
+        (a parallel loop's body is optimised four times over by numba, a plain one once)."""
+        if not self._may_run_twice() or not any(self._has_near(n) for n in self.group.nodes):
+            self._element_loops(1)
+            return
+        self.emit(f"{self._far} = 0", 1)
+        self.near = True
+        self._element_loops(1)
+        self.near = False
+        self.emit(f"if {self._far} != 0:", 1)
+        self._element_loops(2, rare=True)
+
+    def _has_near(self, node) -> bool:
+        if OPS[node.op].keeps_order:
+            return False
+        dtypes = [x.dtype if isinstance(x, Var) else self.value(x)[1] for x in node.inputs]
+        return S.far_test(node, ["x"] * len(dtypes), dtypes, self.math) is not None
+
+    def _may_run_twice(self) -> bool:
+        """Whether computing every element again gives the same results: no result is written
+        through a view (whose base a read might share) and none is also read."""
+        return not any(v in self.windows or v in self.inputs for v in self.outputs)
+
+    def _element_loops(self, base: int, rare: bool = False):
+        streams = 1 if rare else self._streams()
         if streams == 1:
-            depth = self._loops(self._loop_order(self.layout.kept), 1, self._parallel())
+            parallel = False if rare else self._parallel()
+            depth = self._loops(self._loop_order(self.layout.kept), base, parallel)
             self._elementwise_body(depth)
             return
         L = self.layout
@@ -298,7 +334,7 @@ class KernelSource:
         width = streams * LANES
         full = size // width * width
         parallel = self._parallel()
-        depth = self._loops(outer, 1, parallel)
+        depth = self._loops(outer, base, parallel)
         blocks = f"{i}b"
         self.emit(f"# {streams} interleaved streams of {LANES} elements (see _streams)", depth)
         if parallel and not outer:
@@ -314,17 +350,25 @@ class KernelSource:
         for line in body:
             for k in range(streams):
                 self.emit(names.sub(rf"\1_{k}", line), depth + 2)
+        if self.near:
+            terms = " + ".join(f"{self.p}t_far_{k}" for k in range(streams))
+            self.emit(f"{self._far} += {terms}", depth + 2)
         self.emit(f"for {i} in range({full}, {size}):", depth)
         self._elementwise_body(depth + 1)
 
     def _elementwise_body(self, depth, keep=True) -> list[str]:
-        """Emit the group's statements at ``depth``; with ``keep=False`` return them instead."""
+        """Emit the group's statements at ``depth``; with ``keep=False`` return them instead
+        (the count of missed arguments left to the caller, in ``<kernel>_t_far``)."""
         start = len(self.lines)
-        self.local = {}
+        self.local, self.far_terms = {}, []
         for n in self.group.nodes:
             self.compute(n, depth)
             for o in n.outputs:
                 self.store(o, depth)
+        if self.near:
+            self.emit(f"{self.p}t_far = {' + '.join(self.far_terms)}", depth)
+            if keep:
+                self.emit(f"{self._far} += {self.p}t_far", depth)
         body = self.lines[start:]
         if not keep:
             del self.lines[start:]

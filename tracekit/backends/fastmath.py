@@ -74,12 +74,17 @@ Implementation notes
   6381956970095103 * 2**797, is in the tests).  The float32 Payne-Hanek uses
   integer arithmetic on four 64-bit words of 2/pi; the float64 one reads four
   53-bit chunks of 2/pi from a table indexed by the exponent (vector gathers).
-  The vectoriser if-converts, so the large-argument path is always evaluated:
-  its cost is part of the benchmark numbers.
-* float32 ``exp2, log2, log10, sinh, cosh, tan, power, arctan, arcsin, arccos,
+  The vectoriser if-converts, so the large-argument path is always evaluated
+  (two thirds of ``sin_f64``'s time): kernels call ``sin_near_*``/``cos_near_*``/
+  ``tan_near_*`` (:func:`near_names`), which leave it out, count the arguments
+  ``trig_far_*`` says they miss, and compute again with the full functions where
+  there were any.
+* float32 ``log2, log10, sinh, cosh, power, arctan, arcsin, arccos,
   arctan2, arcsinh, arccosh, arctanh, cbrt, hypot, logaddexp`` and ``power_const`` are
   evaluated with the float64 kernels and rounded once (accurate, about half the float32
-  speed).
+  speed); float32 ``tan`` reduces its argument as ``sin`` does (in float32) and evaluates
+  only the polynomials in float64, float32 ``exp2`` splits off the integer part exactly and
+  evaluates a polynomial of the rest in float64.
 * ``logaddexp`` has a float32 version only: NumPy's formula ``max + log1p(exp(-|x-y|))``
   cancels near the zero of ``e**x + e**y = 1`` in float64 as in float32 (NumPy's float32
   loop is thousands of ulps off there), and float64 would need it in double-double.
@@ -112,6 +117,7 @@ __all__ = [
     "namespace",
     "name_for",
     "power_const_name",
+    "near_names",
     "OPS",
 ]
 
@@ -507,6 +513,18 @@ _NAN = np.nan
 # Fitted with a Remez exchange in 50-digit arithmetic (mpmath), rounded to
 # the working precision.
 _COEFFS = {
+    # float32 exp2 in float64: 2^f = sum (f ln2)^n / n!, |f| <= 1/2 (Taylor, 2^-32.3)
+    "EXP2_32": (
+        "0x1.0000000000000p+0",
+        "0x1.62e42fefa39efp-1",
+        "0x1.ebfbdff82c58fp-3",
+        "0x1.c6b08d704a0c0p-5",
+        "0x1.3b2ab6fba4e77p-7",
+        "0x1.5d87fe78a6731p-10",
+        "0x1.430912f86c787p-13",
+        "0x1.ffcbfc588b0c7p-17",
+        "0x1.62c0223a5c824p-20",
+    ),
     # float32: expm1(r) - r = r^2 * P(r), |r| <= ln2/2, relative to exp(r)  (2^-28.2)
     "EXP32": (
         "0x1.fffffc0000000p-2",
@@ -706,6 +724,7 @@ def _poly(name, dtype, start=0):
 
 
 _p_exp32 = _poly("EXP32", _f32)
+_p_exp2_32 = _poly("EXP2_32", float)
 _p_expm1_32 = _poly("EXPM1_32", _f32)
 _p_log32 = _poly("LOG32", _f32)
 _p_tanh32 = _poly("TANH32", _f32)
@@ -868,11 +887,9 @@ def _ph32(ax):
 
 
 @_helper
-def _reduce32(x):
-    """x = q*pi/2 + rh + rl (float32 pair) for any finite float32 x."""
-    ax = abs(x)
-    small = ax <= _LIM32
-    xc = x if small else _ZERO32
+def _near32(x):
+    """x = q*pi/2 + rh + rl (float32 pair) for |x| <= _LIM32; q = rh = rl = 0 beyond."""
+    xc = x if abs(x) <= _LIM32 else _ZERO32
     j = _fma(xc, _TWO_O_PI32, _SH32)
     q = _as_int(j)
     n = j - _SH32
@@ -882,6 +899,15 @@ def _reduce32(x):
     s, e = _two_sum(r1, -ph)
     lo = (e - pl) - n * _PIO2_3_32
     rh, rl = _two_sum(s, lo)
+    return q, rh, rl
+
+
+@_helper
+def _reduce32(x):
+    """x = q*pi/2 + rh + rl (float32 pair) for any finite float32 x."""
+    q, rh, rl = _near32(x)
+    ax = abs(x)
+    small = ax <= _LIM32
     # large arguments: Payne-Hanek in float64 (selected, both are evaluated)
     axl = ax if not small else _LIM32
     qb, rb = _ph32(axl)
@@ -1025,11 +1051,9 @@ def _ph64(ax):
 
 
 @_helper
-def _reduce64(x):
-    """x = q*pi/2 + rh + rl for any finite float64 x."""
-    ax = abs(x)
-    small = ax <= _LIM64
-    xc = x if small else 0.0
+def _near64(x):
+    """x = q*pi/2 + rh + rl for |x| <= _LIM64; q = rh = rl = 0 beyond."""
+    xc = x if abs(x) <= _LIM64 else 0.0
     j = _fma(xc, _TWO_O_PI64, _SHD)
     q = _as_int(j)
     n = j - _SHD
@@ -1037,6 +1061,15 @@ def _reduce64(x):
     h, l1 = _two_sum(t, -(n * _PIO2_2))
     h, l2 = _two_sum(h, -(n * _PIO2_3))
     rh, rl = _two_sum(h, (l1 + l2) - n * _PIO2_4)
+    return q, rh, rl
+
+
+@_helper
+def _reduce64(x):
+    """x = q*pi/2 + rh + rl for any finite float64 x."""
+    q, rh, rl = _near64(x)
+    ax = abs(x)
+    small = ax <= _LIM64
     axl = ax if not small else 131072.0
     qb, bh, bl = _ph64(axl)
     if x < 0.0:
@@ -1053,6 +1086,12 @@ def _reduce64(x):
 @_helper
 def _sin64_impl(x):
     q, rh, rl = _reduce64(x)
+    return _sin64_of(x, q, rh, rl)
+
+
+@_helper
+def _sin64_of(x, q, rh, rl):
+    """sin(x) from x = q*pi/2 + rh + rl."""
     s = _sin_k64(rh, rl)
     c = _cos_k64(rh, rl)
     r = c if q & 1 else s
@@ -1064,6 +1103,12 @@ def _sin64_impl(x):
 @_helper
 def _cos64_impl(x):
     q, rh, rl = _reduce64(x)
+    return _cos64_of(x, q, rh, rl)
+
+
+@_helper
+def _cos64_of(x, q, rh, rl):
+    """cos(x) from x = q*pi/2 + rh + rl."""
     s = _sin_k64(rh, rl)
     c = _cos_k64(rh, rl)
     r = s if q & 1 else c
@@ -1074,6 +1119,12 @@ def _cos64_impl(x):
 @_helper
 def _tan64_impl(x):
     q, rh, rl = _reduce64(x)
+    return _tan64_of(x, q, rh, rl)
+
+
+@_helper
+def _tan64_of(x, q, rh, rl):
+    """tan(x) from x = q*pi/2 + rh + rl."""
     s = _sin_k64(rh, rl)
     c = _cos_k64(rh, rl)
     r = _div(-c, s) if q & 1 else _div(s, c)
@@ -1619,6 +1670,12 @@ def sin_f32(x):
     """
     x = _f32(x)
     q, rh, rl = _reduce32(x)
+    return _sin32_of(x, q, rh, rl)
+
+
+@_helper
+def _sin32_of(x, q, rh, rl):
+    """sin(x) from x = q*pi/2 + rh + rl."""
     s = _sin_k32(rh, rl)
     c = _cos_k32(rh, rl)
     r = c if q & 1 else s
@@ -1635,6 +1692,12 @@ def cos_f32(x):
     """
     x = _f32(x)
     q, rh, rl = _reduce32(x)
+    return _cos32_of(x, q, rh, rl)
+
+
+@_helper
+def _cos32_of(x, q, rh, rl):
+    """cos(x) from x = q*pi/2 + rh + rl."""
     s = _sin_k32(rh, rl)
     c = _cos_k32(rh, rl)
     r = s if q & 1 else c
@@ -1655,11 +1718,19 @@ def power_f32(x, y):
 
 @_jit
 def exp2_f32(x):
-    """2**x for float32 (via the float64 kernel, rounded once).
+    """2**x for float32: x = k + f (k an integer, |f| <= 1/2, both exact), 2**f by a degree-8
+    polynomial in float64 (2**-32 relative), times 2**k exactly in float64, rounded once
+    (subnormal and overflowing results too).
 
     Domain: all float32.  max error vs correctly rounded: 1 ulp.
     """
-    return _f32(_exp2_64_impl(np.float64(_f32(x))))
+    x64 = np.float64(_f32(x))
+    xc = _select(x64 > 129.0, 129.0, _select(x64 < -151.0, -151.0, x64))  # nan stays nan
+    kf = xc + _SHD
+    k = _as_int(kf) - _SHD_BITS
+    f = xc - (kf - _SHD)
+    res = _f32(_ldexp64(_p_exp2_32(f), k))
+    return res if x64 == x64 else _NAN32
 
 
 @_jit
@@ -1701,11 +1772,26 @@ def cosh_f32(x):
 
 @_jit
 def tan_f32(x):
-    """tan(x) for float32 (float64 sin/cos kernels incl. Payne-Hanek, rounded once).
-
-    Domain: all float32.  max error vs correctly rounded: 1 ulp.
+    """tan(x) for float32: sin_f32's reduction (a float32 pair), then the float64 sin and cos
+    kernels of that pair and one division, rounded once (the reduction in float64 would cost
+    a float64 Payne-Hanek, evaluated for every element of a vectorised loop).
+    tan(-0.0) = -0.0.  Domain: all float32 (+-inf -> nan).
+    max error vs correctly rounded: 1 ulp.
     """
-    return _f32(_tan64_impl(np.float64(_f32(x))))
+    x = _f32(x)
+    q, rh, rl = _reduce32(x)
+    return _tan32_of(x, q, rh, rl)
+
+
+@_helper
+def _tan32_of(x, q, rh, rl):
+    """tan(x) from x = q*pi/2 + rh + rl."""
+    h, l = np.float64(rh), np.float64(rl)
+    s = _sin_k64(h, l)
+    c = _cos_k64(h, l)
+    r = _f32(_div(-c, s) if q & 1 else _div(s, c))
+    r = x if x == _ZERO32 else r
+    return r if abs(x) < _INF32 else _NAN32
 
 
 # ---------------------------------------------------------------------------
@@ -1855,6 +1941,85 @@ def tan_f64(x):
     Domain: all float64.  max error vs correctly rounded: 2 ulp.
     """
     return _tan64_impl(np.float64(x))
+
+
+# ---------------------------------------------------------------------------
+# sin, cos, tan without their large-argument path
+# ---------------------------------------------------------------------------
+# A vectorised loop evaluates both sides of every select: each element of sin_f64 pays for
+# the Payne-Hanek reduction (two thirds of its time) though ordinary arguments never need it.
+# A kernel calls the near versions instead, counts the arguments ``trig_far_*`` says they do
+# not cover, and computes everything again with the full functions where that count is not 0.
+
+
+@_jit
+def sin_near_f32(x):
+    """sin_f32 for |x| <= 2**20 and +-inf/nan; any other value for other arguments
+    (``trig_far_f32``).  max error vs correctly rounded: 1 ulp."""
+    x = _f32(x)
+    q, rh, rl = _near32(x)
+    return _sin32_of(x, q, rh, rl)
+
+
+@_jit
+def cos_near_f32(x):
+    """cos_f32 for |x| <= 2**20 and +-inf/nan (see sin_near_f32).
+    max error vs correctly rounded: 1 ulp."""
+    x = _f32(x)
+    q, rh, rl = _near32(x)
+    return _cos32_of(x, q, rh, rl)
+
+
+@_jit
+def tan_near_f32(x):
+    """tan_f32 for |x| <= 2**20 and +-inf/nan (see sin_near_f32).
+    max error vs correctly rounded: 1 ulp."""
+    x = _f32(x)
+    q, rh, rl = _near32(x)
+    return _tan32_of(x, q, rh, rl)
+
+
+@_jit
+def trig_far_f32(x):
+    """1 where sin_near_f32/cos_near_f32/tan_near_f32 do not cover x (finite, |x| > 2**20),
+    else 0."""
+    ax = abs(_f32(x))
+    return np.int64(1) if (ax > _LIM32) & (ax < _INF32) else np.int64(0)
+
+
+@_jit
+def sin_near_f64(x):
+    """sin_f64 for |x| <= 3e6 and +-inf/nan; any other value for other arguments
+    (``trig_far_f64``).  max error vs correctly rounded: 1 ulp."""
+    x = np.float64(x)
+    q, rh, rl = _near64(x)
+    return _sin64_of(x, q, rh, rl)
+
+
+@_jit
+def cos_near_f64(x):
+    """cos_f64 for |x| <= 3e6 and +-inf/nan (see sin_near_f64).
+    max error vs correctly rounded: 1 ulp."""
+    x = np.float64(x)
+    q, rh, rl = _near64(x)
+    return _cos64_of(x, q, rh, rl)
+
+
+@_jit
+def tan_near_f64(x):
+    """tan_f64 for |x| <= 3e6 and +-inf/nan (see sin_near_f64).
+    max error vs correctly rounded: 2 ulp."""
+    x = np.float64(x)
+    q, rh, rl = _near64(x)
+    return _tan64_of(x, q, rh, rl)
+
+
+@_jit
+def trig_far_f64(x):
+    """1 where sin_near_f64/cos_near_f64/tan_near_f64 do not cover x (finite, |x| > 3e6),
+    else 0."""
+    ax = abs(np.float64(x))
+    return np.int64(1) if (ax > _LIM64) & (ax < _INF) else np.int64(0)
 
 
 @_jit
@@ -2362,6 +2527,28 @@ def name_for(op: str, dtype) -> str | None:
 POWER_CONST = _Dispatchers({dt: f"power_const_{sfx}" for dt, sfx in _SUFFIX.items()})
 
 
+# op -> (its version without the large-argument path, the test of the arguments it misses)
+NEAR = _Dispatchers(
+    {(op, dt): f"{op}_near_{sfx}" for op in ("sin", "cos", "tan") for dt, sfx in _SUFFIX.items()}
+)
+FAR = _Dispatchers({dt: f"trig_far_{sfx}" for dt, sfx in _SUFFIX.items()})
+
+
+def near_names(op: str, dtype) -> tuple | None:
+    """``(near, far)``: the global names of ``op``'s version for ordinary arguments at
+    ``dtype`` and of the test (1 or 0) of an argument it does not cover; None where ``op`` has
+    one version only. A loop computing ``near(x)`` and adding up ``far(x)`` is exact where the
+    sum is 0.
+
+    >>> near_names("sin", np.float64)
+    ('fm_sin_near_f64', 'fm_trig_far_f64')
+    """
+    dt = np.dtype(dtype)
+    if (op, dt) not in NEAR:
+        return None
+    return f"fm_{NEAR._names[(op, dt)]}", f"fm_{FAR._names[dt]}"
+
+
 def power_const_name(dtype) -> str | None:
     """Global name (``fm_power_const_<f32|f64>``) of ``power_const`` at ``dtype``, or None."""
     dt = np.dtype(dtype)
@@ -2502,7 +2689,11 @@ def _folder_cache(folder: str, installed: str | None = None, strict: bool = Fals
 
 
 _NAMESPACE = _Dispatchers(
-    {f"fm_{name}": name for name in (*FAST_MATH._names.values(), *POWER_CONST._names.values())}
+    {
+        f"fm_{name}": name
+        for table in (FAST_MATH, POWER_CONST, NEAR, FAR)
+        for name in table._names.values()
+    }
 )
 
 

@@ -525,13 +525,20 @@ CPU_NODE_TEMPLATES = {**NODE_TEMPLATES, "python_op": _python_op}
 
 
 def expr(
-    node: Node, args: list, dtypes: list, math: str = "fast", templates=None, node_templates=None
+    node: Node,
+    args: list,
+    dtypes: list,
+    math: str = "fast",
+    templates=None,
+    node_templates=None,
+    near: bool = False,
 ) -> str:
     """Source of one output element of elementwise ``node``; ``args``/``dtypes`` per input.
 
     ``node_templates`` (default ``CPU_NODE_TEMPLATES``) are asked first, then the fast-math
     functions, then ``templates`` (default ``CPU_TEMPLATES``); a ufunc in none of them is
-    numba's ``np.<op>``."""
+    numba's ``np.<op>``. ``near``: a fast-math function's version for ordinary arguments
+    where it has one (exact where :func:`far_test` gives 0)."""
     templates = CPU_TEMPLATES if templates is None else templates
     lower = (CPU_NODE_TEMPLATES if node_templates is None else node_templates).get(node.op)
     if lower is not None:
@@ -546,11 +553,30 @@ def expr(
     by_literal = FAST_LITERAL_LOWERINGS.get(op) if fast else None
     body = by_literal(node, cargs, loop_out) if by_literal else None
     if body is None and fast:
-        body = f"{fast}({', '.join(cargs)})"
+        versions = _near_names(op, loop_out, math) if near else None
+        body = f"{versions[0] if versions else fast}({', '.join(cargs)})"
     if body is None:
         general = templates.get(op)
         body = general(cargs, np.dtype(loop_in[0])) if general else f"np.{op}({', '.join(cargs)})"
     return cast(body, loop_out, out)
+
+
+def _near_names(op: str, dtype, math: str) -> tuple | None:
+    if _fast_name(op, dtype, math) is None:
+        return None
+    return _fastmath().near_names(op, dtype)
+
+
+def far_test(node: Node, args: list, dtypes: list, math: str = "fast") -> str | None:
+    """Source of 1 where ``expr(..., near=True)`` of ``node`` does not cover its argument
+    (a huge sine's), else 0; None where that version is ``expr``'s ordinary one."""
+    if CPU_NODE_TEMPLATES.get(node.op) is not None or len(args) != 1:
+        return None
+    loop_in, loop_out = loop_dtypes(node)
+    versions = _near_names(node.op, loop_out, math)
+    if versions is None:
+        return None
+    return f"{versions[1]}({cast(args[0], dtypes[0], loop_in[0])})"
 
 
 def _constant_exponent(node: Node) -> float | None:
