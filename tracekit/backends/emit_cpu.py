@@ -297,9 +297,11 @@ class KernelSource:
         """The element loops; where some function has a version for ordinary arguments
         (``sin`` without its huge-argument reduction, which a vectorised loop would otherwise
         evaluate for every element), the loops with those versions, counting the arguments
-        they miss, then, where there were any, the loops again with the full functions: one
-        serial loop of one stream, for a case that is rare and should cost little to compile
-        (a parallel loop's body is optimised four times over by numba, a plain one once)."""
+        they miss, then, where there were any, every element again through libm (as
+        ``math="libm"`` computes it): one serial loop of one stream, for a case that is rare
+        and should cost little to compile (the fast-math functions' full versions, inlined a
+        second time, doubled the kernel's compile; a parallel loop's body is optimised four
+        times over by numba, a plain one once)."""
         if not self._may_run_twice() or not any(self._has_near(n) for n in self.group.nodes):
             self._element_loops(1)
             return
@@ -308,7 +310,9 @@ class KernelSource:
         self._element_loops(1)
         self.near = False
         self.emit(f"if {self._far} != 0:", 1)
+        fast, self.math = self.math, "libm"
         self._element_loops(2, rare=True)
+        self.math = fast
 
     def _has_near(self, node) -> bool:
         if OPS[node.op].keeps_order:
