@@ -45,6 +45,7 @@ LANES = 16
 STREAM_MIN_WORK = PARALLEL_MIN_WORK
 STREAM_MIN_FAST_MATH = 2
 STREAM_BUDGET = 64
+SHORT_ROW = 64  # rows up to this long loop to a bound LLVM cannot see (see _row_end)
 
 
 def acc_dtype(node, out):
@@ -305,17 +306,28 @@ class KernelSource:
             self._prange(blocks, size // width, depth)
         else:
             self.emit(f"for {blocks} in range({size // width}):", depth)
-        self.emit(f"{i}o = np.uint64({blocks}) * np.uint64({width})", depth + 1)
-        self.emit(f"for {i}l in range({LANES}):", depth + 1)
-        body = self._elementwise_body(0, keep=False)
-        names = re.compile(rf"\b({re.escape(self.p)}t_\w+|{re.escape(i)})\b")
-        for k in range(streams):
-            self.emit(f"{i}_{k} = {i}o + np.uint64({k * LANES} + {i}l)", depth + 2)
-        for line in body:
-            for k in range(streams):
-                self.emit(names.sub(rf"\1_{k}", line), depth + 2)
+        self._interleave(self._elementwise_body(0, keep=False), i, blocks, streams, depth + 1)
         self.emit(f"for {i} in range({full}, {size}):", depth)
         self._elementwise_body(depth + 1)
+
+    def _interleave(self, body, i, block, streams, depth):
+        """Emit the statements ``body`` of the element at ``i`` for the ``streams`` elements
+        ``LANES`` apart in each of the block ``block``'s LANES iterations (the block's loop is
+        open at ``depth - 1``); the values they assign and ``i`` take a stream's suffix."""
+        assigned = {m for line in body for m in re.findall(r"^\s*(\w+) = ", line)}
+        local = sorted(
+            {v for v in assigned if v.startswith((f"{self.p}t_", f"{self.p}b_"))} | {i},
+            key=len,
+            reverse=True,
+        )
+        names = re.compile(rf"\b({'|'.join(map(re.escape, local))})\b")
+        self.emit(f"{i}o = np.uint64({block}) * np.uint64({streams * LANES})", depth)
+        self.emit(f"for {i}l in range({LANES}):", depth)
+        for k in range(streams):
+            self.emit(f"{i}_{k} = {i}o + np.uint64({k * LANES} + {i}l)", depth + 1)
+        for line in body:
+            for k in range(streams):
+                self.emit(names.sub(rf"\1_{k}", line), depth + 1)
 
     def _elementwise_body(self, depth, keep=True) -> list[str]:
         """Emit the group's statements at ``depth``; with ``keep=False`` return them instead."""
@@ -369,12 +381,34 @@ class KernelSource:
 
     # -- reductions: phases
     def _phases(self):
-        """Phase of every value: the pass over the reduced dims in which it is available."""
+        """Phase of every value: the pass over the reduced dims in which it is computed.
+
+        That is the first pass in which its inputs are available, but for a full value
+        computed from the kernel's inputs and row values alone and read only in later passes
+        (a ``sin(x)`` added to a layer norm's result): that one is computed in the first pass
+        that reads it, from the inputs read again, instead of being kept in a scratch row
+        from an earlier pass (a store and a load more per element, and more work in a pass
+        that may be a reduction's)."""
         g, phase = self.group, {}
         for n in g.nodes:
             p = max([phase.get(x, 0) for x in n.var_inputs] or [0])
             for o in n.outputs:
                 phase[o] = p + 1 if is_reduction(n) else p
+        made = {o: n for n in g.nodes for o in n.outputs}
+        readers: dict = {}
+        for n in g.nodes:
+            for x in n.var_inputs:
+                readers.setdefault(x, []).append(n)
+        free = set()  # full values of inputs and row values only, computable in any pass
+        for n in g.nodes:
+            if not is_reduction(n) and len(n.outputs) == 1 and g.role.get(n.out) == "full":
+                if all(x not in made or g.role.get(x) == "row" or x in free for x in n.var_inputs):
+                    free.add(n.out)
+        for n in reversed(g.nodes):
+            later = readers.get(n.out, [])
+            if n.out in free and later and all(g.role.get(r.out) == "full" for r in later):
+                if not any(is_reduction(r) for r in later):
+                    phase[n.out] = max(phase[n.out], min(phase[r.out] for r in later))
         return phase
 
     def _passes(self, phase) -> int:
@@ -419,15 +453,78 @@ class KernelSource:
                 self._acc_init(r, depth)
             if L.red:
                 inner = self._loops(L.red[:-1], depth, False)
-                last = L.red[-1]
-                inner = self._blocks(reds, L.names[last], "0", str(L.sizes[last]), inner)
-                self._pass_body(p, phase, scratch, reds, inner)
-                self._fold_blocks(inner - 1)
+                self._row_pass(p, phase, scratch, reds, inner)
             else:  # reduced dims of size 1, collapsed away: one element per row
                 self._pass_body(p, phase, scratch, reds, depth)
             for r in reds:
                 self._acc_final(r, depth)
             self._row_nodes(phase, p + 1, depth)
+
+    def _row_pass(self, p, phase, scratch, reds, depth):
+        """Pass ``p``'s loop over the last reduced dim: where it is heavy, in interleaved
+        streams (see ``_pass_streams``) up to a multiple of their width, then one by one."""
+        L = self.layout
+        j, n = L.names[L.red[-1]], L.sizes[L.red[-1]]
+        streams = self._pass_streams(p, phase, reds)
+        start = 0
+        if streams > 1:
+            width = streams * LANES
+            blocks, start = n // width, n // width * width
+            js = f"{j}s"
+            self.blocked = [r for r in reds if _block_dtype(r) is not None]
+            inner = depth + 1
+            if self.blocked:  # float32 sums in float32 over BLOCK elements (see _blocks)
+                per = max(1, BLOCK // width)
+                self.emit(f"for {js}b in range(0, {blocks}, {per}):", depth)
+                for r in self.blocked:
+                    self.emit(f"{self.p}r_{r.out.ident}_b = {_init(r, _block_dtype(r))}", inner)
+                self.emit(f"for {js} in range({js}b, min({js}b + {per}, {blocks})):", inner)
+                inner += 1
+            else:
+                self.emit(f"for {js} in range({blocks}):", depth)
+            first = len(self.lines)
+            self._pass_body(p, phase, scratch, reds, 0)
+            body = self.lines[first:]
+            del self.lines[first:]
+            self._interleave(body, j, js, streams, inner)
+            self._fold_blocks(depth + 1)
+            if start == n:
+                return
+        inner = self._blocks(reds, j, str(start), self._row_end(), depth)
+        self._pass_body(p, phase, scratch, reds, inner)
+        self._fold_blocks(inner - 1)
+
+    def _row_end(self) -> str:
+        """Source of the length of the last reduced dim, the end of a row's loops: for a short
+        row, ``min(n, <operand>.shape[k])``, which is n when the kernel runs but not a constant
+        to LLVM. LLVM unrolls a loop of a known short trip count before it would vectorise it,
+        and then leaves the unrolled code scalar where the steps are a chain of max/min or of a
+        fast-math function (a float32 max over rows of 64: 4.0 ns an element, 0.2 in a loop of
+        at most 64 trips)."""
+        L = self.layout
+        c = L.red[-1]
+        n = L.sizes[c]
+        if n > SHORT_ROW:
+            return str(n)
+        for v in self.inputs + self.outputs:
+            if v in self.strided or v in self.returned or c not in L.full_dims(v):
+                continue
+            return f"min({n}, {self.arg(v)}.shape[{L.full_dims(v).index(c)}])"
+        return str(n)
+
+    def _pass_streams(self, p, phase, reds) -> int:
+        """How many element streams pass ``p`` of a row kernel interleaves (see ``_streams``):
+        its elements are independent as an elementwise kernel's, but for the reductions'
+        accumulators, which each stream adds to in turn."""
+        L, g = self.layout, self.group
+        if self.math != "fast" or L.total < STREAM_MIN_WORK or not self._unsigned_index_ok(reds):
+            return 1
+        now = [n for n in g.nodes if g.role[n.out] == "full" and phase[n.out] == p]
+        heavy = sum(S.is_fast_math(n, self.math) for n in now)
+        streams = min(STREAMS, STREAM_BUDGET // (len(now) + len(reds) or 1))
+        if heavy < STREAM_MIN_FAST_MATH or streams < 2 or L.sizes[L.red[-1]] < streams * LANES:
+            return 1
+        return streams
 
     acc_at = ""  # an accumulator's subscript: "[c]" where it is one of a block's columns
 
