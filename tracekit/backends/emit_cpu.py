@@ -401,14 +401,13 @@ class KernelSource:
                 readers.setdefault(x, []).append(n)
         free = set()  # full values of inputs and row values only, computable in any pass
         for n in g.nodes:
-            if not is_reduction(n) and len(n.outputs) == 1 and g.role.get(n.out) == "full":
+            if not is_reduction(n) and len(n.outputs) == 1 and g.role.get(n.out) != "row":
                 if all(x not in made or g.role.get(x) == "row" or x in free for x in n.var_inputs):
                     free.add(n.out)
         for n in reversed(g.nodes):
             later = readers.get(n.out, [])
-            if n.out in free and later and all(g.role.get(r.out) == "full" for r in later):
-                if not any(is_reduction(r) for r in later):
-                    phase[n.out] = max(phase[n.out], min(phase[r.out] for r in later))
+            if n.out in free and later and all(g.role.get(r.out) != "row" for r in later):
+                phase[n.out] = max(phase[n.out], min(phase[r.out] for r in later))
         return phase
 
     def _passes(self, phase) -> int:
@@ -516,10 +515,10 @@ class KernelSource:
         """How many element streams pass ``p`` of a row kernel interleaves (see ``_streams``):
         its elements are independent as an elementwise kernel's, but for the reductions'
         accumulators, which each stream adds to in turn."""
-        L, g = self.layout, self.group
+        L = self.layout
         if self.math != "fast" or L.total < STREAM_MIN_WORK or not self._unsigned_index_ok(reds):
             return 1
-        now = [n for n in g.nodes if g.role[n.out] == "full" and phase[n.out] == p]
+        now = self._computed_in(p, phase)
         heavy = sum(S.is_fast_math(n, self.math) for n in now)
         streams = min(STREAMS, STREAM_BUDGET // (len(now) + len(reds) or 1))
         if heavy < STREAM_MIN_FAST_MATH or streams < 2 or L.sizes[L.red[-1]] < streams * LANES:
@@ -753,7 +752,7 @@ class KernelSource:
         g, L = self.group, self.layout
         flat = flat or L.flat_red()
         self.local = {k: v for k, v in self.local.items() if g.role.get(k) == "row"}
-        now = [n for n in g.nodes if g.role[n.out] == "full" and phase[n.out] == p] + reds
+        now = self._computed_in(p, phase) + reds
         for n in now:  # full values of earlier passes are read back first
             for x in n.var_inputs:
                 if g.role.get(x) == "full" and phase[x] < p and x not in self.local:
@@ -772,6 +771,11 @@ class KernelSource:
                 self._arg_update(r, v, flat, depth)
             else:
                 self._combine(r, v, depth, blocked=r in self.blocked)
+
+    def _computed_in(self, p, phase) -> list:
+        """The nodes of full values pass ``p`` computes."""
+        g = self.group
+        return [n for n in g.nodes if g.role[n.out] == "full" and phase[n.out] == p]
 
     def _row_nodes(self, phase, p, depth):
         g = self.group
