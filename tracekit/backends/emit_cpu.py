@@ -388,8 +388,8 @@ class KernelSource:
         (a ``sin(x)`` added to a layer norm's result): that one is computed in the first pass
         that reads it, from the inputs read again, instead of being kept in a scratch row
         from an earlier pass (a store and a load more per element, and more work in a pass
-        that may be a reduction's)."""
-        g, phase = self.group, {}
+        that may be a reduction's); not in short rows (see below)."""
+        g, L, phase = self.group, self.layout, {}
         for n in g.nodes:
             p = max([phase.get(x, 0) for x in n.var_inputs] or [0])
             for o in n.outputs:
@@ -400,6 +400,9 @@ class KernelSource:
             for x in n.var_inputs:
                 readers.setdefault(x, []).append(n)
         free = set()  # full values of inputs and row values only, computable in any pass
+        if L.red and L.sizes[L.red[-1]] <= SHORT_ROW:
+            return phase  # (rows of 64: a float32 RMS norm with a log and an exp2 moved to its
+            # last pass ran 1.6x slower, 185 us against 116)
         for n in g.nodes:
             if not is_reduction(n) and len(n.outputs) == 1 and g.role.get(n.out) != "row":
                 if all(x not in made or g.role.get(x) == "row" or x in free for x in n.var_inputs):
@@ -469,41 +472,29 @@ class KernelSource:
         if streams > 1:
             width = streams * LANES
             blocks, start = n // width, n // width * width
-            js = f"{j}s"
-            self.blocked = [r for r in reds if _block_dtype(r) is not None]
-            inner = depth + 1
-            if self.blocked:  # float32 sums in float32 over BLOCK elements (see _blocks)
-                per = max(1, BLOCK // width)
-                self.emit(f"for {js}b in range(0, {blocks}, {per}):", depth)
-                for r in self.blocked:
-                    self.emit(f"{self.p}r_{r.out.ident}_b = {_init(r, _block_dtype(r))}", inner)
-                self.emit(f"for {js} in range({js}b, min({js}b + {per}, {blocks})):", inner)
-                inner += 1
-            else:
-                self.emit(f"for {js} in range({blocks}):", depth)
+            self.emit(f"for {j}s in range({blocks}):", depth)
             first = len(self.lines)
             self._pass_body(p, phase, scratch, reds, 0)
             body = self.lines[first:]
             del self.lines[first:]
-            self._interleave(body, j, js, streams, inner)
-            self._fold_blocks(depth + 1)
+            self._interleave(body, j, f"{j}s", streams, depth + 1)
             if start == n:
                 return
-        inner = self._blocks(reds, j, str(start), self._row_end(), depth)
+        inner = self._blocks(reds, j, str(start), self._row_end(reds), depth)
         self._pass_body(p, phase, scratch, reds, inner)
         self._fold_blocks(inner - 1)
 
-    def _row_end(self) -> str:
-        """Source of the length of the last reduced dim, the end of a row's loops: for a short
-        row, ``min(n, <operand>.shape[k])``, which is n when the kernel runs but not a constant
-        to LLVM. LLVM unrolls a loop of a known short trip count before it would vectorise it,
-        and then leaves the unrolled code scalar where the steps are a chain of max/min or of a
-        fast-math function (a float32 max over rows of 64: 4.0 ns an element, 0.2 in a loop of
-        at most 64 trips)."""
+    def _row_end(self, reds) -> str:
+        """Source of the length of the last reduced dim, the end of a row's loop adding to
+        ``reds``: for a short row and a max or min among them, ``min(n, <operand>.shape[k])``,
+        which is n when the kernel runs but not a constant to LLVM. LLVM unrolls a loop of a
+        known short trip count before it would vectorise it, and leaves the unrolled chain of
+        NaN-propagating maxima scalar (a float32 max over rows of 64: 4.0 ns an element, 0.2
+        in a loop of at most 64 trips; a pass of fast-math calls alone ran slower so bounded)."""
         L = self.layout
         c = L.red[-1]
         n = L.sizes[c]
-        if n > SHORT_ROW:
+        if n > SHORT_ROW or not any(accumulation(r).extremum for r in reds):
             return str(n)
         for v in self.inputs + self.outputs:
             if v in self.strided or v in self.returned or c not in L.full_dims(v):
@@ -513,14 +504,17 @@ class KernelSource:
 
     def _pass_streams(self, p, phase, reds) -> int:
         """How many element streams pass ``p`` of a row kernel interleaves (see ``_streams``):
-        its elements are independent as an elementwise kernel's, but for the reductions'
-        accumulators, which each stream adds to in turn."""
+        one that computes full values only (a row's consumers), whose elements are as
+        independent as an elementwise kernel's. (A pass adding to accumulators ran slower so
+        on rows of 64: a float32 RMS norm's, 139 us against 119.)"""
         L = self.layout
-        if self.math != "fast" or L.total < STREAM_MIN_WORK or not self._unsigned_index_ok(reds):
+        if self.math != "fast" or L.total < STREAM_MIN_WORK or reds:
+            return 1
+        if not self._unsigned_index_ok(reds):
             return 1
         now = self._computed_in(p, phase)
         heavy = sum(S.is_fast_math(n, self.math) for n in now)
-        streams = min(STREAMS, STREAM_BUDGET // (len(now) + len(reds) or 1))
+        streams = min(STREAMS, STREAM_BUDGET // (len(now) or 1))
         if heavy < STREAM_MIN_FAST_MATH or streams < 2 or L.sizes[L.red[-1]] < streams * LANES:
             return 1
         return streams
