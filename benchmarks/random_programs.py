@@ -740,6 +740,12 @@ def parse_args(argv=None):
     ap.add_argument("--only", default="", metavar="I[,I]", help="run only these program indices")
     ap.add_argument("--show", type=int, metavar="I", help="print program I's listing and exit")
     ap.add_argument(
+        "--kind",
+        default="",
+        metavar="K[,K]",
+        help=f"run only the programs of these kinds ({', '.join(KINDS)}) among those chosen",
+    )
+    ap.add_argument(
         "--max-size",
         type=float,
         default=MAX_SIZE,
@@ -772,7 +778,19 @@ def parse_args(argv=None):
     opts.peers = ["tracekit"] + [p for p in PEERS[1:] if p in peers]
     opts.indices = ([int(i) for i in opts.only.split(",") if i.strip()] if opts.only
                     else list(range(opts.count)))  # fmt: skip
+    opts.kinds = [k.strip() for k in opts.kind.split(",") if k.strip()]
+    unknown = set(opts.kinds) - set(KINDS)
+    if unknown:
+        ap.error(f"unknown kind(s) {sorted(unknown)}; choose from {', '.join(KINDS)}")
     return opts
+
+
+def chosen_programs(opts):
+    """The programs ``opts`` selects: its indices, of its kinds only where it names some."""
+    for i in opts.indices:
+        prog = generate(opts.seed, i, int(opts.max_size))
+        if not opts.kinds or prog.kind in opts.kinds:
+            yield prog
 
 
 def main(argv=None) -> int:
@@ -789,7 +807,10 @@ def main(argv=None) -> int:
         print(msg, file=sys.stderr, flush=True)
 
     info = machine_info()
-    print(f"random programs, seed {opts.seed}, {len(opts.indices)} programs, sizes "
+    chosen = f"{len(opts.indices)} programs"
+    if opts.kinds:
+        chosen = f"the {'/'.join(opts.kinds)} programs among {chosen}"
+    print(f"random programs, seed {opts.seed}, {chosen}, sizes "
           f"{MIN_SIZE:,}-{int(opts.max_size):,} elements -- {info['cpu']}, "
           f"{info['affinity'] or info['cores']} cores, load average {load_average()}"
           + (" -- QUICK" if opts.quick else ""))  # fmt: skip
@@ -799,8 +820,7 @@ def main(argv=None) -> int:
     print(table(headers, []).split("\n")[0], flush=True)
     started = time.perf_counter()
     records = []
-    for i in opts.indices:
-        prog = generate(opts.seed, i, int(opts.max_size))
+    for prog in chosen_programs(opts):
         rec = run_program(prog, opts, log)
         records.append(rec)
         print("  ".join(row(rec, opts.peers)), flush=True)

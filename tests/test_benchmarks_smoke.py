@@ -160,6 +160,10 @@ def test_random_programs_are_repeatable_and_depend_on_the_seed():
     assert a == [rp.generate(5, i, 1 << 14).source for i in range(6)]
     assert a != [rp.generate(6, i, 1 << 14).source for i in range(6)]
     assert {rp.generate(5, i, 1 << 14).kind for i in range(40)} == set(rp.KINDS)
+    rows = [p.index for p in rp.chosen_programs(rp.parse_args(["--count", "40", "--kind", "rows"]))]
+    assert rows and rows == [i for i in range(40) if rp.generate(1, i, 1 << 24).kind == "rows"]
+    with pytest.raises(SystemExit):
+        rp.parse_args(["--kind", "row"])  # a kind that does not exist
     prog = rp.generate(5, 3, 1 << 14)
     args = rp.make_inputs(prog)
     assert all(a.dtype == np.dtype(prog.dtype) for a in args)

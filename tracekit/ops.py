@@ -65,6 +65,11 @@ class Reduction:
         if self.combine not in COMBINES:
             raise ValueError(f"unknown combine {self.combine!r}")
 
+    @property
+    def extremum(self) -> bool:
+        """Whether the step keeps the larger or the smaller value (max, min, argmax, argmin)."""
+        return self.combine in ("max", "min")
+
     def identity(self, dtype):
         """The value an accumulator of ``dtype`` starts from (a Python scalar). A float ``add``
         starts from ``zero``: a cumsum from -0.0 (NumPy's starts from x[0]), a sum from the

@@ -693,6 +693,105 @@ def test_large_reductions_run_in_parallel_chunks(dt):
     _assert_reductions(got, want, x, ["sum", "max", "argmin", "any", "sum", "argmax", "min"])
 
 
+def _row_patterns(x, y):
+    """Softmax, layer norm, logsumexp and plain reductions over rows, behind and before chains
+    of fast-math functions; a value of the input alone (``np.sin(y)``) read only in the
+    last pass."""
+    e = np.exp(np.tanh(x) - np.max(np.tanh(x), axis=-1, keepdims=True))
+    soft = e / np.sum(e, axis=-1, keepdims=True)
+    mu = np.mean(x, axis=-1, keepdims=True)
+    d = x - mu
+    norm = np.exp(np.cos(d / np.sqrt(np.mean(d * d, axis=-1, keepdims=True) + 1e-5)))
+    lse = np.log(np.sum(np.exp(x - np.max(x, axis=-1, keepdims=True)), axis=-1, keepdims=True))
+    plain = [f(np.exp(np.sin(x)), axis=-1) for f in (np.sum, np.prod, np.min, np.max)]
+    return (soft, norm + np.sin(y), lse, *plain)
+
+
+def _assert_row_patterns(c, t, x, y, tol):
+    for layout in ("c", "nc"):
+        got, want, _, _ = both(c, t, with_layout(x, layout), with_layout(y, layout))
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=tol, atol=tol, err_msg=layout)
+
+
+@pytest.mark.parametrize("cols", [9, 40, 600])
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_row_passes_in_interleaved_streams(dt, cols, every_kernel_interleaved):
+    """Every pass of a row kernel that adds to no accumulator in interleaved streams (2 of 2
+    elements, then a tail): the interpreter's results, with NaN and infinities propagated."""
+    rng = np.random.default_rng(seed_of("row streams", dt, cols))
+    x, y = values(rng, (5, cols), dt, "small"), values(rng, (5, cols), dt, "small")
+    x[1, cols // 2], x[2, 0] = np.nan, np.inf
+    c, t = compiled(_row_patterns, x, y)
+    assert [k.kind for k in c.kernels] == ["row"]
+    assert "_j0_1 = " in c.source, c.source
+    _assert_row_patterns(c, t, x, y, 2e-5 if dt == "float32" else 1e-12)
+
+
+@pytest.mark.parametrize("cols", [64, 1000])
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_heavy_row_passes_interleave_at_default_settings(dt, cols):
+    """The consumer passes of a large row kernel with chained fast-math calls interleave 4
+    streams (a row of 1000: 15 blocks of 64 and a tail of 40); the interpreter's results."""
+    rng = np.random.default_rng(seed_of("row streams default", dt, cols))
+    shape = (emit_cpu.STREAM_MIN_WORK // cols + 3, cols)
+    x, y = values(rng, shape, dt, "small"), values(rng, shape, dt, "small")
+    c, t = compiled(_row_patterns, x, y)
+    assert "_j0_3 = " in c.source, c.source
+    _assert_row_patterns(c, t, x, y, 2e-5 if dt == "float32" else 1e-12)
+
+
+def test_a_value_read_only_in_a_later_pass_is_computed_there():
+    """``np.sin(x)`` (of the input alone), added to a layer norm's result, is computed in the
+    pass that adds it, not in the first pass and kept in a scratch row until then."""
+
+    def fn(x, g):
+        s = np.sin(x) * 1.5
+        mu = np.mean(x, axis=-1, keepdims=True)
+        d = x - mu
+        return d / np.sqrt(np.mean(d * d, axis=-1, keepdims=True) + 1e-3) * g + s
+
+    rng = np.random.default_rng(seed_of("sink"))
+    x, g = rng.standard_normal((6, 100)), rng.uniform(0.5, 2.0, 100)
+    c, t = compiled(fn, x, g)
+    assert [k.kind for k in c.kernels] == ["row"]
+    assert not re.findall(r"(\w+_s_\w+) = np\.empty", c.source)  # (``d`` is in the output)
+    assert c.source.index("fm_sin_f64(") > c.source.rindex("_acc_add("), c.source
+    got, want, _, _ = both(c, t, x, g)
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
+
+
+def _segment_llvm(c) -> str:
+    module = c.program.module
+    (segment,) = [getattr(module, n) for n in dir(module) if n.startswith("segment")]
+    return "\n".join(segment.inspect_llvm().values())
+
+
+@pytest.mark.parametrize("cols", [16, 64])
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_max_over_short_rows_is_vectorised(dt, cols):
+    """A softmax over rows of at most 64 elements: LLVM unrolls a loop of a known short trip
+    count before it vectorises, and an unrolled chain of NaN-propagating maxima stays scalar
+    (4 ns an element, 20x a vector loop's); the row's loops end at a bound it cannot see."""
+    x = np.random.default_rng(cols).standard_normal((50, cols)).astype(dt)
+    x[3, 5] = np.nan
+    with quiet():
+        t = tk.trace(_softmax_rows, x)
+    c = tk.compile(t, target="cpu", cache=False, progress=False)  # machine code made now
+    got, want, _, _ = both(c, t, x)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    ty = {"float32": "f32", "float64": "f64"}[dt]
+    llvm_ir = _segment_llvm(c)
+    assert re.search(rf"@llvm\.(vector\.reduce\.fmaximum|maximum)\.v\d+{ty}", llvm_ir), (
+        "the row maximum was left scalar"
+    )
+
+
+def _softmax_rows(x):
+    e = np.exp(x - np.max(x, axis=-1, keepdims=True))
+    return e / np.sum(e, axis=-1, keepdims=True)
+
+
 def test_argmax_argmin_ties_and_nans():
     x = np.array(
         [

@@ -407,12 +407,15 @@ class Planner:
             self.refusals.append(
                 Refusal(node, f"its input %{x.name} is in kernel {g.name} over other axes/shape")
             )
-        else:  # a sibling reduction of an input over the same rows (layernorm: mean and var)
+        else:  # a sibling reduction of an input over the same rows (layernorm: mean and var),
+            # or the first one beside elementwise work of its shape (``np.sin(x)`` added to
+            # ``x``'s layer norm: computed in the pass that reads it, not in a kernel before)
             for h in reversed(self.open):
-                if h.kind == "row" and h.shape == x.shape and h.axes == axes:
-                    if self._cycle_free(node, h):
-                        self._add(h, node, "row")
-                        return
+                same = h.shape == x.shape and h.axes in (axes, None) and h.kind != "scan"
+                if same and self._cycle_free(node, h):
+                    h.kind, h.axes = "row", axes
+                    self._add(h, node, "row")
+                    return
         g = self._new_group("row", x.shape, axes)
         self._add(g, node, "row")
 
