@@ -314,7 +314,7 @@ class FrozenDict(dict):
         return hash(json.dumps(_canonical(dict(self)), sort_keys=True))
 
 
-@dataclass(frozen=True, eq=False, init=False)
+@dataclass(frozen=True, eq=False, init=False, slots=True)
 class Node:
     """One op application: ``outputs = op(*inputs, **attrs)``.
 
@@ -337,13 +337,12 @@ class Node:
     def __init__(self, op, inputs, attrs, outputs, source=None, scope=()):
         # written out (dataclass's would set each field, then convert): tracing makes a node
         # per op, tens of thousands in a loop
-        fields = self.__dict__  # frozen: the fields are set in place, once
-        fields["op"] = op
-        fields["inputs"] = inputs if type(inputs) is tuple else tuple(inputs)
-        fields["attrs"] = attrs if type(attrs) is FrozenDict else FrozenDict(attrs)
-        fields["outputs"] = outputs if type(outputs) is tuple else tuple(outputs)
-        fields["source"] = source
-        fields["scope"] = scope if type(scope) is tuple else tuple(scope)
+        _set_op(self, op)
+        _set_inputs(self, inputs if type(inputs) is tuple else tuple(inputs))
+        _set_attrs(self, attrs if type(attrs) is FrozenDict else FrozenDict(attrs))
+        _set_outputs(self, outputs if type(outputs) is tuple else tuple(outputs))
+        _set_source(self, source)
+        _set_scope(self, scope if type(scope) is tuple else tuple(scope))
 
     @property
     def out(self) -> Var:
@@ -386,6 +385,13 @@ class Node:
 
     def __str__(self):
         return format_node(self)
+
+
+# the slots' own setters (frozen: a Node's fields are set once, in __init__)
+_set_op, _set_inputs, _set_attrs, _set_outputs, _set_source, _set_scope = (
+    getattr(Node, field).__set__
+    for field in ("op", "inputs", "attrs", "outputs", "source", "scope")
+)
 
 
 @dataclass(frozen=True)
