@@ -1078,8 +1078,10 @@ def _where_program(x):
 
     (square,) = [lambda v: v * v]  # L:l1
     parts = [np.exp(x) + k for k in range(2)]  # L:c1
-    y = (x * 3.0  # L:m1
-         - np.sin(x))  # L:m2
+    y = (
+        x * 3.0  # L:m1
+        - np.sin(x)  # L:m2
+    )
     for _ in range(3):
         y = inner(y) + square(y)  # L:f1
     it = _steps(y, 2)
