@@ -1047,6 +1047,91 @@ def test_source_lines_of_every_node():
         assert n.source.text == open(__file__).read().splitlines()[n.source.line - 1].strip()
 
 
+def _twice(fn):
+    def wrapper(*args):
+        return fn(*args) * 2.0  # L:w1
+
+    return wrapper
+
+
+@_twice
+def _decorated(v):
+    return np.cos(v)  # L:d1
+
+
+def _steps(x, n):
+    for k in range(n):
+        yield x * (k + 1.0)  # L:g1
+
+
+def _resume_a(it):
+    return next(it) + 1.0  # L:ra
+
+
+def _resume_b(it):
+    return next(it) - 1.0  # L:rb
+
+
+def _where_program(x):
+    def inner(v):
+        return np.tanh(v)  # L:i1
+
+    (square,) = [lambda v: v * v]  # L:l1
+    parts = [np.exp(x) + k for k in range(2)]  # L:c1
+    y = (
+        x * 3.0  # L:m1
+        - np.sin(x)  # L:m2
+    )
+    for _ in range(3):
+        y = inner(y) + square(y)  # L:f1
+    it = _steps(y, 2)
+    y = _resume_a(it) * _resume_b(it)  # L:f2
+    return _decorated(y) + parts[1] - parts[0]  # L:f3
+
+
+def test_source_lines_and_scopes_of_nested_calls_loops_and_generators():
+    """Every op names the line that recorded it and the calls around it: nested functions,
+    lambdas, comprehensions, decorators, a generator resumed from two functions, an
+    expression over two lines, and a loop's repeated lines (recorded three times)."""
+    expected = [  # (op, marker of its line, scope) in recording order
+        ("exp", "L:c1", ("_where_program", "<listcomp>")),
+        ("add", "L:c1", ("_where_program", "<listcomp>")),
+        ("exp", "L:c1", ("_where_program", "<listcomp>")),
+        ("add", "L:c1", ("_where_program", "<listcomp>")),
+        ("multiply", "L:m1", ("_where_program",)),
+        ("sin", "L:m2", ("_where_program",)),
+        ("subtract", "L:m1", ("_where_program",)),
+    ]
+    for k in ("", "#2", "#3"):
+        expected += [
+            ("tanh", "L:i1", ("_where_program", "inner" + k)),
+            ("multiply", "L:l1", ("_where_program", "<lambda>" + k)),
+            ("add", "L:f1", ("_where_program",)),
+        ]
+    expected += [
+        ("multiply", "L:g1", ("_where_program", "_resume_a", "_steps")),
+        ("add", "L:ra", ("_where_program", "_resume_a")),
+        ("multiply", "L:g1", ("_where_program", "_resume_b", "_steps")),
+        ("subtract", "L:rb", ("_where_program", "_resume_b")),
+        ("multiply", "L:f2", ("_where_program",)),
+        ("cos", "L:d1", ("_where_program", "wrapper", "_decorated")),
+        ("multiply", "L:w1", ("_where_program", "wrapper")),
+        ("add", "L:f3", ("_where_program",)),
+        ("subtract", "L:f3", ("_where_program",)),
+    ]
+    text = open(__file__).read().splitlines()
+    t = tk.trace(_where_program, randn(4), loops="unroll")
+    got = [(n.op, n.source.line, n.scope) for n in t.graph.nodes]
+    assert got == [(op, line_of(m), scope) for op, m, scope in expected], got
+    for n in t.graph.nodes:
+        assert os.path.basename(n.source.file) == HERE
+        assert n.source.text == text[n.source.line - 1].strip(), n
+    rolled = tk.trace(_where_program, randn(4))
+    loops = [n for n in rolled.graph.nodes if n.op == "loop"]
+    bodies = [[(m.op, m.source.line) for m in n.attrs["body"].nodes] for n in loops]
+    assert [(op, line_of(m)) for op, m, _ in expected[7:10]] in bodies, rolled
+
+
 def test_listing_line_format():
     t = tk.trace(_source_lines_program, randn(3, 4), randn(4, 2))
     line = [s for s in str(t.graph).splitlines() if "matmul" in s][0]

@@ -112,12 +112,11 @@ class Var:
     def __init__(self, name: str, shape, dtype, weak: bool = False):
         if type(shape) is not tuple or not _INT.issuperset(map(type, shape)):
             shape = tuple(int(d) for d in shape)
-        setter = object.__setattr__
-        setter(self, "name", name if type(name) is str else str(name))
-        setter(self, "shape", shape)
-        setter(self, "dtype", dtype if isinstance(dtype, np.dtype) else np.dtype(dtype))
-        setter(self, "weak", bool(weak))
-        setter(self, "_uid", next(_ids))
+        _set_name(self, name if type(name) is str else str(name))
+        _set_shape(self, shape)
+        _set_dtype(self, dtype if isinstance(dtype, np.dtype) else np.dtype(dtype))
+        _set_weak(self, weak is True or bool(weak))
+        _set_uid(self, next(_ids))
 
     def __setattr__(self, k, v):
         raise AttributeError("Var is immutable")
@@ -167,6 +166,12 @@ class Var:
 
     def __repr__(self):
         return f"%{self.name}: {self.type}"
+
+
+# the slots' own setters: a Var is immutable (its __setattr__ raises), set once in __init__
+_set_name, _set_shape, _set_dtype, _set_weak, _set_uid = (
+    getattr(Var, slot).__set__ for slot in Var.__slots__
+)
 
 
 def _notebook_cell(file: str) -> int | None:
@@ -309,7 +314,7 @@ class FrozenDict(dict):
         return hash(json.dumps(_canonical(dict(self)), sort_keys=True))
 
 
-@dataclass(frozen=True, eq=False, init=False)
+@dataclass(frozen=True, eq=False, init=False, slots=True)
 class Node:
     """One op application: ``outputs = op(*inputs, **attrs)``.
 
@@ -332,13 +337,12 @@ class Node:
     def __init__(self, op, inputs, attrs, outputs, source=None, scope=()):
         # written out (dataclass's would set each field, then convert): tracing makes a node
         # per op, tens of thousands in a loop
-        setter = object.__setattr__
-        setter(self, "op", op)
-        setter(self, "inputs", inputs if type(inputs) is tuple else tuple(inputs))
-        setter(self, "attrs", attrs if type(attrs) is FrozenDict else FrozenDict(attrs))
-        setter(self, "outputs", outputs if type(outputs) is tuple else tuple(outputs))
-        setter(self, "source", source)
-        setter(self, "scope", scope if type(scope) is tuple else tuple(scope))
+        _set_op(self, op)
+        _set_inputs(self, inputs if type(inputs) is tuple else tuple(inputs))
+        _set_attrs(self, attrs if type(attrs) is FrozenDict else FrozenDict(attrs))
+        _set_outputs(self, outputs if type(outputs) is tuple else tuple(outputs))
+        _set_source(self, source)
+        _set_scope(self, scope if type(scope) is tuple else tuple(scope))
 
     @property
     def out(self) -> Var:
@@ -381,6 +385,13 @@ class Node:
 
     def __str__(self):
         return format_node(self)
+
+
+# the slots' own setters (frozen: a Node's fields are set once, in __init__)
+_set_op, _set_inputs, _set_attrs, _set_outputs, _set_source, _set_scope = (
+    getattr(Node, field).__set__
+    for field in ("op", "inputs", "attrs", "outputs", "source", "scope")
+)
 
 
 @dataclass(frozen=True)

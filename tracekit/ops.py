@@ -477,6 +477,8 @@ register(
 # input after the indexed array (integer-array or boolean indices).
 def build_index(idx, arrays):
     """Replace ``"@k"`` placeholders of a stored index by the arrays."""
+    if not arrays and type(idx) is tuple:  # no placeholder (each names one of the arrays)
+        return idx
     return tuple(arrays[int(e[1:])] if isinstance(e, str) else e for e in idx)
 
 

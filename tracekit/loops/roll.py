@@ -323,8 +323,9 @@ def _signatures(nodes, ctx) -> tuple[list, list]:
 class _Keys:
     """Small ints for what signatures are made of: each signature (``ids``), each Var's
     shape, dtype and weakness (``types``: made for its producer, read by its readers), and
-    the key of each source line and literal, by the object's id (a loop's iterations share
-    these objects; ``held`` keeps each object alive, so that no other reuses its id)."""
+    the key of each source line and literal, a small int too, by the object's id (a loop's
+    iterations share these objects; ``held`` keeps each object alive, so that no other reuses
+    its id)."""
 
     __slots__ = ("ids", "types", "held")
 
@@ -353,7 +354,7 @@ def _signature(n: Node, keys: _Keys) -> tuple[int, int]:
     src = n.source
     found = held.get(id(src))
     if found is None or found[0] is not src:
-        found = held[id(src)] = (src, _source_key(src))
+        found = held[id(src)] = (src, ids.setdefault(("line", _source_key(src)), len(ids)))
     ins, numbers = [], False
     for x in n.inputs:
         if type(x) is Var:
@@ -365,7 +366,7 @@ def _signature(n: Node, keys: _Keys) -> tuple[int, int]:
             numbers = numbers or _is_number(x)
             lit = held.get(id(x))
             if lit is None or lit[0] is not x:
-                lit = held[id(x)] = (x, _literal_key(x))
+                lit = held[id(x)] = (x, ids.setdefault(("literal", _literal_key(x)), len(ids)))
             ins.append(lit[1])
     strict = ids.setdefault((n.op, tuple(ins), attrs, tuple(outs), found[1]), len(ids))
     if not numbers:

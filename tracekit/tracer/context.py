@@ -9,6 +9,7 @@ baked into the trace (``guard``, ``layout_guards``).
 
 from __future__ import annotations
 
+import inspect
 import sys
 import warnings
 
@@ -23,7 +24,15 @@ from ..pytree import is_dask_array
 from .array import Buffer, TracedArray, ViewStep, dtype_of, iter_deep
 from .captures import find_capture
 from .movement import array_from
-from .source import USER_FILES, is_user_frame, short_qualname, source_of, user_frame, user_source
+from .source import (
+    USER_FILES,
+    is_user_frame,
+    short_qualname,
+    source_at,
+    source_of,
+    user_frame,
+    user_source,
+)
 
 
 class Scope:
@@ -81,7 +90,6 @@ class TraceContext:
     # -- where are we in the user's code
     def where(self):
         """(source, scope) of the op being recorded now."""
-        callers = []  # the user's frames around the innermost one, innermost first
         inner = None
         f = sys._getframe(2)
         stop, known = self.stop_code, USER_FILES
@@ -93,29 +101,24 @@ class TraceContext:
             if user is None:
                 user = is_user_frame(f)
             if user:
-                if inner is None:
-                    inner = f
-                else:
-                    callers.append(f)
+                inner = f
+                break
             f = f.f_back
         if inner is None:
             self.last_stack = ()
             return None, self._scope_path([])
-        src = source_of(inner)
-        callers.reverse()
-        outer_frames = tuple(callers)
-        lines = tuple([g.f_lineno for g in callers]) if callers else ()
+        src = source_at(inner)
         last = self._last_where
-        # the same frames (held, so none is another object at a reused address; frames and
-        # scopes compare by identity) under the same scopes have the same scope path, and,
-        # their callers at the same lines (a generator's caller may resume it from another),
-        # the same call stack: a loop records thousands of ops from one frame
+        # the same frame (held, so no other object at a reused address) of a function, not of
+        # a generator (which its caller may resume from another line, or another caller), runs
+        # one call: the frames calling it are the same, stopped at the same lines; under the
+        # same scopes (compared by identity) it has the same scope path and call stack. A loop
+        # records thousands of ops from one frame.
         if (
             last is not None
             and last[0] is inner
-            and last[1] == outer_frames
+            and not code.co_flags & _RESUMABLE
             and last[2] == self.scopes
-            and last[3] == lines
         ):
             # the ops of one line share their chain (rolling finds their loops once per chain
             # object); keyed by the id of the Source, which the chain holds
@@ -124,11 +127,24 @@ class TraceContext:
                 stack = last[6][id(src)] = last[4] + (src,)
             self.last_stack = stack
             return src, last[5]
-        outer = tuple([source_of(g) for g in callers])
+        callers = []  # the user's frames around the innermost one, innermost first
+        f = inner.f_back
+        while f is not None:
+            code = f.f_code
+            if code is stop:
+                break
+            user = known.get(code.co_filename)
+            if user is None:
+                user = is_user_frame(f)
+            if user:
+                callers.append(f)
+            f = f.f_back
+        callers.reverse()
+        outer = tuple([source_at(g) for g in callers])
         self.last_stack = outer + (src,)  # for rolling loops in callees
         path = self._scope_path([*callers, inner])
         chains = {id(src): self.last_stack}
-        self._last_where = (inner, outer_frames, list(self.scopes), lines, outer, path, chains)
+        self._last_where = (inner, None, list(self.scopes), None, outer, path, chains)
         return src, path
 
     def _scope_path(self, chain):
@@ -430,6 +446,8 @@ class TraceContext:
         )
 
 
+# code flags of a generator, a coroutine, an async generator: their frames are resumed
+_RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 _NOT_YET = ("not yet",)  # emit's place in the user's code before anything needed it
 _NO_ATTRS = FrozenDict()  # the attributes of every node without any (immutable: shared)
 

@@ -80,6 +80,26 @@ def source_of(frame) -> Source:
     return src
 
 
+_at_offsets: dict = {}  # id(code) -> (code, {instruction offset: Source})
+
+
+def source_at(frame) -> Source:
+    """``source_of(frame)``, found by the frame's instruction offset: an offset is always on
+    the same line, and finding an offset's line scans the code's line table."""
+    code = frame.f_code
+    entry = _at_offsets.get(id(code))
+    if entry is None or entry[0] is not code:  # held: no other code object at that address
+        if len(_at_offsets) > 10_000:
+            _at_offsets.clear()
+        entry = _at_offsets[id(code)] = (code, {})
+    offsets = entry[1]
+    offset = frame.f_lasti
+    src = offsets.get(offset)
+    if src is None:
+        src = offsets[offset] = source_of(frame)
+    return src
+
+
 def user_frame(depth: int = 1):
     """The innermost frame outside tracekit and NumPy, from ``depth`` frames above the
     caller's (None if there is none)."""
