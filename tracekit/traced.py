@@ -614,9 +614,10 @@ class Traced:
     def finish_call(self, values, outs):
         """Write back in-place updates of inputs and rebuild the output structure.
 
-        A result that shares memory with an input or an earlier result (the graph returns an
-        input, a view of one, or one value twice) is copied first, so results never alias the
-        caller's arrays or each other, and never see the write-backs.
+        A result that shares memory with an input, a constant of the graph or an earlier result
+        (the graph returns an input, a view of one, or one value twice) is copied first, so
+        results never alias the caller's arrays, the graph's or each other, and never see the
+        write-backs. ``values``: one per input of the graph (constants may follow).
 
         >>> import numpy as np, tracekit as tk
         >>> t = tk.trace(lambda x: (x, x), np.ones(2))
@@ -625,7 +626,8 @@ class Traced:
         >>> np.shares_memory(a, x), np.shares_memory(a, b)
         (False, False)
         """
-        results = detach(list(outs[: self.graph.n_results]), values)
+        held = [*values, *self.graph.constants.values()] if self.graph.constants else values
+        results = detach(list(outs[: self.graph.n_results]), held)
         for _, ii in self.graph.writebacks:  # all checked before any is written
             target = values[ii]
             if not isinstance(target, np.ndarray) or not target.flags.writeable:
