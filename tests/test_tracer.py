@@ -1299,3 +1299,19 @@ def test_a_returned_constant_is_a_copy_each_call(how, tmp_path, monkeypatch):
     np.testing.assert_array_equal(k2, want)
     np.testing.assert_array_equal(tail2, want[1:])
     assert not np.shares_memory(k2, tail2)
+
+
+def test_a_constant_the_function_writes_into_keeps_its_value_before_the_write():
+    def f(x):
+        k = np.random.default_rng(0).random(3)  # a constant of the graph
+        y = x + k
+        np.multiply(x, 2.0, out=k)  # written while tracing: the graph's constant is the read one
+        return y, k
+
+    x = np.linspace(0, 1, 3)
+    want = f(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.TracerWarning)
+        t = tk.trace(f, x)
+    for got, w in zip(t(x), want):
+        np.testing.assert_array_equal(got, w)
