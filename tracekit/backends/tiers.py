@@ -52,8 +52,9 @@ class TierWarning(RuntimeWarning):
 
 
 class Tiered:
-    """One signature's entry in ``tk.jit``'s cache while its kernels compile: calls answer
-    through the interpreter (``traced``) until ``compiled`` is ready."""
+    """One signature's entry in ``tk.jit``'s cache while its kernels compile: the first call
+    answers with the trace's own results (``answer``, where there are), later ones through the
+    interpreter (``traced``) until ``compiled`` is ready."""
 
     tier = "interpreter"
     started = False
