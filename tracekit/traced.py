@@ -152,8 +152,8 @@ def _traced_answer(ctx, result, graph, leaves, n_args) -> TracedAnswer | None:
     """The trace's results where the interpreter's answer to the same call is certainly the
     same values of the same types; None where it may not be: writes into arguments or
     captured arrays (the trace wrote into its copies), lazy values, python ops (run again, as
-    the user's code they are), 0-d results (NumPy scalar or 0-d array by the producing op),
-    inputs whose copies have other strides than the arrays themselves."""
+    the user's code they are), inputs whose copies have other strides than the arrays
+    themselves, and 0-d results but those of an op on arrays (see ``_zero_d_as_interpreted``)."""
     if ctx.lazy or graph.writebacks or not _replayable(graph):
         return None
     originals = [(leaf, ctx.input_values[i]) for i, leaf in enumerate(leaves[:n_args])]
@@ -161,13 +161,36 @@ def _traced_answer(ctx, result, graph, leaves, n_args) -> TracedAnswer | None:
     if any(isinstance(a, np.ndarray) and a.strides != c.strides for a, c in originals):
         return None
     out_leaves = pytree.flatten(result, extra_types=(T.TracedArray,), keep_order=True)[0]
-    results = [
-        ctx.lift(leaf)._value for leaf in out_leaves if isinstance(leaf, T.TracedArray | np.ndarray)
-    ]
+    traced = [ctx.lift(x) for x in out_leaves if isinstance(x, T.TracedArray | np.ndarray)]
+    results = [t._value for t in traced]
     outputs = graph.outputs[: graph.n_results]
     if len(results) != len(outputs) or not all(map(_same_kind, results, outputs)):
         return None
+    if any(v.ndim == 0 and not v.weak for v in outputs):
+        recorded = set(ctx.nodes)
+        producers = {o: n for n in graph.nodes for o in n.outputs}
+        for t, v in zip(traced, outputs):
+            if v.ndim == 0 and not v.weak and not _zero_d_as_interpreted(t, v, producers, recorded):
+                return None
     return TracedAnswer(results, list(ctx.input_values))
+
+
+def _zero_d_as_interpreted(t, var, producers, recorded) -> bool:
+    """Whether the trace's 0-d value ``t`` for ``var`` is of the interpreter's type (a NumPy
+    scalar or a 0-d array: the producing op decides, and may decide by its inputs' types,
+    which for 0-d values may differ between the trace and the interpreter): ``t`` is what the
+    op recorded for ``var`` computed on arrays of one dimension or more, nothing written into
+    since. An input returned as it is: its trace copy has the argument's own type."""
+    if t._chain or t._buf.version or t._buf.var is not var:
+        return False
+    node = producers.get(var)
+    if node is None:
+        return t._buf.origin is not None
+    return (
+        node in recorded
+        and OPS[node.op].kind != "control"
+        and all(x.ndim > 0 for x in node.var_inputs)
+    )
 
 
 def _replayable(graph) -> bool:
@@ -181,16 +204,13 @@ def _replayable(graph) -> bool:
 
 
 def _same_kind(value, var: Var) -> bool:
-    """Whether ``value`` is what the interpreter gives for ``var``: a Python scalar for a weak
-    value, an array of its shape and dtype otherwise (not 0-d: see ``_traced_answer``)."""
+    """Whether ``value`` is of the kind the interpreter gives for ``var``: a Python scalar for a
+    weak value, an array (or, 0-d, a NumPy scalar) of its shape and dtype otherwise."""
     if var.weak:
         return type(value) in (float, complex) and np.asarray(value).dtype == var.dtype
-    return (
-        type(value) is np.ndarray
-        and value.ndim > 0
-        and value.shape == var.shape
-        and value.dtype == var.dtype
-    )
+    if isinstance(value, np.generic):
+        return var.ndim == 0 and value.dtype == var.dtype
+    return type(value) is np.ndarray and value.shape == var.shape and value.dtype == var.dtype
 
 
 # young objects between the cyclic garbage collector's passes while tracing: a trace keeps
