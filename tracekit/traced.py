@@ -180,14 +180,17 @@ def _zero_d_as_interpreted(t, var, producers, recorded) -> bool:
     scalar or a 0-d array: the producing op decides, and may decide by its inputs' types,
     which for 0-d values may differ between the trace and the interpreter): ``t`` is what the
     op recorded for ``var`` computed on arrays of one dimension or more, nothing written into
-    since. An input returned as it is: its trace copy has the argument's own type."""
+    since, and a NumPy scalar (a 0-d array here may be a copy of one written into, whose
+    recorded op gives a scalar). An input returned as it is: its trace copy has the argument's
+    own type."""
     if t._chain or t._buf.version or t._buf.var is not var:
         return False
     node = producers.get(var)
     if node is None:
         return t._buf.origin is not None
     return (
-        node in recorded
+        isinstance(t._value, np.generic)
+        and node in recorded
         and OPS[node.op].kind != "control"
         and all(x.ndim > 0 for x in node.var_inputs)
     )

@@ -399,6 +399,10 @@ def _zero_d_written(x):
     return y
 
 
+def _zero_d_written_copy(x):
+    return _zero_d_written(x).copy()
+
+
 def _accumulate(x, acc):
     acc += x  # a write into an argument
     return x * 2
@@ -419,6 +423,7 @@ _ANSWERED_BY_THE_INTERPRETER = {
     "a 0-d result of 0-d values": (lambda x: x.sum() * 2.0, 1),
     "a 0-d result beside others": (lambda x: (x * 2, np.where(x.max() > 0, x.min(), 1.0)), 1),
     "a 0-d array written into": ("zero_d_written", 1),
+    "a copy of a 0-d array written into": ("zero_d_written_copy", 1),
     "a python op": (_python_op, 1),
 }
 
@@ -427,7 +432,9 @@ _ANSWERED_BY_THE_INTERPRETER = {
 def test_the_interpreter_gives_the_first_answer_where_the_trace_may_differ(case, no_compiles):
     fn, n_args = _ANSWERED_BY_THE_INTERPRETER[case]
     model = _Model() if fn == "model" else None
-    fn = _zero_d_written if fn == "zero_d_written" else fn
+    fn = {"zero_d_written": _zero_d_written, "zero_d_written_copy": _zero_d_written_copy}.get(
+        fn, fn
+    )
     fn = model.step if model else fn
     x = np.linspace(0.5, 2.5, 5)
     args = (x, np.ones(5))[:n_args]
