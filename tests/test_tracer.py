@@ -1362,3 +1362,41 @@ def test_tracing_collects_garbage_rarely_and_restores_the_collector():
     with pytest.raises(ValueError, match="user's code"):
         tk.trace(fails, np.ones(3))
     assert gc.get_threshold() == before
+
+
+def _made_inside(x):
+    k = np.random.default_rng(0).random(3)  # a plain array the trace bakes in as a constant
+    return x.sum(), k, k[1:]
+
+
+@pytest.mark.parametrize("how", ["interpreter", "compiled"])
+def test_a_returned_constant_is_a_copy_each_call(how, tmp_path, monkeypatch):
+    """A result that is (a view of) a graph constant is the caller's to write into: the next
+    call still returns the constant's own values."""
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path))
+    t = tk.trace(_made_inside, np.ones(3))
+    f = t if how == "interpreter" else tk.compile(t, progress=False)
+    _, k, tail = f(np.ones(3))
+    want = np.random.default_rng(0).random(3)
+    k[:] = 99.0
+    tail[:] = -1.0
+    _, k2, tail2 = f(np.ones(3))
+    np.testing.assert_array_equal(k2, want)
+    np.testing.assert_array_equal(tail2, want[1:])
+    assert not np.shares_memory(k2, tail2)
+
+
+def test_a_constant_the_function_writes_into_keeps_its_value_before_the_write():
+    def f(x):
+        k = np.random.default_rng(0).random(3)  # a constant of the graph
+        y = x + k
+        np.multiply(x, 2.0, out=k)  # written while tracing: the graph's constant is the read one
+        return y, k
+
+    x = np.linspace(0, 1, 3)
+    want = f(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tk.TracerWarning)
+        t = tk.trace(f, x)
+    for got, w in zip(t(x), want):
+        np.testing.assert_array_equal(got, w)

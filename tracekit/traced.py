@@ -19,7 +19,7 @@ from . import (
 from . import tracer as T
 from .errors import GuardError, TraceError, TracerWarning
 from .interpret import check_guards, run  # noqa: F401  (check_guards: the backends import it here)
-from .ir import Graph, InputSpec, Var
+from .ir import Graph, InputSpec, Var, moves
 from .loops import roll
 from .loops.op import is_while
 from .ops import OPS
@@ -63,6 +63,32 @@ def trace(
     >>> t(np.ones(3, np.float32))
     array([1.5231884, 1.5231884, 1.5231884], dtype=float32)
     """
+    return _trace(fn, example_args, strict, keep_values, name, loops, max_iterations)[0]
+
+
+def trace_answering(fn, *example_args) -> tuple[Traced, TracedAnswer | None]:
+    """``trace(fn, *example_args)`` and the results the trace computed on the way: NumPy's
+    own answer to this very call (None where they cannot stand for the interpreter's).
+
+    >>> import numpy as np
+    >>> x = np.ones(2)
+    >>> t, answer = trace_answering(lambda x: np.exp(x) + 1.0, x)
+    >>> t.answer(answer, (x,))
+    array([3.71828183, 3.71828183])
+    """
+    return _trace(fn, example_args, answer=True)
+
+
+def _trace(
+    fn,
+    example_args,
+    strict=False,
+    keep_values=False,
+    name=None,
+    loops="roll",
+    max_iterations=None,
+    answer=False,
+):
     if loops not in ("roll", "unroll"):
         raise ValueError(f"tk.trace: loops must be 'roll' or 'unroll', not {loops!r}")
     if max_iterations is not None and (type(max_iterations) is not int or max_iterations < 1):
@@ -108,7 +134,86 @@ def trace(
     traced.notes = [str(n) for n in notes]
     if keep_values:
         traced.values = traced.run_values(*example_args)
-    return traced
+    own = _traced_answer(ctx, result, graph, leaves, n_args=len(args)) if answer else None
+    return traced, own
+
+
+class TracedAnswer:
+    """The results a trace computed for its example arguments (NumPy's own answer to that
+    call), and the trace's copies of its inputs, which those results may share memory with."""
+
+    __slots__ = ("results", "held")
+
+    def __init__(self, results: list, held: list):
+        self.results, self.held = results, held
+
+
+def _traced_answer(ctx, result, graph, leaves, n_args) -> TracedAnswer | None:
+    """The trace's results where the interpreter's answer to the same call is certainly the
+    same values of the same types; None where it may not be: writes into arguments or
+    captured arrays (the trace wrote into its copies), lazy values, python ops (run again, as
+    the user's code they are), inputs whose copies have other strides than the arrays
+    themselves, and 0-d results but those of an op on arrays (see ``_zero_d_as_interpreted``)."""
+    if ctx.lazy or graph.writebacks or not _replayable(graph):
+        return None
+    originals = [(leaf, ctx.input_values[i]) for i, leaf in enumerate(leaves[:n_args])]
+    originals += [(a, ctx.by_id[id(a)]._value) for a in ctx.keepalive]
+    if any(isinstance(a, np.ndarray) and a.strides != c.strides for a, c in originals):
+        return None
+    out_leaves = pytree.flatten(result, extra_types=(T.TracedArray,), keep_order=True)[0]
+    traced = [ctx.lift(x) for x in out_leaves if isinstance(x, T.TracedArray | np.ndarray)]
+    results = [t._value for t in traced]
+    outputs = graph.outputs[: graph.n_results]
+    if len(results) != len(outputs) or not all(map(_same_kind, results, outputs)):
+        return None
+    if any(v.ndim == 0 and not v.weak for v in outputs):
+        recorded = set(ctx.nodes)
+        producers = {o: n for n in graph.nodes for o in n.outputs}
+        for t, v in zip(traced, outputs):
+            if v.ndim == 0 and not v.weak and not _zero_d_as_interpreted(t, v, producers, recorded):
+                return None
+    return TracedAnswer(results, list(ctx.input_values))
+
+
+def _zero_d_as_interpreted(t, var, producers, recorded) -> bool:
+    """Whether the trace's 0-d value ``t`` for ``var`` is of the interpreter's type (a NumPy
+    scalar or a 0-d array: the producing op decides, and may decide by its inputs' types,
+    which for 0-d values may differ between the trace and the interpreter): ``t`` is what the
+    op recorded for ``var`` computed on arrays of one dimension or more, nothing written into
+    since, and a NumPy scalar (a 0-d array here may be a copy of one written into, whose
+    recorded op gives a scalar). An input returned as it is: its trace copy has the argument's
+    own type."""
+    if t._chain or t._buf.version or t._buf.var is not var:
+        return False
+    node = producers.get(var)
+    if node is None:
+        return t._buf.origin is not None
+    return (
+        isinstance(t._value, np.generic)
+        and node in recorded
+        and OPS[node.op].kind != "control"
+        and all(x.ndim > 0 for x in node.var_inputs)
+    )
+
+
+def _replayable(graph) -> bool:
+    """No python op and no index moving with a loop, in ``graph`` or its loops' bodies."""
+    for n in graph.nodes:
+        if OPS[n.op].kind == "opaque" or (n.attrs and moves(n.attrs)):
+            return False
+        if not all(_replayable(a) for a in n.attrs.values() if isinstance(a, Graph)):
+            return False
+    return True
+
+
+def _same_kind(value, var: Var) -> bool:
+    """Whether ``value`` is of the kind the interpreter gives for ``var``: a Python scalar for a
+    weak value, an array (or, 0-d, a NumPy scalar) of its shape and dtype otherwise."""
+    if var.weak:
+        return type(value) in (float, complex) and np.asarray(value).dtype == var.dtype
+    if isinstance(value, np.generic):
+        return var.ndim == 0 and value.dtype == var.dtype
+    return type(value) is np.ndarray and value.shape == var.shape and value.dtype == var.dtype
 
 
 # young objects between the cyclic garbage collector's passes while tracing: a trace keeps
@@ -614,9 +719,10 @@ class Traced:
     def finish_call(self, values, outs):
         """Write back in-place updates of inputs and rebuild the output structure.
 
-        A result that shares memory with an input or an earlier result (the graph returns an
-        input, a view of one, or one value twice) is copied first, so results never alias the
-        caller's arrays or each other, and never see the write-backs.
+        A result that shares memory with an input, a constant of the graph or an earlier result
+        (the graph returns an input, a view of one, or one value twice) is copied first, so
+        results never alias the caller's arrays, the graph's or each other, and never see the
+        write-backs. ``values``: one per input of the graph (constants may follow).
 
         >>> import numpy as np, tracekit as tk
         >>> t = tk.trace(lambda x: (x, x), np.ones(2))
@@ -625,7 +731,8 @@ class Traced:
         >>> np.shares_memory(a, x), np.shares_memory(a, b)
         (False, False)
         """
-        results = detach(list(outs[: self.graph.n_results]), values)
+        held = [*values, *self.graph.constants.values()] if self.graph.constants else values
+        results = detach(list(outs[: self.graph.n_results]), held)
         for _, ii in self.graph.writebacks:  # all checked before any is written
             target = values[ii]
             if not isinstance(target, np.ndarray) or not target.flags.writeable:
@@ -644,6 +751,18 @@ class Traced:
         for target, source in zip(targets, sources):
             np.copyto(target, source)
         return pytree.unflatten(self.out_tree, results)
+
+    def answer(self, answer: TracedAnswer, args):
+        """The results of a call on the very arguments traced (the same objects: ``args``),
+        from the values the trace computed (``trace_answering``), as the interpreter would
+        give them: the same structure and types, none sharing memory with what the trace
+        keeps or with another. None where ``args`` are not those objects."""
+        leaves = pytree.flatten(list(args))[0]
+        if len(leaves) != len(self.example_leaves) or any(
+            a is not b for a, b in zip(leaves, self.example_leaves)
+        ):
+            return None
+        return self.finish_call([*leaves, *answer.held], answer.results)
 
     def run_values(self, *args) -> dict:
         """Every intermediate value (Var -> value) for these arguments.

@@ -11,8 +11,10 @@ import sys
 import textwrap
 import warnings
 
+import numba
 import numpy as np
 import pytest
+from helpers.compare import assert_same, bits_equal
 from helpers.run import quiet
 from hypothesis import HealthCheck, given, settings
 from test_cpu import DTYPES, assert_matches, elementwise_cases, elementwise_inputs, program
@@ -30,11 +32,13 @@ pytestmark = [
 
 
 def _both_tiers(fn, *args):
-    """(the interpreter tier's answer, the compiled tier's) of ``tk.jit(fn)`` on ``args``."""
+    """(the first answer: the trace's values or the interpreter's, the compiled tier's) of
+    ``tk.jit(fn)`` on ``args``."""
     f = tk.jit(fn, wait=False, progress=False)
     with quiet():
         first = f(*[np.copy(a) for a in args])
-    assert f.tier == "interpreter" and "served by the interpreter" in f.explain()
+    said = {"trace": "served by the values the trace computed", "interpreter": "interpreter"}
+    assert f.tier in said and said[f.tier] in f.explain(), f.explain()
     assert f.wait(), f.explain()
     with quiet():
         later = f(*[np.copy(a) for a in args])
@@ -160,7 +164,7 @@ def test_a_process_that_exits_mid_compile_leaves_no_broken_cache_entry(
 ):
     first = _child(tmp_path, compiler, delay, exit_how)
     tier, err = first.stdout.split()
-    assert tier == "interpreter" and float(err) < 1e-4, first.stdout
+    assert tier == "trace" and float(err) < 1e-4, first.stdout
     # a new process compiles, or loads what the first one wrote, without a word about the cache
     after = _child(tmp_path, "thread", 0, "", wait=True)
     tier, err = after.stdout.split()
@@ -190,7 +194,9 @@ def test_the_environment_makes_every_jit_wait(monkeypatch, tmp_path):
     monkeypatch.setenv("TRACEKIT_JIT_WAIT", "0")
     g = tk.jit(lambda x: x + 2, progress=False)
     g(np.zeros(2))
-    assert g.tier == "interpreter"
+    assert g.tier == "trace"
+    g(np.zeros(2))
+    assert g.tier in ("interpreter", "compiled")
     g.wait()
 
 
@@ -204,7 +210,7 @@ def test_a_retrace_in_the_interpreter_tier_is_explained(monkeypatch):
     np.testing.assert_array_equal(f(np.ones(3)), np.full(3, 2.0))
     with pytest.warns(tk.TracerWarning, match="retracing"):
         np.testing.assert_array_equal(f(-np.ones(3)), np.full(3, -2.0))
-    assert "retraced" in f.explain() and f.tier == "interpreter"
+    assert "retraced" in f.explain() and f.tier == "trace"  # (the retrace's own values)
     assert f.wait()
     np.testing.assert_array_equal(f(-np.ones(3)), np.full(3, -2.0))
     assert f.tier == "compiled"
@@ -243,3 +249,226 @@ def test_the_notebook_says_once_when_compiled_kernels_took_over(monkeypatch):
     g = tk.jit(lambda x: np.cos(x) * 4, wait=False, progress=False)  # progress=False: silent
     g(np.zeros(3))
     assert g.wait() and len(shown) == 1
+
+
+# ---------------------------------------------------------------------- the first answer
+_W = np.linspace(-1.0, 1.0, 6).reshape(2, 3)  # a captured array
+
+
+def _returns_input(x):
+    return x
+
+
+def _twice(x):
+    y = x * 2.0
+    return y, y, y[:, 1:]
+
+
+def _nested(x, y):
+    return {"s": x + y, "t": [x * y, (x - y, 3, "label", None)], "v": x.T}
+
+
+def _written(x):
+    y = x.copy()
+    y[0, 1] = 5.0
+    z = np.zeros_like(x)
+    z[...] = y.T.T
+    return y, z
+
+
+def _made_inside(x):
+    k = np.random.default_rng(3).random((2, 3))  # a constant of the graph
+    return k, k[0], x + k
+
+
+def _looped(x):
+    y = x
+    for _ in range(12):  # rolled into one loop node
+        y = np.sin(y) + x
+    return y
+
+
+def _weak(x, a):
+    return x * a, a, 2.5
+
+
+_X = np.array([[0.5, -1.5, 2.0], [np.nan, 0.0, -0.0]])
+_I = np.array([[1, -2, 3], [4, 0, -7]], np.int32)
+_ANSWERED_BY_THE_TRACE = {
+    "elementwise": (lambda x: np.tanh(x) * 2 - np.exp(-x), (_X,)),
+    "returns its input": (_returns_input, (_X,)),
+    "views of its input": (lambda x: (x[1:], x.T, x.reshape(-1)), (_X,)),
+    "one value three times": (_twice, (_X,)),
+    "nested structure and statics": (_nested, (_X, _X[::-1])),
+    "writes into its own arrays": (_written, (_X,)),
+    "a graph constant": (_made_inside, (_X,)),
+    "a captured array": (lambda x: (x * _W, _W, _W[1]), (_X,)),
+    "a rolled loop": (_looped, (_X,)),
+    "weak scalars": (_weak, (_X, 1.5)),
+    "integers and booleans": (lambda i: (i * 3, i > 0, i // 2), (_I,)),
+    "complex": (lambda x: np.exp(1j * x) * (1 + 2j), (_X,)),
+    "reductions kept 2-d": (lambda x: np.max(x, axis=1, keepdims=True) - x.sum(0), (_X,)),
+    "matmul": (lambda a, b: np.tanh(a @ b), (_X.T.copy(), _X[:, :2].copy())),
+    "a 0-d result of an op on arrays": (lambda x: (x * 2, x.sum(), np.max(x[0])), (_X,)),
+    "a 0-d argument returned": (lambda x, s: (x * s, s), (_X, np.array(1.5))),
+    "a NumPy scalar argument returned": (lambda x, s: (x * s, s), (_X, np.float32(1.5))),
+    "a Fortran-ordered argument": (lambda x: np.sqrt(np.abs(x)) + x, (np.asfortranarray(_X),)),
+    "a strided argument": (lambda x: x.reshape(-1) * 2, (np.ones((4, 6))[:, ::2],)),
+}
+
+
+def _assert_identical(got, want, where="result"):
+    """Same Python types all the way down (tuple, list, dict, ndarray, NumPy scalar, float),
+    same dtypes, shapes and bits."""
+    assert type(got) is type(want), f"{where}: {type(got).__name__}, want {type(want).__name__}"
+    if isinstance(want, list | tuple):
+        assert len(got) == len(want), where
+        for i, (g, w) in enumerate(zip(got, want)):
+            _assert_identical(g, w, f"{where}[{i}]")
+    elif isinstance(want, dict):
+        assert list(got) == list(want), where
+        for k in want:
+            _assert_identical(got[k], want[k], f"{where}[{k!r}]")
+    elif isinstance(want, np.ndarray | np.generic | float | complex):
+        assert bits_equal(got, want) and np.asarray(got).dtype == np.asarray(want).dtype, where
+    else:
+        assert got == want, where
+
+
+def _arrays_in(x) -> list:
+    if isinstance(x, dict):
+        x = list(x.values())
+    if isinstance(x, list | tuple):
+        return [a for e in x for a in _arrays_in(e)]
+    return [x] if isinstance(x, np.ndarray) else []
+
+
+@pytest.fixture
+def no_compiles(monkeypatch):
+    """Kernels never compile (the interpreter answers every later call): the first answer
+    alone is under test."""
+    from tracekit.backends import tiers
+
+    monkeypatch.delenv("TRACEKIT_JIT_WAIT", raising=False)
+    monkeypatch.setattr(tiers.Tiered, "start", lambda self: self)
+
+
+@pytest.mark.parametrize("case", list(_ANSWERED_BY_THE_TRACE))
+def test_the_first_answer_is_the_traces_and_the_interpreters(case, no_compiles):
+    fn, args = _ANSWERED_BY_THE_TRACE[case]
+    before = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args]
+    with quiet():
+        want = tk.trace(fn, *args)(*args)  # the interpreter's answer
+        f = tk.jit(fn, wait=False, progress=False)
+        first = f(*args)
+    assert f.tier == "trace", f.explain()
+    assert "served by the values the trace computed" in f.explain(), f.explain()
+    _assert_identical(first, want)
+    for a, b in zip(args, before):  # the arguments are untouched
+        _assert_identical(a, b, "argument")
+    (entry,) = f._cache.values()
+    constants = {v: np.array(c, copy=True) for v, c in entry.traced.graph.constants.items()}
+    held = [a for a in args if isinstance(a, np.ndarray)] + [_W]
+    held += list(entry.traced.graph.constants.values())
+    results = _arrays_in(first)
+    for i, r in enumerate(results):  # nothing the caller gets shares memory with anything else
+        assert not any(np.shares_memory(r, h) for h in held + results[:i]), (case, i)
+    for r in results:
+        r[...] = 7
+    assert not entry._answer  # the trace's values are released
+    with quiet():
+        again = f(*args)
+    assert f.tier == "interpreter"
+    _assert_identical(again, want, "the next call")
+    for v, c in constants.items():
+        _assert_identical(entry.traced.graph.constants[v], c, "a graph constant")
+
+
+class _Model:
+    def __init__(self):
+        self.w = np.linspace(0.0, 1.0, 5)
+
+    def step(self, g):
+        self.w = self.w - 0.5 * g  # rebinding recorded as a write into the captured array
+        return self.w * 2
+
+
+def _zero_d_written(x):
+    y = np.zeros(())
+    y[...] = x.sum()  # the result's value: the sum's (a NumPy scalar, interpreted); traced: 0-d
+    return y
+
+
+def _zero_d_written_copy(x):
+    return _zero_d_written(x).copy()
+
+
+def _accumulate(x, acc):
+    acc += x  # a write into an argument
+    return x * 2
+
+
+@numba.njit
+def _numba_square(a):
+    return a * a
+
+
+def _python_op(x):
+    return _numba_square(x) + 1.0  # a numba function: a python op, run again by the interpreter
+
+
+_ANSWERED_BY_THE_INTERPRETER = {
+    "writes into an argument": (_accumulate, 2),
+    "rebinds a captured array": ("model", 1),
+    "a 0-d result of 0-d values": (lambda x: x.sum() * 2.0, 1),
+    "a 0-d result beside others": (lambda x: (x * 2, np.where(x.max() > 0, x.min(), 1.0)), 1),
+    "a 0-d array written into": ("zero_d_written", 1),
+    "a copy of a 0-d array written into": ("zero_d_written_copy", 1),
+    "a python op": (_python_op, 1),
+}
+
+
+@pytest.mark.parametrize("case", list(_ANSWERED_BY_THE_INTERPRETER))
+def test_the_interpreter_gives_the_first_answer_where_the_trace_may_differ(case, no_compiles):
+    fn, n_args = _ANSWERED_BY_THE_INTERPRETER[case]
+    model = _Model() if fn == "model" else None
+    fn = {"zero_d_written": _zero_d_written, "zero_d_written_copy": _zero_d_written_copy}.get(
+        fn, fn
+    )
+    fn = model.step if model else fn
+    x = np.linspace(0.5, 2.5, 5)
+    args = (x, np.ones(5))[:n_args]
+    w0 = model.w.copy() if model else None
+    acc_want = args[1] + x if n_args == 2 else None
+    with quiet():
+        want = fn(*[a.copy() for a in args])  # NumPy's own answer (writes into the copies)
+        if model:
+            model.w = w0.copy()
+        f = tk.jit(fn, wait=False, progress=False)
+        first = f(*args)
+    assert f.tier == "interpreter", (case, f.explain())
+    assert "served by the interpreter" in f.explain()
+    assert_same(first, want)  # (a 0-d array written into: the interpreter gives a NumPy scalar)
+    if n_args == 2:  # the write reached the caller's array, once
+        np.testing.assert_array_equal(args[1], acc_want)
+    if model:  # the captured array was rebound once
+        np.testing.assert_allclose(model.w, w0 - 0.5 * x, rtol=1e-15)
+
+
+def test_the_first_answer_is_for_the_arguments_traced_only():
+    from tracekit.traced import trace_answering
+
+    x = np.linspace(0, 1, 4)
+    t, answer = trace_answering(lambda x: np.cos(x) * 3, x)
+    assert t.answer(answer, (x.copy(),)) is None  # equal values, other objects
+    np.testing.assert_array_equal(t.answer(answer, (x,)), np.cos(x) * 3)
+
+
+def test_a_strided_argument_copied_compactly_gets_the_interpreters_answer(monkeypatch, no_compiles):
+    from tracekit.tracer import context
+
+    monkeypatch.setattr(context, "LAYOUT_COPY_LIMIT", 0)  # every strided copy made compact
+    x = np.arange(256.0).reshape(4, 64)[:, ::32]
+    f = tk.jit(lambda x: x.reshape(-1) * 2, wait=False, progress=False)
+    np.testing.assert_array_equal(f(x), x.reshape(-1) * 2)
+    assert f.tier == "interpreter"

@@ -269,12 +269,12 @@ class Compiled:
             for buf, r in zip(outs, results):
                 if buf is not r:
                     np.copyto(buf, r)
-            self.traced.finish_call(values, list(outs) + results[g.n_results :])
+            self.traced.finish_call(inputs, list(outs) + results[g.n_results :])
             return out
         results = [r[()] if getattr(r, "ndim", 1) == 0 else r for r in results]
         if self._fast is not None and not g.writebacks and len(results) == 1 and not self._detach:
             return results[0]
-        return self.traced.finish_call(values, results)
+        return self.traced.finish_call(inputs, results)  # (constants: results may be them)
 
     def _dask_call(self, args, out):
         """Dask arrays for the results, computing nothing (see :mod:`.dask`)."""

@@ -6,9 +6,9 @@ function captured. A new signature traces and compiles (the disk cache makes tha
 process); a guard that fails on new data (a branch taken the other way) retraces with a warning
 instead of returning a wrong answer.
 
-On the CPU, a new signature's first call answers through the interpreter while its kernels
-compile off the caller's path (``tiers.py``); ``wait=True`` (or ``TRACEKIT_JIT_WAIT=1``)
-compiles before answering instead.
+On the CPU, a new signature's first call answers with the values its trace computed (or
+through the interpreter) while its kernels compile off the caller's path (``tiers.py``);
+``wait=True`` (or ``TRACEKIT_JIT_WAIT=1``) compiles before answering instead.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import pytree
 from ..errors import GuardError, TracerWarning
-from ..traced import parameter_names, trace
+from ..traced import parameter_names, trace, trace_answering
 from .runtime import device_array_types, is_device_array
 from .tiers import Tiered, blocking_by_default, notebook_notice, start_worker
 
@@ -175,8 +175,8 @@ class Explanation(str):
 
 class JitFunction:
     """A function compiled per signature. Call it like the function; ``explain()`` says why the
-    last call retraced or recompiled, and ``tier`` which tier answered it ("interpreter" or
-    "compiled")."""
+    last call retraced or recompiled, and ``tier`` which tier answered it ("trace": the values
+    its trace computed, for a new signature's first call; "interpreter"; or "compiled")."""
 
     def __init__(self, fn, target="cpu", wait=None, **options):
         from . import TARGETS
@@ -228,10 +228,11 @@ class JitFunction:
                 f"tk.jit(target={self.target!r}) takes host (NumPy) arrays, got a device array; "
                 "use target='cuda' for device arrays"
             )
-        t = trace(functools.partial(self.fn, **kw) if kw else self.fn, *traced_args)
+        fn = functools.partial(self.fn, **kw) if kw else self.fn
         target = "dask" if _has_dask_array(args) else self.target
         if target != "cpu" or self._blocking():
-            return compile_graph(t, target=target, **self.options)
+            return compile_graph(trace(fn, *traced_args), target=target, **self.options)
+        t, answer = trace_answering(fn, *traced_args)
         quiet = dict(self.options, progress=False)
         progress = self.options["progress"]
         entry = Tiered(
@@ -240,6 +241,7 @@ class JitFunction:
             self.options.get("math", "fast"),
             self.options.get("cache", True),
             None if progress is False else notebook_notice(t.graph.name),
+            answer,
         )
         entry.on_ready(self._promote)
         return entry
@@ -369,7 +371,9 @@ class JitFunction:
         >>> import numpy as np, tracekit as tk
         >>> f = tk.jit(lambda x: np.tanh(x) * 2, wait=False)
         >>> f(np.zeros(3)).tolist(), f.tier
-        ([0.0, 0.0, 0.0], 'interpreter')
+        ([0.0, 0.0, 0.0], 'trace')
+        >>> f(np.ones(3)).shape, f.tier in ("interpreter", "compiled")  # (compiled: once ready)
+        ((3,), True)
         >>> f.wait(), f(np.zeros(3)).tolist(), f.tier
         (True, [0.0, 0.0, 0.0], 'compiled')
         """
@@ -419,15 +423,23 @@ def _tier_line(entry) -> str:
         return f"served by compiled kernels ({tiered.how}; {ready})"
     if tiered.error is not None:
         first = str(tiered.error).strip().splitlines()[0]
-        return f"served by the interpreter: compiling the kernels failed ({first})"
-    return "served by the interpreter while the kernels compile off the caller's path"
+        return f"served by the {_TIER_WORDS[entry.tier]}: compiling the kernels failed ({first})"
+    off_path = "while the kernels compile off the caller's path"
+    return f"served by the {_TIER_WORDS[entry.tier]} {off_path}"
+
+
+_TIER_WORDS = {
+    "trace": "values the trace computed (NumPy's own answer to this call)",
+    "interpreter": "interpreter",
+}
 
 
 def jit(fn=None, *, target="cpu", wait=None, **options):
     """Trace and compile ``fn`` per signature; use as ``@tk.jit`` or ``tk.jit(fn, target=...)``.
 
-    On the CPU, a new signature's first call answers through the interpreter (NumPy's speed)
-    while the kernels compile off the caller's path; later calls use them once they are ready.
+    On the CPU, a new signature's first call answers with the values its trace computed
+    (NumPy's own answer: the function runs once) while the kernels compile off the caller's
+    path; later calls run through the interpreter until the kernels are ready, then use them.
     ``wait=True`` compiles before the first answer (benchmarks, scripts); ``TRACEKIT_JIT_WAIT=1``
     makes that the default.
 

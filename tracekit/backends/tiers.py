@@ -1,8 +1,11 @@
 """Tiered execution for ``tk.jit``: the interpreter answers while kernels compile elsewhere.
 
-A new signature's first call runs the traced graph through the reference interpreter (NumPy's
-speed) and starts compiling its kernels off the caller's path; once they are ready, calls use
-them. How they compile (``TRACEKIT_JIT_COMPILER``):
+A new signature's first call answers with the values its trace computed on the way (NumPy's
+own answer to that call: the function runs once, not once traced and once interpreted), or,
+where those cannot stand for the interpreter's answer (``traced.trace_answering`` says), runs
+the traced graph through the reference interpreter; then its kernels compile off the caller's
+path. Later calls run through the interpreter until the kernels are ready, then use them.
+How they compile (``TRACEKIT_JIT_COMPILER``):
 
 - ``process`` (the default): the compile server (``compile_server.py``) compiles them into the
   disk cache in another process, and a thread of the caller's loads them from there. numba's
@@ -49,14 +52,17 @@ class TierWarning(RuntimeWarning):
 
 
 class Tiered:
-    """One signature's entry in ``tk.jit``'s cache while its kernels compile: calls answer
-    through the interpreter (``traced``) until ``compiled`` is ready."""
+    """One signature's entry in ``tk.jit``'s cache while its kernels compile: the first call
+    answers with the trace's own results (``answer``, where there are), later ones through the
+    interpreter (``traced``) until ``compiled`` is ready."""
 
     tier = "interpreter"
     started = False
 
-    def __init__(self, traced, compile_now, math: str, cache: bool, notice=None):
+    def __init__(self, traced, compile_now, math: str, cache: bool, notice=None, answer=None):
         self.traced = traced
+        # the trace's own results, for the first call only (popped: one caller gets them)
+        self._answer = [answer] if answer is not None else []
         self.compiled = None
         self.error: Exception | None = None
         self.warned = False
@@ -76,8 +82,23 @@ class Tiered:
         if self.error is not None and not self.warned:
             self.warned = True
             warnings.warn(self.failure(), TierWarning, stacklevel=3)
+        if self._answer:
+            result = self._first_answer(args)
+            if result is not None:
+                self.tier = "trace"
+                return result[0]
         self.tier = "interpreter"
         return self.traced(*args)
+
+    def _first_answer(self, args):
+        """(the trace's results,) for a call on the very arguments traced, else None; either
+        way the trace's values are dropped."""
+        try:
+            answer = self._answer.pop()
+        except IndexError:  # another thread's call took them
+            return None
+        result = self.traced.answer(answer, args)
+        return None if result is None else (result,)
 
     def failure(self) -> str:
         return (

@@ -359,7 +359,10 @@ class TraceContext:
             kind = "capture"
         else:
             label, getter, kind = "const", None, "const"
-        t = self.add_input(same_layout_copy(arr), kind, label, getter)
+        value = same_layout_copy(arr)
+        t = self.add_input(value, kind, label, getter)
+        if kind == "const":  # the trace may write into its value: the graph keeps the one read
+            self.constants[t.ir_var] = value.copy()
         self.by_id[id(arr)] = t
         self.keepalive.append(arr)
         return t
