@@ -1576,6 +1576,8 @@ def check(prog, checks=CHECKS, compiled_cache=None):
         # pairwise sums), and the trace's intermediates are laid out differently: ``approx``
         _check_calls("interp", harness.bind(t), "Traced call", draws, approx, tol)
         stats["checks"].append("interp")
+        if _check_trace_answer(harness, draws[0], approx, tol):
+            stats["checks"].append("trace-answer")
     for target in ("cpu", "cuda"):
         if target not in checks:
             continue
@@ -1726,6 +1728,30 @@ def _check_calls(check, fn, what, draws, approx, tol):
             raise Failure(check, f"{what} raised {type(e).__name__}: {e}") from e
         _compare_all(check, _as_tuple(got), want, approx, zs, ys, tol)
         _check_fresh(check, _as_tuple(got), zs)
+
+
+def _check_trace_answer(harness, draw, approx, tol) -> bool:
+    """``tk.jit``'s first call answers with the values its trace computed (tier "trace"):
+    they must be NumPy's results, fresh. False where the trace keeps no answer."""
+    from tracekit.traced import trace_answering
+
+    xs, want, ys, _ = draw
+    zs = copy_inputs(xs)
+
+    def first_call(*args):
+        t, answer = trace_answering(harness.fn, *args)
+        return None if answer is None else t.answer(answer, args)
+
+    try:
+        with quiet():
+            got = harness.bind(first_call)(*zs)
+    except Exception as e:
+        raise Failure("trace-answer", f"raised {type(e).__name__}: {e}") from e
+    if got is None:
+        return False
+    _compare_all("trace-answer", _as_tuple(got), want, approx, zs, ys, tol)
+    _check_fresh("trace-answer", _as_tuple(got), zs)
+    return True
 
 
 def _check_fresh(what, results, inputs):
