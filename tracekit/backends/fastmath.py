@@ -490,6 +490,12 @@ _LN2LO64 = _h("0x1.a39ef35793c76p-33")
 _LN2_DDH, _LN2_DDL = _h("0x1.62e42fefa39efp-1"), _h("0x1.abc9e3b39803fp-56")
 _INV_LN2_H = _h("0x1.71547652b82fep+0")
 _INV_LN10_H = _h("0x1.bcb7b1526e50ep-2")
+_IL2H32 = _f32(_INV_LN2_H)  # 1/ln2 and 1/ln10 as float32 pairs
+_IL2L32 = _f32(_INV_LN2_H - float(_IL2H32))
+_IL10H32 = _f32(_INV_LN10_H)
+_IL10L32 = _f32(_INV_LN10_H - float(_IL10H32))
+_LG2H32 = _f32(_h("0x1.344p-2"))  # log10(2): 11 significant bits (e * _LG2H32 exact)
+_LG2L32 = _f32(0.30102999566398120 - _h("0x1.344p-2"))
 # fdlibm/msun e_log2.c, e_log10.c splits (33 / 40 significant bits in the high parts)
 _IVLN2HI, _IVLN2LO = _h("0x1.7154765200000p+0"), _h("0x1.705fc2eefa200p-33")
 _IVLN10HI, _IVLN10LO = _h("0x1.bcb7b15200000p-2"), _h("0x1.b9438ca9aadd5p-36")
@@ -1733,23 +1739,41 @@ def exp2_f32(x):
     return res if x64 == x64 else _NAN32
 
 
+@_helper
+def _log_scaled32(x, ih, il, eh, el):
+    """log(x) * (ih + il) for float32 x (special values as NumPy's), with the exponent's
+    share e * (eh + el) (eh * e exact): log2 with ih + il = 1/ln2, eh = 1, el = 0."""
+    sub = x < _MINNORM32
+    e, f, w = _log_core32(x * _TWO23_32 if sub else x)
+    ef = _int_to_f32(e - (23 if sub else 0))
+    th = f * ih
+    tl = _fma(f, ih, -th) + _fma(f, il, w * ih)
+    sh, sl = _two_sum(ef * eh, th)
+    res = sh + (sl + _fma(ef, el, tl))
+    res = _NINF32 if x == _ZERO32 else res
+    res = _NAN32 if x < _ZERO32 else res
+    return res if x < _INF32 else x
+
+
 @_jit
 def log2_f32(x):
-    """log2(x) for float32 (float64 log times 1/ln2, rounded once).
+    """log2(x) for float32, in float32: x = 2**e (1 + f), e + log1p(f)/ln2 with 1/ln2 as a
+    float32 pair and the sum e + f/ln2 carried as a pair.
 
     Exact for powers of two.  Domain: all float32.
     max error vs correctly rounded: 1 ulp.
     """
-    return _f32(_log64_impl(np.float64(_f32(x))) * _INV_LN2_H)
+    return _log_scaled32(_f32(x), _IL2H32, _IL2L32, _ONE32, _ZERO32)
 
 
 @_jit
 def log10_f32(x):
-    """log10(x) for float32 (float64 log times 1/ln10, rounded once).
+    """log10(x) for float32, in float32: e log10(2) + log1p(f)/ln10 with both constants as
+    float32 pairs and the sum carried as a pair.
 
     Domain: all float32.  max error vs correctly rounded: 1 ulp.
     """
-    return _f32(_log64_impl(np.float64(_f32(x))) * _INV_LN10_H)
+    return _log_scaled32(_f32(x), _IL10H32, _IL10L32, _LG2H32, _LG2L32)
 
 
 @_jit
