@@ -511,6 +511,10 @@ _PIO2_1, _PIO2_2, _PIO2_3, _PIO2_4 = _PIO2_64
 _PIO2_H, _PIO2_L = _PIO2_DD
 _PIO4_H, _PIO4_L = _PIO2_H / 2, _PIO2_L / 2
 _PI_H, _PI_L = _PIO2_H * 2, _PIO2_L * 2
+_PIO2_H32 = _f32(_PIO2_H)  # pi/2, pi/4 and pi as float32 pairs
+_PIO2_L32 = _f32((_PIO2_H - float(_PIO2_H32)) + _PIO2_L)
+_PIO4_H32, _PIO4_L32 = _PIO2_H32 / _f32(2), _PIO2_L32 / _f32(2)
+_PI_H32, _PI_L32 = _PIO2_H32 * _f32(2), _PIO2_L32 * _f32(2)
 _LIM64 = 3.0e6  # Cody-Waite range of sin/cos float64 (n < 2**21)
 _INF = np.inf
 _NAN = np.nan
@@ -709,6 +713,18 @@ _COEFFS["ASIN64"] = (
     "0x1.65a9c4dfcf8b2p-8", "0x1.1d189408314eep-6", "-0x1.e6aaa8a0a04ccp-7",
     "0x1.d72b2bc8155f8p-6",
 )  # fmt: skip
+# float32 arctan(u) = u + u^3 P(u^2), arcsin(u) = u + u^3 Q(u^2), u^2 <= 1/4: interpolated at
+# the Chebyshev nodes of u^2 (mpmath), rounded to float32; relative error 2**-28.4, 2**-29.9.
+_COEFFS["ATAN32"] = (
+    "-0x1.5555560000000p-2", "0x1.99998e0000000p-3", "-0x1.248f720000000p-3",
+    "0x1.c690de0000000p-4", "-0x1.6ddf9e0000000p-4", "0x1.1213680000000p-4",
+    "-0x1.0c35be0000000p-5",
+)  # fmt: skip
+_COEFFS["ASIN32"] = (
+    "0x1.5555560000000p-3", "0x1.33331e0000000p-4", "0x1.6dc0f00000000p-5",
+    "0x1.efedf80000000p-6", "0x1.82db240000000p-6", "0x1.5a80a00000000p-7",
+    "0x1.fb7ca40000000p-6",
+)  # fmt: skip
 # log(m) tail for the double-double log: s^7 * sum_k 2 z^k / (2k+7) (Taylor, z <= 0.0295)
 _COEFFS["LOGDD_TAIL"] = tuple(float(2.0 / (2 * k + 7)).hex() for k in range(10))
 
@@ -750,6 +766,8 @@ _p_erf64s = _poly("ERF64S", float)
 _p_erf64l = _poly("ERF64L", float)
 _p_atan64 = _poly("ATAN64", float)
 _p_asin64 = _poly("ASIN64", float)
+_p_atan32 = _poly("ATAN32", _f32)
+_p_asin32 = _poly("ASIN32", _f32)
 
 # ---------------------------------------------------------------------------
 # generic helpers (compiled per dtype)
@@ -2103,31 +2121,96 @@ def cosh_f64(x):
     return _cosh64_impl(np.float64(x))
 
 
+@_helper
+def _atan_pair32(n, d):
+    """atan(n / d) as a float32 pair for 0 <= n <= d < inf (n <= 2**127): u = n/d, or
+    (n - d) / (n + d) and pi/4 added for n/d in [1/2, 1] (n - d exact, n + d a pair), with
+    the quotient's rounding error carried; u + u^3 P(u^2), |u| <= 1/2."""
+    mid = n + n >= d
+    sh, sl = _two_sum(n, d)
+    num = n - d if mid else n
+    den = sh if mid else d
+    dl = sl if mid else _ZERO32
+    u = _div(num, den)
+    ul = _div(_fma(-u, den, num) - u * dl, den)
+    v = u * u
+    t = _fma(u * v, _p_atan32(v), ul)
+    ph, pl = _two_sum(_PIO4_H32, u)
+    rh = ph if mid else u
+    rl = (pl + (t + _PIO4_L32)) if mid else t
+    return rh, rl
+
+
 @_jit
 def arctan_f32(x):
-    """Inverse tangent for float32 (the float64 kernel, rounded once).
+    """Inverse tangent for float32, in float32: |x| > 1 through pi/2 - atan(1/|x|), the
+    argument brought to |u| <= 1/2 (see ``_atan_pair32``), pairs carried to the last sum.
 
     Domain: all float32.  max error vs correctly rounded: 1 ulp.
     """
-    return _f32(_atan64_impl(np.float64(x)))
+    x = _f32(x)
+    a = abs(x)
+    big = a > _ONE32
+    ac = _ONE32 if a == _INF32 else a
+    rh, rl = _atan_pair32(_ONE32 if big else ac, ac if big else _ONE32)
+    sh, sl = _two_sum(_PIO2_H32, -rh)
+    r = (sh + (sl + (_PIO2_L32 - rl))) if big else rh + rl
+    r = _PIO2_H32 if a == _INF32 else r
+    return _copysign32(r, x)
+
+
+@_helper
+def _asin_core32(u):
+    """asin(u) - u = u^3 Q(u^2) for 0 <= u <= 1/2."""
+    v = u * u
+    return u * v * _p_asin32(v)
+
+
+@_helper
+def _asin_far32(a):
+    """2 asin(sqrt((1 - a) / 2)) for 1/2 <= a <= 1 as a float32 pair: the square root's own
+    error carried in the second part."""
+    z = _HALF32 - _HALF32 * a  # exact for a in [1/2, 1]
+    s = np.sqrt(z)
+    sl = _div(_fma(-s, s, z), s + s) if s > _ZERO32 else _ZERO32
+    return s + s, _TWO32 * (sl + _asin_core32(s))
 
 
 @_jit
 def arcsin_f32(x):
-    """Inverse sine for float32 (the float64 kernel, rounded once).
+    """Inverse sine for float32, in float32: |x| <= 1/2: x + x^3 Q(x^2); beyond,
+    pi/2 - 2 asin(sqrt((1 - |x|) / 2)) with pairs carried to the last sum.
 
     Domain: all float32 (nan outside [-1, 1]).  max error vs correctly rounded: 1 ulp.
     """
-    return _f32(_asin64_impl(np.float64(x)))
+    x = _f32(x)
+    a = abs(x)
+    near = a <= _HALF32
+    fh, fl = _asin_far32(_HALF32 if near else a)
+    sh, sl = _two_sum(_PIO2_H32, -fh)
+    r = a + _asin_core32(a) if near else sh + (sl + (_PIO2_L32 - fl))
+    r = _NAN32 if a > _ONE32 else r
+    return _copysign32(r, x)
 
 
 @_jit
 def arccos_f32(x):
-    """Inverse cosine for float32 (the float64 kernel, rounded once).
+    """Inverse cosine for float32, in float32: pi/2 - asin(x) for |x| <= 1/2,
+    2 asin(sqrt((1 - |x|) / 2)) beyond (subtracted from pi for x < 0), pairs carried.
 
     Domain: all float32 (nan outside [-1, 1]).  max error vs correctly rounded: 1 ulp.
     """
-    return _f32(_acos64_impl(np.float64(x)))
+    x = _f32(x)
+    a = abs(x)
+    near = a <= _HALF32
+    fh, fl = _asin_far32(_HALF32 if near else a)
+    c = _asin_core32(a)
+    nh, nl = _two_sum(_PIO2_H32, -x)
+    small = nh + (nl + (_PIO2_L32 - _copysign32(c, x)))
+    ph, pl = _two_sum(_PI_H32, -fh)
+    left = ph + (pl + (_PI_L32 - fl))
+    r = small if near else (fh + fl if x > _ZERO32 else left)
+    return _NAN32 if a > _ONE32 or x != x else r
 
 
 @_jit
