@@ -725,6 +725,16 @@ _COEFFS["ASIN32"] = (
     "0x1.efedf80000000p-6", "0x1.82db240000000p-6", "0x1.5a80a00000000p-7",
     "0x1.fb7ca40000000p-6",
 )  # fmt: skip
+# float32 sinh(x) = x + x^3 S(x^2), cosh(x) = 1 + x^2/2 + x^4 C(x^2), x^2 <= 1 (as above;
+# relative error 2**-27.7, 2**-29.6)
+_COEFFS["SINH32"] = (
+    "0x1.5555560000000p-3", "0x1.11111e0000000p-7", "0x1.a009000000000p-13",
+    "0x1.78a70e0000000p-19",
+)  # fmt: skip
+_COEFFS["COSH32"] = (
+    "0x1.5555560000000p-5", "0x1.6c16ca0000000p-10", "0x1.a00eb00000000p-16",
+    "0x1.2c69680000000p-22",
+)  # fmt: skip
 # log(m) tail for the double-double log: s^7 * sum_k 2 z^k / (2k+7) (Taylor, z <= 0.0295)
 _COEFFS["LOGDD_TAIL"] = tuple(float(2.0 / (2 * k + 7)).hex() for k in range(10))
 
@@ -768,6 +778,8 @@ _p_atan64 = _poly("ATAN64", float)
 _p_asin64 = _poly("ASIN64", float)
 _p_atan32 = _poly("ATAN32", _f32)
 _p_asin32 = _poly("ASIN32", _f32)
+_p_sinh32 = _poly("SINH32", _f32)
+_p_cosh32 = _poly("COSH32", _f32)
 
 # ---------------------------------------------------------------------------
 # generic helpers (compiled per dtype)
@@ -1794,22 +1806,57 @@ def log10_f32(x):
     return _log_scaled32(_f32(x), _IL10H32, _IL10L32, _LG2H32, _LG2L32)
 
 
+@_helper
+def _exp_half_pair32(a, sign):
+    """(exp(a) + sign * exp(-a)) / 2 for a float32 1 <= a (or inf, nan: garbage): a = k ln2 +
+    r + rl, exp(a) / 2**k = 1 + r + tl with 1 + r a pair, the smaller exp(-a) / 2**k =
+    2**-2k / (1 + r + tl) added to the low part, 2**(k-1) applied once at the end."""
+    ac = _f32(90.0) if a > _f32(90.0) else a  # sinh and cosh overflow from 89.42
+    kf = _fma(ac, _L2E32, _SH32)
+    k = _as_int(kf) - _SH32_BITS
+    kf = kf - _SH32
+    r1 = _fma(kf, -_LN2HI32, ac)  # exact
+    r = _fma(kf, -_LN2LO32, r1)
+    rl = _fma(kf, -_LN2LO32, r1 - r)  # the rounding error of r
+    tl = _fma(r * r, _p_exp32(r), rl)  # exp(r + rl) = 1 + r + tl (to 2**-28)
+    sh, sl = _fast_two_sum(_ONE32, r)
+    kc = 40 if k > 40 else k
+    g = _div(_as_f32((127 - kc - kc) << 23), sh + (sl + tl))
+    return _ldexp32(sh + (sl + (tl + sign * g)), k - 1)
+
+
 @_jit
 def sinh_f32(x):
-    """sinh(x) for float32 (float64 kernel, rounded once).
+    """sinh(x) for float32, in float32: |x| < 1: x + x^3 S(x^2); beyond,
+    (exp|x| - exp(-|x|)) / 2 from one reduction (see ``_exp_half_pair32``).
 
     Domain: all float32.  max error vs correctly rounded: 1 ulp.
     """
-    return _f32(_sinh64_impl(np.float64(_f32(x))))
+    x = _f32(x)
+    a = abs(x)
+    z = a * a
+    small = _fma(a * z, _p_sinh32(z), a)
+    res = small if a < _ONE32 else _exp_half_pair32(_ONE32 if a < _ONE32 else a, -_ONE32)
+    res = _copysign32(res, x)
+    return res if a == a else x
 
 
 @_jit
 def cosh_f32(x):
-    """cosh(x) for float32 (float64 kernel, rounded once).
+    """cosh(x) for float32, in float32: |x| < 1: 1 + x^2/2 + x^4 C(x^2) with 1 + x^2/2 a
+    pair; beyond, (exp|x| + exp(-|x|)) / 2 from one reduction (see ``_exp_half_pair32``).
 
     Domain: all float32.  max error vs correctly rounded: 1 ulp.
     """
-    return _f32(_cosh64_impl(np.float64(_f32(x))))
+    x = _f32(x)
+    a = abs(x)
+    z = a * a
+    hz = _HALF32 * z
+    hl = _HALF32 * _fma(a, a, -z)
+    sh, sl = _fast_two_sum(_ONE32, hz)
+    small = sh + (sl + _fma(z * z, _p_cosh32(z), hl))
+    res = small if a < _ONE32 else _exp_half_pair32(_ONE32 if a < _ONE32 else a, _ONE32)
+    return res if a == a else a
 
 
 @_jit
