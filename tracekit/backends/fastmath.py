@@ -79,12 +79,13 @@ Implementation notes
   ``tan_near_*`` (:func:`near_names`), which leave it out, count the arguments
   ``trig_far_*`` says they miss, and compute again with the full functions where
   there were any.
-* float32 ``log2, log10, sinh, cosh, power, arctan, arcsin, arccos,
-  arctan2, arcsinh, arccosh, arctanh, cbrt, hypot, logaddexp`` and ``power_const`` are
-  evaluated with the float64 kernels and rounded once (accurate, about half the float32
-  speed); float32 ``tan`` reduces its argument as ``sin`` does (in float32) and evaluates
-  only the polynomials in float64, float32 ``exp2`` splits off the integer part exactly and
-  evaluates a polynomial of the rest in float64.
+* float32 ``log2, log10, sinh, cosh, arctan, arcsin, arccos`` are float32 code throughout
+  (float32 polynomials; where one rounding too many would cost an ulp, a float32 pair carries
+  the error to the last sum); float32 ``power, arctan2, arcsinh, arccosh, arctanh, cbrt,
+  hypot, logaddexp`` and ``power_const`` are evaluated with the float64 kernels and rounded
+  once (accurate, about half the float32 speed); float32 ``tan`` reduces its argument as
+  ``sin`` does (in float32) and evaluates only the polynomials in float64, float32 ``exp2``
+  splits off the integer part exactly and evaluates a polynomial of the rest in float64.
 * ``logaddexp`` has a float32 version only: NumPy's formula ``max + log1p(exp(-|x-y|))``
   cancels near the zero of ``e**x + e**y = 1`` in float64 as in float32 (NumPy's float32
   loop is thousands of ulps off there), and float64 would need it in double-double.
@@ -1368,7 +1369,7 @@ def _pow32_via64(x, y):
 
 
 # ---------------------------------------------------------------------------
-# inverse trigonometric functions (float64; float32 rounds their results once)
+# inverse trigonometric functions (float64; float32 arctan2 rounds its results once)
 # ---------------------------------------------------------------------------
 
 
