@@ -590,6 +590,21 @@ def test_function(op, dtype):
     assert not re.search(r"call [^@]*@(sin|cos|tan|exp|log|pow|tanh|erf)f?\b", llvm_ir)
 
 
+# float32 functions computed in float32 throughout (twice the lanes of a float64 evaluation)
+FLOAT32_NATIVE = ("exp", "expm1", "log", "log1p", "tanh", "sigmoid", "erf", "log2", "log10",
+                  "sinh", "cosh", "arctan", "arcsin", "arccos")  # fmt: skip
+
+
+@pytest.mark.parametrize("op", FLOAT32_NATIVE)
+def test_float32_functions_stay_in_float32(op):
+    """No widening to float64 anywhere in the vectorised loop of these float32 functions."""
+    ev = _evaluator(fm.FAST_MATH[(op, F32)], 1)
+    x = np.linspace(-2, 2, 16, dtype=np.float32)
+    ev(x, np.empty_like(x))
+    llvm_ir = ev.inspect_llvm(ev.signatures[0])
+    assert "fpext" not in llvm_ir and "x double>" not in llvm_ir, f"{op}: float64 in the loop"
+
+
 def test_registry():
     assert set(fm.OPS) == {
         "exp",

@@ -79,12 +79,13 @@ Implementation notes
   ``tan_near_*`` (:func:`near_names`), which leave it out, count the arguments
   ``trig_far_*`` says they miss, and compute again with the full functions where
   there were any.
-* float32 ``log2, log10, sinh, cosh, power, arctan, arcsin, arccos,
-  arctan2, arcsinh, arccosh, arctanh, cbrt, hypot, logaddexp`` and ``power_const`` are
-  evaluated with the float64 kernels and rounded once (accurate, about half the float32
-  speed); float32 ``tan`` reduces its argument as ``sin`` does (in float32) and evaluates
-  only the polynomials in float64, float32 ``exp2`` splits off the integer part exactly and
-  evaluates a polynomial of the rest in float64.
+* float32 ``log2, log10, sinh, cosh, arctan, arcsin, arccos`` are float32 code throughout
+  (float32 polynomials; where one rounding too many would cost an ulp, a float32 pair carries
+  the error to the last sum); float32 ``power, arctan2, arcsinh, arccosh, arctanh, cbrt,
+  hypot, logaddexp`` and ``power_const`` are evaluated with the float64 kernels and rounded
+  once (accurate, about half the float32 speed); float32 ``tan`` reduces its argument as
+  ``sin`` does (in float32) and evaluates only the polynomials in float64, float32 ``exp2``
+  splits off the integer part exactly and evaluates a polynomial of the rest in float64.
 * ``logaddexp`` has a float32 version only: NumPy's formula ``max + log1p(exp(-|x-y|))``
   cancels near the zero of ``e**x + e**y = 1`` in float64 as in float32 (NumPy's float32
   loop is thousands of ulps off there), and float64 would need it in double-double.
@@ -490,6 +491,12 @@ _LN2LO64 = _h("0x1.a39ef35793c76p-33")
 _LN2_DDH, _LN2_DDL = _h("0x1.62e42fefa39efp-1"), _h("0x1.abc9e3b39803fp-56")
 _INV_LN2_H = _h("0x1.71547652b82fep+0")
 _INV_LN10_H = _h("0x1.bcb7b1526e50ep-2")
+_IL2H32 = _f32(_INV_LN2_H)  # 1/ln2 and 1/ln10 as float32 pairs
+_IL2L32 = _f32(_INV_LN2_H - float(_IL2H32))
+_IL10H32 = _f32(_INV_LN10_H)
+_IL10L32 = _f32(_INV_LN10_H - float(_IL10H32))
+_LG2H32 = _f32(_h("0x1.344p-2"))  # log10(2): 11 significant bits (e * _LG2H32 exact)
+_LG2L32 = _f32(0.30102999566398120 - _h("0x1.344p-2"))
 # fdlibm/msun e_log2.c, e_log10.c splits (33 / 40 significant bits in the high parts)
 _IVLN2HI, _IVLN2LO = _h("0x1.7154765200000p+0"), _h("0x1.705fc2eefa200p-33")
 _IVLN10HI, _IVLN10LO = _h("0x1.bcb7b15200000p-2"), _h("0x1.b9438ca9aadd5p-36")
@@ -505,6 +512,10 @@ _PIO2_1, _PIO2_2, _PIO2_3, _PIO2_4 = _PIO2_64
 _PIO2_H, _PIO2_L = _PIO2_DD
 _PIO4_H, _PIO4_L = _PIO2_H / 2, _PIO2_L / 2
 _PI_H, _PI_L = _PIO2_H * 2, _PIO2_L * 2
+_PIO2_H32 = _f32(_PIO2_H)  # pi/2, pi/4 and pi as float32 pairs
+_PIO2_L32 = _f32((_PIO2_H - float(_PIO2_H32)) + _PIO2_L)
+_PIO4_H32, _PIO4_L32 = _PIO2_H32 / _f32(2), _PIO2_L32 / _f32(2)
+_PI_H32, _PI_L32 = _PIO2_H32 * _f32(2), _PIO2_L32 * _f32(2)
 _LIM64 = 3.0e6  # Cody-Waite range of sin/cos float64 (n < 2**21)
 _INF = np.inf
 _NAN = np.nan
@@ -703,6 +714,28 @@ _COEFFS["ASIN64"] = (
     "0x1.65a9c4dfcf8b2p-8", "0x1.1d189408314eep-6", "-0x1.e6aaa8a0a04ccp-7",
     "0x1.d72b2bc8155f8p-6",
 )  # fmt: skip
+# float32 arctan(u) = u + u^3 P(u^2), arcsin(u) = u + u^3 Q(u^2), u^2 <= 1/4: interpolated at
+# the Chebyshev nodes of u^2 (mpmath), rounded to float32; relative error 2**-28.4, 2**-29.9.
+_COEFFS["ATAN32"] = (
+    "-0x1.5555560000000p-2", "0x1.99998e0000000p-3", "-0x1.248f720000000p-3",
+    "0x1.c690de0000000p-4", "-0x1.6ddf9e0000000p-4", "0x1.1213680000000p-4",
+    "-0x1.0c35be0000000p-5",
+)  # fmt: skip
+_COEFFS["ASIN32"] = (
+    "0x1.5555560000000p-3", "0x1.33331e0000000p-4", "0x1.6dc0f00000000p-5",
+    "0x1.efedf80000000p-6", "0x1.82db240000000p-6", "0x1.5a80a00000000p-7",
+    "0x1.fb7ca40000000p-6",
+)  # fmt: skip
+# float32 sinh(x) = x + x^3 S(x^2), cosh(x) = 1 + x^2/2 + x^4 C(x^2), x^2 <= 1 (as above;
+# relative error 2**-27.7, 2**-29.6)
+_COEFFS["SINH32"] = (
+    "0x1.5555560000000p-3", "0x1.11111e0000000p-7", "0x1.a009000000000p-13",
+    "0x1.78a70e0000000p-19",
+)  # fmt: skip
+_COEFFS["COSH32"] = (
+    "0x1.5555560000000p-5", "0x1.6c16ca0000000p-10", "0x1.a00eb00000000p-16",
+    "0x1.2c69680000000p-22",
+)  # fmt: skip
 # log(m) tail for the double-double log: s^7 * sum_k 2 z^k / (2k+7) (Taylor, z <= 0.0295)
 _COEFFS["LOGDD_TAIL"] = tuple(float(2.0 / (2 * k + 7)).hex() for k in range(10))
 
@@ -744,6 +777,10 @@ _p_erf64s = _poly("ERF64S", float)
 _p_erf64l = _poly("ERF64L", float)
 _p_atan64 = _poly("ATAN64", float)
 _p_asin64 = _poly("ASIN64", float)
+_p_atan32 = _poly("ATAN32", _f32)
+_p_asin32 = _poly("ASIN32", _f32)
+_p_sinh32 = _poly("SINH32", _f32)
+_p_cosh32 = _poly("COSH32", _f32)
 
 # ---------------------------------------------------------------------------
 # generic helpers (compiled per dtype)
@@ -1332,7 +1369,7 @@ def _pow32_via64(x, y):
 
 
 # ---------------------------------------------------------------------------
-# inverse trigonometric functions (float64; float32 rounds their results once)
+# inverse trigonometric functions (float64; float32 arctan2 rounds its results once)
 # ---------------------------------------------------------------------------
 
 
@@ -1733,41 +1770,94 @@ def exp2_f32(x):
     return res if x64 == x64 else _NAN32
 
 
+@_helper
+def _log_scaled32(x, ih, il, eh, el):
+    """log(x) * (ih + il) for float32 x (special values as NumPy's), with the exponent's
+    share e * (eh + el) (eh * e exact): log2 with ih + il = 1/ln2, eh = 1, el = 0."""
+    sub = x < _MINNORM32
+    e, f, w = _log_core32(x * _TWO23_32 if sub else x)
+    ef = _int_to_f32(e - (23 if sub else 0))
+    th = f * ih
+    tl = _fma(f, ih, -th) + _fma(f, il, w * ih)
+    sh, sl = _two_sum(ef * eh, th)
+    res = sh + (sl + _fma(ef, el, tl))
+    res = _NINF32 if x == _ZERO32 else res
+    res = _NAN32 if x < _ZERO32 else res
+    return res if x < _INF32 else x
+
+
 @_jit
 def log2_f32(x):
-    """log2(x) for float32 (float64 log times 1/ln2, rounded once).
+    """log2(x) for float32, in float32: x = 2**e (1 + f), e + log1p(f)/ln2 with 1/ln2 as a
+    float32 pair and the sum e + f/ln2 carried as a pair.
 
     Exact for powers of two.  Domain: all float32.
     max error vs correctly rounded: 1 ulp.
     """
-    return _f32(_log64_impl(np.float64(_f32(x))) * _INV_LN2_H)
+    return _log_scaled32(_f32(x), _IL2H32, _IL2L32, _ONE32, _ZERO32)
 
 
 @_jit
 def log10_f32(x):
-    """log10(x) for float32 (float64 log times 1/ln10, rounded once).
+    """log10(x) for float32, in float32: e log10(2) + log1p(f)/ln10 with both constants as
+    float32 pairs and the sum carried as a pair.
 
     Domain: all float32.  max error vs correctly rounded: 1 ulp.
     """
-    return _f32(_log64_impl(np.float64(_f32(x))) * _INV_LN10_H)
+    return _log_scaled32(_f32(x), _IL10H32, _IL10L32, _LG2H32, _LG2L32)
+
+
+@_helper
+def _exp_half_pair32(a, sign):
+    """(exp(a) + sign * exp(-a)) / 2 for a float32 1 <= a (or inf, nan: garbage): a = k ln2 +
+    r + rl, exp(a) / 2**k = 1 + r + tl with 1 + r a pair, the smaller exp(-a) / 2**k =
+    2**-2k / (1 + r + tl) added to the low part, 2**(k-1) applied once at the end."""
+    ac = _f32(90.0) if a > _f32(90.0) else a  # sinh and cosh overflow from 89.42
+    kf = _fma(ac, _L2E32, _SH32)
+    k = _as_int(kf) - _SH32_BITS
+    kf = kf - _SH32
+    r1 = _fma(kf, -_LN2HI32, ac)  # exact
+    r = _fma(kf, -_LN2LO32, r1)
+    rl = _fma(kf, -_LN2LO32, r1 - r)  # the rounding error of r
+    tl = _fma(r * r, _p_exp32(r), rl)  # exp(r + rl) = 1 + r + tl (to 2**-28)
+    sh, sl = _fast_two_sum(_ONE32, r)
+    kc = 40 if k > 40 else k
+    g = _div(_as_f32((127 - kc - kc) << 23), sh + (sl + tl))
+    return _ldexp32(sh + (sl + (tl + sign * g)), k - 1)
 
 
 @_jit
 def sinh_f32(x):
-    """sinh(x) for float32 (float64 kernel, rounded once).
+    """sinh(x) for float32, in float32: |x| < 1: x + x^3 S(x^2); beyond,
+    (exp|x| - exp(-|x|)) / 2 from one reduction (see ``_exp_half_pair32``).
 
     Domain: all float32.  max error vs correctly rounded: 1 ulp.
     """
-    return _f32(_sinh64_impl(np.float64(_f32(x))))
+    x = _f32(x)
+    a = abs(x)
+    z = a * a
+    small = _fma(a * z, _p_sinh32(z), a)
+    res = small if a < _ONE32 else _exp_half_pair32(_ONE32 if a < _ONE32 else a, -_ONE32)
+    res = _copysign32(res, x)
+    return res if a == a else x
 
 
 @_jit
 def cosh_f32(x):
-    """cosh(x) for float32 (float64 kernel, rounded once).
+    """cosh(x) for float32, in float32: |x| < 1: 1 + x^2/2 + x^4 C(x^2) with 1 + x^2/2 a
+    pair; beyond, (exp|x| + exp(-|x|)) / 2 from one reduction (see ``_exp_half_pair32``).
 
     Domain: all float32.  max error vs correctly rounded: 1 ulp.
     """
-    return _f32(_cosh64_impl(np.float64(_f32(x))))
+    x = _f32(x)
+    a = abs(x)
+    z = a * a
+    hz = _HALF32 * z
+    hl = _HALF32 * _fma(a, a, -z)
+    sh, sl = _fast_two_sum(_ONE32, hz)
+    small = sh + (sl + _fma(z * z, _p_cosh32(z), hl))
+    res = small if a < _ONE32 else _exp_half_pair32(_ONE32 if a < _ONE32 else a, _ONE32)
+    return res if a == a else a
 
 
 @_jit
@@ -2079,31 +2169,96 @@ def cosh_f64(x):
     return _cosh64_impl(np.float64(x))
 
 
+@_helper
+def _atan_pair32(n, d):
+    """atan(n / d) as a float32 pair for 0 <= n <= d < inf (n <= 2**127): u = n/d, or
+    (n - d) / (n + d) and pi/4 added for n/d in [1/2, 1] (n - d exact, n + d a pair), with
+    the quotient's rounding error carried; u + u^3 P(u^2), |u| <= 1/2."""
+    mid = n + n >= d
+    sh, sl = _two_sum(n, d)
+    num = n - d if mid else n
+    den = sh if mid else d
+    dl = sl if mid else _ZERO32
+    u = _div(num, den)
+    ul = _div(_fma(-u, den, num) - u * dl, den)
+    v = u * u
+    t = _fma(u * v, _p_atan32(v), ul)
+    ph, pl = _two_sum(_PIO4_H32, u)
+    rh = ph if mid else u
+    rl = (pl + (t + _PIO4_L32)) if mid else t
+    return rh, rl
+
+
 @_jit
 def arctan_f32(x):
-    """Inverse tangent for float32 (the float64 kernel, rounded once).
+    """Inverse tangent for float32, in float32: |x| > 1 through pi/2 - atan(1/|x|), the
+    argument brought to |u| <= 1/2 (see ``_atan_pair32``), pairs carried to the last sum.
 
     Domain: all float32.  max error vs correctly rounded: 1 ulp.
     """
-    return _f32(_atan64_impl(np.float64(x)))
+    x = _f32(x)
+    a = abs(x)
+    big = a > _ONE32
+    ac = _ONE32 if a == _INF32 else a
+    rh, rl = _atan_pair32(_ONE32 if big else ac, ac if big else _ONE32)
+    sh, sl = _two_sum(_PIO2_H32, -rh)
+    r = (sh + (sl + (_PIO2_L32 - rl))) if big else rh + rl
+    r = _PIO2_H32 if a == _INF32 else r
+    return _copysign32(r, x)
+
+
+@_helper
+def _asin_core32(u):
+    """asin(u) - u = u^3 Q(u^2) for 0 <= u <= 1/2."""
+    v = u * u
+    return u * v * _p_asin32(v)
+
+
+@_helper
+def _asin_far32(a):
+    """2 asin(sqrt((1 - a) / 2)) for 1/2 <= a <= 1 as a float32 pair: the square root's own
+    error carried in the second part."""
+    z = _HALF32 - _HALF32 * a  # exact for a in [1/2, 1]
+    s = np.sqrt(z)
+    sl = _div(_fma(-s, s, z), s + s) if s > _ZERO32 else _ZERO32
+    return s + s, _TWO32 * (sl + _asin_core32(s))
 
 
 @_jit
 def arcsin_f32(x):
-    """Inverse sine for float32 (the float64 kernel, rounded once).
+    """Inverse sine for float32, in float32: |x| <= 1/2: x + x^3 Q(x^2); beyond,
+    pi/2 - 2 asin(sqrt((1 - |x|) / 2)) with pairs carried to the last sum.
 
     Domain: all float32 (nan outside [-1, 1]).  max error vs correctly rounded: 1 ulp.
     """
-    return _f32(_asin64_impl(np.float64(x)))
+    x = _f32(x)
+    a = abs(x)
+    near = a <= _HALF32
+    fh, fl = _asin_far32(_HALF32 if near else a)
+    sh, sl = _two_sum(_PIO2_H32, -fh)
+    r = a + _asin_core32(a) if near else sh + (sl + (_PIO2_L32 - fl))
+    r = _NAN32 if a > _ONE32 else r
+    return _copysign32(r, x)
 
 
 @_jit
 def arccos_f32(x):
-    """Inverse cosine for float32 (the float64 kernel, rounded once).
+    """Inverse cosine for float32, in float32: pi/2 - asin(x) for |x| <= 1/2,
+    2 asin(sqrt((1 - |x|) / 2)) beyond (subtracted from pi for x < 0), pairs carried.
 
     Domain: all float32 (nan outside [-1, 1]).  max error vs correctly rounded: 1 ulp.
     """
-    return _f32(_acos64_impl(np.float64(x)))
+    x = _f32(x)
+    a = abs(x)
+    near = a <= _HALF32
+    fh, fl = _asin_far32(_HALF32 if near else a)
+    c = _asin_core32(a)
+    nh, nl = _two_sum(_PIO2_H32, -x)
+    small = nh + (nl + (_PIO2_L32 - _copysign32(c, x)))
+    ph, pl = _two_sum(_PI_H32, -fh)
+    left = ph + (pl + (_PI_L32 - fl))
+    r = small if near else (fh + fl if x > _ZERO32 else left)
+    return _NAN32 if a > _ONE32 or x != x else r
 
 
 @_jit
