@@ -756,7 +756,16 @@ class Traced:
         """The results of a call on the very arguments traced (the same objects: ``args``),
         from the values the trace computed (``trace_answering``), as the interpreter would
         give them: the same structure and types, none sharing memory with what the trace
-        keeps or with another. None where ``args`` are not those objects."""
+        keeps or with another. None where ``args`` are not those objects.
+
+        >>> import numpy as np
+        >>> x = np.ones(2)
+        >>> t, answer = trace_answering(lambda x: (x * 2.0, x.sum()), x)
+        >>> t.answer(answer, (x,))
+        (array([2., 2.]), np.float64(2.0))
+        >>> t.answer(answer, (np.ones(2),)) is None  # other arrays: not the call traced
+        True
+        """
         leaves = pytree.flatten(list(args))[0]
         if len(leaves) != len(self.example_leaves) or any(
             a is not b for a, b in zip(leaves, self.example_leaves)
