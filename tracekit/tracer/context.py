@@ -90,20 +90,8 @@ class TraceContext:
     # -- where are we in the user's code
     def where(self):
         """(source, scope) of the op being recorded now."""
-        inner = None
-        f = sys._getframe(2)
-        stop, known = self.stop_code, USER_FILES
-        while f is not None:
-            code = f.f_code
-            if code is stop:
-                break
-            user = known.get(code.co_filename)
-            if user is None:
-                user = is_user_frame(f)
-            if user:
-                inner = f
-                break
-            f = f.f_back
+        frames = _user_frames(sys._getframe(2), self.stop_code)
+        inner = next(frames, None)
         if inner is None:
             self.last_stack = ()
             return None, self._scope_path([])
@@ -117,7 +105,7 @@ class TraceContext:
         if (
             last is not None
             and last[0] is inner
-            and not code.co_flags & _RESUMABLE
+            and not inner.f_code.co_flags & _RESUMABLE
             and last[2] == self.scopes
         ):
             # the ops of one line share their chain (rolling finds their loops once per chain
@@ -127,18 +115,7 @@ class TraceContext:
                 stack = last[6][id(src)] = last[4] + (src,)
             self.last_stack = stack
             return src, last[5]
-        callers = []  # the user's frames around the innermost one, innermost first
-        f = inner.f_back
-        while f is not None:
-            code = f.f_code
-            if code is stop:
-                break
-            user = known.get(code.co_filename)
-            if user is None:
-                user = is_user_frame(f)
-            if user:
-                callers.append(f)
-            f = f.f_back
+        callers = list(frames)  # the user's frames around the innermost one, innermost first
         callers.reverse()
         outer = tuple([source_at(g) for g in callers])
         self.last_stack = outer + (src,)  # for rolling loops in callees
@@ -450,6 +427,22 @@ class TraceContext:
 
 
 # code flags of a generator, a coroutine, an async generator: their frames are resumed
+def _user_frames(f, stop):
+    """The user's frames from ``f`` outwards, innermost first, up to the trace's entry
+    (the frame running the code ``stop``)."""
+    known = USER_FILES
+    while f is not None:
+        code = f.f_code
+        if code is stop:
+            return
+        user = known.get(code.co_filename)
+        if user is None:
+            user = is_user_frame(f)
+        if user:
+            yield f
+        f = f.f_back
+
+
 _RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 _NOT_YET = ("not yet",)  # emit's place in the user's code before anything needed it
 _NO_ATTRS = FrozenDict()  # the attributes of every node without any (immutable: shared)
