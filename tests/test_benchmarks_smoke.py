@@ -182,3 +182,40 @@ def test_loops_cold_runs_a_workload_in_a_new_process():
     assert p.returncode == 0, p.stderr[-2000:]
     (row,) = [line.split() for line in p.stdout.splitlines() if line.split()[:1] == ["stacked"]]
     assert row[1] == "10" and all(float(v.rstrip("s")) >= 0 for v in row[2:]), p.stdout
+
+
+def test_chunk_threads_runs_and_its_chunked_kernels_compute_the_same():
+    """``chunk_threads.py --warm`` checks each chunked kernel's results against the prange
+    kernel's (the same array elements, NaN-filled outputs before) and fails where they differ:
+    a 1-D chain with interleaved streams and a tail, and trig with its fallback loop."""
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "chunk_threads.py"), "--warm", "--budget",
+         "0.05", "--only", "chain20-4k-forced,trig"],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    rows = [line.split()[0] for line in p.stdout.splitlines() if line.startswith(("chain", "trig"))]
+    assert rows == ["chain20-4k-forced", "trig"], p.stdout
+
+
+@pytest.mark.parametrize("pool_name", ["Pool", "ClaimingPool"])
+def test_chunk_threads_pools_cover_the_range_and_raise_a_workers_error(pool_name):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import chunk_threads
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    pool = getattr(chunk_threads, pool_name)(3)
+    done = []
+    pool.run(lambda lo, hi, out: out.append((lo, hi)), 101, (done,), 4)
+    assert sorted(i for lo, hi in done for i in range(lo, hi)) == list(range(101))
+
+    def fails_after_the_first_chunk(lo, hi):
+        if lo > 0:
+            raise ValueError(f"chunk from {lo}")
+
+    with pytest.raises(ValueError, match="chunk from"):
+        pool.run(fails_after_the_first_chunk, 101, (), 4)
+    done.clear()
+    pool.run(lambda lo, hi, out: out.append((lo, hi)), 101, (done,), 4)  # usable again
+    assert sum(hi - lo for lo, hi in done) == 101
