@@ -37,6 +37,7 @@ import os
 import pickle
 import queue
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -112,6 +113,9 @@ def chunked(source: str) -> tuple[str, int]:
     ``prange`` loop, and that loop's trip count (0: the kernel is serial; it then ignores the
     chunk). After the loop, a loop over the same range runs over the chunk; a loop over another
     (the tail of interleaved streams), in the last chunk; per-thread scratch is the call's own."""
+    loops = re.findall(r"^( *)for \w+ in prange\(", source, re.MULTILINE)
+    if loops not in ([], ["    "]):
+        raise ValueError("a kernel of more than one prange, or of a nested one: not rewritten")
     out, trips, after = [], 0, None
     for line in source.splitlines():
         line = line.replace("numba.get_thread_id()", "0")
@@ -464,6 +468,13 @@ def main():
     opts.warm = opts.warm or not opts.cold
     names = opts.only.split(",") if opts.only else list(COLD if opts.cold else WARM)
     folder = Path(tempfile.mkdtemp(prefix="tk-chunk-threads-"))
+    try:
+        measure(opts, folder, names)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def measure(opts, folder: Path, names):
     generate(folder, names)
     if opts.cold:
         cold(folder, names, opts.repeats)
