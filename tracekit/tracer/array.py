@@ -88,6 +88,9 @@ def dtype_of(v) -> np.dtype:
 
 def is_python_scalar(x) -> bool:
     """A Python float or complex (weak under NEP 50); NumPy scalars subclassing them are not."""
+    t = type(x)
+    if t is np.ndarray or t is float:  # the common cases first
+        return t is float
     return isinstance(x, float | complex) and not isinstance(x, np.generic)
 
 

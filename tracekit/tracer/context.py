@@ -306,6 +306,8 @@ class TraceContext:
     # -- plain arrays reaching the trace
     def lift(self, x):
         """TracedArrays pass; plain arrays become captured inputs or constants; scalars stay."""
+        if type(x) is float:  # the common literal first
+            return x
         if isinstance(x, TracedArray):
             if x._ctx is not self:
                 raise TraceError("a traced array from another trace was used in this one")
