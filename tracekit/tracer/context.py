@@ -431,7 +431,6 @@ class TraceContext:
         )
 
 
-# code flags of a generator, a coroutine, an async generator: their frames are resumed
 def _innermost_user_frame(f, stop):
     """The first frame of the user's from ``f`` outwards, below the trace's entry, or None."""
     known = USER_FILES
@@ -451,19 +450,13 @@ def _innermost_user_frame(f, stop):
 def _user_frames(f, stop):
     """The user's frames from ``f`` outwards, innermost first, up to the trace's entry
     (the frame running the code ``stop``)."""
-    known = USER_FILES
+    f = _innermost_user_frame(f, stop)
     while f is not None:
-        code = f.f_code
-        if code is stop:
-            return
-        user = known.get(code.co_filename)
-        if user is None:
-            user = is_user_frame(f)
-        if user:
-            yield f
-        f = f.f_back
+        yield f
+        f = _innermost_user_frame(f.f_back, stop)
 
 
+# code flags of a generator, a coroutine, an async generator: their frames are resumed
 _RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 _NO_ATTRS = FrozenDict()  # the attributes of every node without any (immutable: shared)
 
