@@ -299,7 +299,7 @@ class TraceContext:
 
     def emit_var(self, op, inputs, attrs, like, where=None) -> Var:
         """Record a node whose output has the shape and dtype of the NumPy value ``like``."""
-        v = self.new_var(np.shape(like), dtype_of(like))
+        v = self.new_var(*_type_of(like))
         self.record(op, inputs, attrs, [v], where)
         return v
 
