@@ -15,7 +15,7 @@ one, and NumPy's ndarray methods and Python's operators are set on the class by
 from __future__ import annotations
 
 import types
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -36,8 +36,7 @@ class Buffer:
         self.var, self.version, self.origin, self.readonly = var, 0, origin, readonly
 
 
-@dataclass(frozen=True)
-class ViewStep:
+class ViewStep(NamedTuple):  # not a frozen dataclass: quicker to make, one per view taken
     """One view op on the way from a buffer to a view (``op`` None: an alias, e.g. ``.real``)."""
 
     op: str | None
