@@ -8,6 +8,7 @@ table and writes ``benchmarks/results/loop_trace.json``. A benchmark, not a test
     .venv/bin/python benchmarks/loop_trace.py                      # 6 workloads, 3 runs
     .venv/bin/python benchmarks/loop_trace.py --quick              # 100 steps, one run
     .venv/bin/python benchmarks/loop_trace.py --only jacobi --steps 100 --no-json
+    .venv/bin/python benchmarks/loop_trace.py --cpu   # CPU seconds: steadier on a busy machine
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from benchmarks.loops import WORKLOADS, _copies  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "loop_trace.json"
 DEFAULT = "jacobi,heat3d,gray_scott,nested,stacked,converge"
+clock = time.perf_counter  # time.process_time with --cpu
 
 
 def _timed_finish(spent: dict):
@@ -36,11 +38,11 @@ def _timed_finish(spent: dict):
     finish = traced_module._finish
 
     def timed(*args, **kwargs):
-        t0 = time.perf_counter()
+        t0 = clock()
         try:
             return finish(*args, **kwargs)
         finally:
-            spent["roll"] = time.perf_counter() - t0
+            spent["roll"] = clock() - t0
 
     return timed
 
@@ -50,9 +52,9 @@ def trace_once(fn, args, steps, spent, loops="roll"):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         gc.collect()
-        t0 = time.perf_counter()
+        t0 = clock()
         t = tk.trace(fn, *_copies(args), steps, loops=loops)
-        total = time.perf_counter() - t0
+        total = clock() - t0
     return total, spent["roll"], len(t.graph.nodes)
 
 
@@ -86,6 +88,7 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="100 steps, one run")
     ap.add_argument("--json", default=str(RESULTS))
     ap.add_argument("--no-json", action="store_true")
+    ap.add_argument("--cpu", action="store_true", help="CPU seconds of this process, not wall")
     a = ap.parse_args(argv)
     if a.quick:
         a.steps, a.repeat = 100, 1
@@ -94,6 +97,8 @@ def main(argv=None):
     if unknown:
         ap.error(f"unknown workload(s) {sorted(unknown)}; choose from {sorted(WORKLOADS)}")
     print(f"load average {load_average()}")
+    global clock
+    clock = time.process_time if a.cpu else time.perf_counter
     spent: dict = {}
     traced_module._finish = _timed_finish(spent)
     rows = [measure(name, a.steps, a.repeat, spent) for name in names]

@@ -90,7 +90,7 @@ class _BackwardContext(T.TraceContext):
         self.generated: set = set()
         self._k = 0
 
-    def where(self):
+    def where(self, start=None):  # ours, wherever the frames are
         at = _Where(self.at)
         at.link = self.link_to
         return at

@@ -343,7 +343,7 @@ def _signature(n: Node, keys: _Keys) -> tuple[int, int]:
     """(loose, strict) of ``n``, small ints from ``keys`` (written out: a loop of a thousand
     iterations has tens of thousands of nodes)."""
     ids, types, held = keys.ids, keys.types, keys.held
-    attrs = _attrs_key(n)
+    attrs = _attrs_key(n) if n.attrs else ""
     if attrs is None:  # an attribute holding a value of the graph: never a repeat
         unique = ids.setdefault(("unique", id(n)), len(ids))
         return unique, unique
@@ -355,24 +355,28 @@ def _signature(n: Node, keys: _Keys) -> tuple[int, int]:
     found = held.get(id(src))
     if found is None or found[0] is not src:
         found = held[id(src)] = (src, ids.setdefault(("line", _source_key(src)), len(ids)))
-    ins, numbers = [], False
+    ins, loose = [], None  # loose: the inputs with each number by its type only, once one is
     for x in n.inputs:
         if type(x) is Var:
             k = types.get(x)
             if k is None:  # an input of the graph
                 k = types[x] = ids.setdefault((x.shape, x.dtype, x.weak), len(ids))
-            ins.append(k)
+            number = False
         else:
-            numbers = numbers or _is_number(x)
             lit = held.get(id(x))
             if lit is None or lit[0] is not x:
                 lit = held[id(x)] = (x, ids.setdefault(("literal", _literal_key(x)), len(ids)))
-            ins.append(lit[1])
-    strict = ids.setdefault((n.op, tuple(ins), attrs, tuple(outs), found[1]), len(ids))
-    if not numbers:
+            k, number = lit[1], _is_number(x)
+            if number and loose is None:
+                loose = ins.copy()
+        ins.append(k)
+        if loose is not None:
+            loose.append(("n", type(x).__name__) if number else k)
+    outs = tuple(outs)
+    strict = ids.setdefault((n.op, tuple(ins), attrs, outs, found[1]), len(ids))
+    if loose is None:
         return strict, strict
-    ins = [("n", type(x).__name__) if _is_number(x) else k for x, k in zip(n.inputs, ins)]
-    return ids.setdefault((n.op, tuple(ins), attrs, tuple(outs), found[1]), len(ids)), strict
+    return ids.setdefault((n.op, tuple(loose), attrs, outs, found[1]), len(ids)), strict
 
 
 def _attrs_key(n: Node) -> tuple | str | None:

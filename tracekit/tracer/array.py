@@ -15,7 +15,7 @@ one, and NumPy's ndarray methods and Python's operators are set on the class by
 from __future__ import annotations
 
 import types
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -36,8 +36,7 @@ class Buffer:
         self.var, self.version, self.origin, self.readonly = var, 0, origin, readonly
 
 
-@dataclass(frozen=True)
-class ViewStep:
+class ViewStep(NamedTuple):  # not a frozen dataclass: quicker to make, one per view taken
     """One view op on the way from a buffer to a view (``op`` None: an alias, e.g. ``.real``)."""
 
     op: str | None
@@ -88,6 +87,9 @@ def dtype_of(v) -> np.dtype:
 
 def is_python_scalar(x) -> bool:
     """A Python float or complex (weak under NEP 50); NumPy scalars subclassing them are not."""
+    t = type(x)
+    if t is np.ndarray or t is float:  # the common cases first
+        return t is float
     return isinstance(x, float | complex) and not isinstance(x, np.generic)
 
 

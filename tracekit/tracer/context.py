@@ -77,7 +77,8 @@ class TraceContext:
         self._scope_counts: dict = {}
         # (user frame, its callers, scopes, their lines, sources, scope path, chains by line)
         self._last_where = None
-        self._here = None  # (where(), call chain) of the op that emit is recording
+        # the frame of emit's caller, then (where(), call chain) of the op emit is recording
+        self._here = None
         self._producers: dict = {}  # Var -> the node computing it, for self.nodes[:_n_produced]
         self._n_produced = 0
 
@@ -88,10 +89,11 @@ class TraceContext:
         return Var(name, shape, dtype, weak)
 
     # -- where are we in the user's code
-    def where(self):
-        """(source, scope) of the op being recorded now."""
-        frames = _user_frames(sys._getframe(2), self.stop_code)
-        inner = next(frames, None)
+    def where(self, start=None):
+        """(source, scope) of the op being recorded now; the search for the user's frame
+        starts at ``start`` (emit's caller), else at the caller of where's caller."""
+        stop = self.stop_code
+        inner = _innermost_user_frame(start or sys._getframe(2), stop)
         if inner is None:
             self.last_stack = ()
             return None, self._scope_path([])
@@ -115,7 +117,7 @@ class TraceContext:
                 stack = last[6][id(src)] = last[4] + (src,)
             self.last_stack = stack
             return src, last[5]
-        callers = list(frames)  # the user's frames around the innermost one, innermost first
+        callers = list(_user_frames(inner.f_back, stop))  # around the innermost, innermost first
         callers.reverse()
         outer = tuple([source_at(g) for g in callers])
         self.last_stack = outer + (src,)  # for rolling loops in callees
@@ -177,7 +179,7 @@ class TraceContext:
                 self.where()
             stack = self.last_stack
         else:  # inside emit: one search of the user's frames serves the op and its views
-            if here is _NOT_YET:
+            if type(here) is not tuple:
                 here = self._here_now()
             src, scope = where or here[0]
             stack = here[1]
@@ -190,16 +192,17 @@ class TraceContext:
         """Compute ``op`` on the real values and record it; returns TracedArray(s)."""
         outer, self._here = self._here, None  # _emit's, once it has computed the op
         try:  # an op emitted while another is (lifting a list) finds its own place
-            return self._emit(op, inputs, attrs, n_out, weak, view)
+            return self._emit(op, inputs, attrs, n_out, weak, view, sys._getframe(1))
         finally:
             self._here = outer
 
     def _here_now(self) -> tuple:
-        """(``where()``, the call chain) of the op emit is recording, found once per op."""
-        self._here = (self.where(), self.last_stack)
+        """(``where()``, the call chain) of the op emit is recording, found once per op from
+        the frame of emit's caller that ``_here`` holds until then."""
+        self._here = (self.where(self._here), self.last_stack)
         return self._here
 
-    def _emit(self, op, inputs, attrs, n_out, weak, view):
+    def _emit(self, op, inputs, attrs, n_out, weak, view, caller):
         attrs = FrozenDict(attrs) if attrs else _NO_ATTRS  # a Node keeps a FrozenDict as it is
         tins = [x if type(x) is TracedArray and x._ctx is self else self.lift(x) for x in inputs]
         vals = [x._value if type(x) is TracedArray else x for x in tins]
@@ -219,11 +222,11 @@ class TraceContext:
             if src is not None:
                 e.add_note(f"tracekit: in {op} at {src} `{src.text}`")
             raise
-        self._here = _NOT_YET  # found when first needed (see record)
+        self._here = caller  # where() searches from there when first needed (see record)
         if view:
             base = tins[0]
             if self._is_view(op, out, base):
-                here = self._here if self._here is not _NOT_YET else self._here_now()
+                here = self._here if type(self._here) is tuple else self._here_now()
                 step = ViewStep(op, attrs, out, here[0])
                 res = TracedArray(self, base._buf, base._chain + (step,), out)
                 self.note_layout_choice(op, attrs, base, res)
@@ -296,13 +299,15 @@ class TraceContext:
 
     def emit_var(self, op, inputs, attrs, like, where=None) -> Var:
         """Record a node whose output has the shape and dtype of the NumPy value ``like``."""
-        v = self.new_var(np.shape(like), dtype_of(like))
+        v = self.new_var(*_type_of(like))
         self.record(op, inputs, attrs, [v], where)
         return v
 
     # -- plain arrays reaching the trace
     def lift(self, x):
         """TracedArrays pass; plain arrays become captured inputs or constants; scalars stay."""
+        if type(x) is float:  # the common literal first
+            return x
         if isinstance(x, TracedArray):
             if x._ctx is not self:
                 raise TraceError("a traced array from another trace was used in this one")
@@ -426,25 +431,33 @@ class TraceContext:
         )
 
 
-# code flags of a generator, a coroutine, an async generator: their frames are resumed
-def _user_frames(f, stop):
-    """The user's frames from ``f`` outwards, innermost first, up to the trace's entry
-    (the frame running the code ``stop``)."""
+def _innermost_user_frame(f, stop):
+    """The first frame of the user's from ``f`` outwards, below the trace's entry, or None."""
     known = USER_FILES
     while f is not None:
         code = f.f_code
         if code is stop:
-            return
+            return None
         user = known.get(code.co_filename)
         if user is None:
             user = is_user_frame(f)
         if user:
-            yield f
+            return f
         f = f.f_back
+    return None
 
 
+def _user_frames(f, stop):
+    """The user's frames from ``f`` outwards, innermost first, up to the trace's entry
+    (the frame running the code ``stop``)."""
+    f = _innermost_user_frame(f, stop)
+    while f is not None:
+        yield f
+        f = _innermost_user_frame(f.f_back, stop)
+
+
+# code flags of a generator, a coroutine, an async generator: their frames are resumed
 _RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
-_NOT_YET = ("not yet",)  # emit's place in the user's code before anything needed it
 _NO_ATTRS = FrozenDict()  # the attributes of every node without any (immutable: shared)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .array import TracedArray
+from .array import TracedArray, is_python_scalar
 from .ufuncs import call_ufunc
 
 _OPERAND = list | tuple | np.ndarray | TracedArray | int | float | complex | bool | np.generic
@@ -52,6 +52,8 @@ def _fast_power(x, exponent):
 
 
 def _weak_operand(x) -> bool:
+    if type(x) is TracedArray:
+        return is_python_scalar(x._value)
     if isinstance(x, TracedArray):
         return x.weak
     return isinstance(x, float | complex | int) and not isinstance(x, bool | np.generic)
