@@ -148,7 +148,7 @@ _OPENBLAS_SYMBOLS = (
     "openblas_{}_num_threads",
 )
 _blas_lock = threading.Lock()
-_blas_state = {"controls": None, "depth": 0, "restore": ()}
+_blas_state = {"controls": None, "depth": 0, "restore": (), "as_set": 0}
 
 
 def _loaded_openblas() -> list[str]:
@@ -198,7 +198,7 @@ def _lower_blas_threads():
         if _blas_state["depth"] > 1:  # another thread's call lowered them: it restores them
             return
         restore = []
-        for get, put in openblas_controls():
+        for get, put in () if _blas_state["as_set"] else openblas_controls():
             now = get()
             want = max(1, now - other_load())
             if want < now:
@@ -214,6 +214,23 @@ def _restore_blas_threads():
             for put, count in _blas_state["restore"]:
                 put(count)
             _blas_state["restore"] = ()
+
+
+@contextlib.contextmanager
+def blas_threads_as_set():
+    """tracekit's BLAS calls inside the block run on the library's own thread count, as the
+    user's NumPy calls do (for comparisons, or where the caller sets it around each call).
+
+    >>> with blas_threads_as_set():
+    ...     pass
+    """
+    with _blas_lock:
+        _blas_state["as_set"] += 1
+    try:
+        yield
+    finally:
+        with _blas_lock:
+            _blas_state["as_set"] -= 1
 
 
 def fitted_blas(fn, *args, **kwargs):
