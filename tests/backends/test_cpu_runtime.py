@@ -676,8 +676,8 @@ _PRODUCTS = [  # (a, b): shapes of both operands, dtype, operand views
     ((8, 1024), (1024, 199), np.float64, None),
     ((18, 128), (128, 2048), np.float32, None),
     ((65, 96), (96, 70), np.complex128, None),
-    ((40, 60), (60, 30), np.complex64, None),
-    ((3, 50, 40), (3, 40, 60), np.float64, None),  # a batch
+    ((40, 60), (60, 30), np.complex64, None),  # one thread whatever the setting
+    ((3, 80, 64), (3, 64, 90), np.float64, None),  # a batch
     ((120, 80), (80, 90), np.float64, "strided"),  # a[:, ::2] @ b[::2, :]
     ((80, 120), (160, 80), np.float32, "transposed"),  # a.T @ b.T
     ((300,), (300, 40), np.float64, None),  # a vector
@@ -724,7 +724,7 @@ def test_blas_calls_run_on_the_cores_others_leave_and_restore_the_count_even_whe
 ):
     from tracekit.backends import runtime
 
-    a, b = np.ones((64, 32)), np.ones((32, 16))
+    a, b = np.ones((96, 64)), np.full((64, 64), 0.01)
     c, _ = compiled(lambda a, b: np.tanh(a @ b), a, b)
     controls, before = _blas_count_set_to(2)
     seen, matmul = [], np.matmul
@@ -743,15 +743,31 @@ def test_blas_calls_run_on_the_cores_others_leave_and_restore_the_count_even_whe
                 with pytest.raises(FloatingPointError):
                     c(a, b)
             else:
-                np.testing.assert_allclose(c(a, b), np.tanh(np.full((64, 16), 32.0)))
+                np.testing.assert_allclose(c(a, b), np.tanh(np.full((96, 64), 0.64)))
             assert seen[-1] == [during] * len(controls), others
             assert [get() for get, _ in controls] == [2] * len(controls)  # restored
         monkeypatch.setattr(runtime, "other_load", lambda: 5)
+        with runtime.blas_threads_as_set():  # the library's own count, as for NumPy's calls
+            c(a, b)
+        assert seen[-1] == [2] * len(controls)
         with pytest.raises(FloatingPointError):  # the helper itself
             runtime.fitted_blas(spy, a, b, fail=True)
         assert [get() for get, _ in controls] == [2] * len(controls)
     finally:
         _restore(controls, before)
+
+
+def test_products_openblas_runs_on_one_thread_anyway_are_called_as_numpy_does():
+    from tracekit.backends import runtime
+
+    may = runtime.blas_may_thread
+    assert not may((64, 64), (64, 64)) and may((65, 64), (64, 64))
+    assert not may((96,), (96, 96)) and may((97,), (97, 96)) and may((5, 97, 96), (96,))
+    assert not may((), (3,)) and not may((3,), (3,))
+    small, _ = compiled(lambda a, b: a @ b, np.ones((8, 8)), np.ones((8, 8)))
+    large, _ = compiled(lambda a, b: a @ b, np.ones((80, 64)), np.ones((64, 64)))
+    assert "_blas(np.matmul" not in small.runner.source
+    assert "_blas(np.matmul" in large.runner.source
 
 
 def test_overlapping_blas_calls_restore_the_count_when_the_last_one_ends(monkeypatch):

@@ -40,7 +40,7 @@ from .emit_cpu import PARALLEL_MIN_WORK, PARALLEL_MIN_WORK_BESIDE_BLAS
 from .offsets import fuse_at_offsets
 from .planner import Plan, blas_out, escaping, handed_over, in_place_updates
 from .planner import plan as make_plan
-from .runtime import fitted_blas
+from .runtime import blas_may_thread, fitted_blas
 from .tiles import kernel_source
 from .windows import view_windows
 
@@ -535,6 +535,8 @@ class Runner:
         if blas_out(node) and node.out.dtype.kind in "fc" and node.out.ndim >= 1:
             # BLAS writes straight into a pooled (or the caller's) buffer: no fresh allocation
             out = self._alloc(node.out, result_pos)
+            if not blas_may_thread(*(np.shape(x) for x in node.inputs)):
+                return f"np.matmul({ins[0]}, {ins[1]}, out={out})"
             return f"_blas(np.matmul, {ins[0]}, {ins[1]}, out={out})"
         impl = f"impl_{node.op}"
         self.ns[impl] = OPS[node.op].impl

@@ -147,6 +147,10 @@ _OPENBLAS_SYMBOLS = (
     "openblas_{}_num_threads64_",
     "openblas_{}_num_threads",
 )
+# OpenBLAS runs a product on one thread whatever its setting below these sizes (its interface
+# code: m * n * k for a matrix product, m * n for a matrix-vector one, against 65536 and 2304
+# times GEMM_MULTITHREAD_THRESHOLD, 4 by default): tracekit calls those as NumPy does.
+_ONE_THREAD_GEMM, _ONE_THREAD_GEMV = 65536 * 4, 2304 * 4
 _blas_lock = threading.Lock()
 _blas_state = {"controls": None, "depth": 0, "restore": (), "as_set": 0}
 
@@ -231,6 +235,20 @@ def blas_threads_as_set():
     finally:
         with _blas_lock:
             _blas_state["as_set"] -= 1
+
+
+def blas_may_thread(a_shape, b_shape) -> bool:
+    """Whether OpenBLAS may run ``a @ b`` of these shapes on more than one thread.
+
+    >>> blas_may_thread((8, 8), (8, 8)), blas_may_thread((8, 1024), (1024, 199))
+    (False, True)
+    """
+    if len(a_shape) == 0 or len(b_shape) == 0:
+        return False
+    if len(a_shape) == 1 or len(b_shape) == 1:
+        matrix = b_shape if len(a_shape) == 1 else a_shape
+        return matrix[-1] * matrix[-2] > _ONE_THREAD_GEMV if len(matrix) > 1 else False
+    return a_shape[-2] * a_shape[-1] * b_shape[-1] > _ONE_THREAD_GEMM
 
 
 def fitted_blas(fn, *args, **kwargs):
