@@ -554,9 +554,10 @@ class Runner:
         self.ns[attrs] = dict(node.attrs)
         if moves(node.attrs):  # a loop body's index moving with the iteration
             attrs = f"_at_iteration({attrs}, _iteration[0], _iteration[1])"
-        call = f"{impl}({', '.join([*ins, f'**{attrs}'])})"  # no inputs: eye, arange...
+        args = ", ".join([*ins, f"**{attrs}"])  # no inputs: eye, arange...
+        call = f"{impl}({args})"
         if OPS[node.op].kind == "matmul":  # BLAS or LAPACK: on the threads a busy machine leaves
-            call = f"_blas({impl}, {', '.join([*ins, f'**{attrs}'])})"
+            call = f"_blas({impl}, {args})"
         if OPS[node.op].kind == "opaque":  # the kernels after it are compiled for the traced types
             k = f"node{len(self.ns)}"
             self.ns[k], self.ns["_check_pyop"] = node, check_results

@@ -222,8 +222,8 @@ def _restore_blas_threads():
 
 @contextlib.contextmanager
 def blas_threads_as_set():
-    """tracekit's BLAS calls inside the block run on the library's own thread count, as the
-    user's NumPy calls do (for comparisons, or where the caller sets it around each call).
+    """tracekit's BLAS calls, in every thread while the block runs, on the library's own thread
+    count, as the user's NumPy calls (for comparisons, or where the caller sets the count).
 
     >>> with blas_threads_as_set():
     ...     pass
@@ -243,12 +243,10 @@ def blas_may_thread(a_shape, b_shape) -> bool:
     >>> blas_may_thread((8, 8), (8, 8)), blas_may_thread((8, 1024), (1024, 199))
     (False, True)
     """
-    if len(a_shape) == 0 or len(b_shape) == 0:
-        return False
-    if len(a_shape) == 1 or len(b_shape) == 1:
-        matrix = b_shape if len(a_shape) == 1 else a_shape
-        return matrix[-1] * matrix[-2] > _ONE_THREAD_GEMV if len(matrix) > 1 else False
-    return a_shape[-2] * a_shape[-1] * b_shape[-1] > _ONE_THREAD_GEMM
+    if len(a_shape) >= 2 and len(b_shape) >= 2:
+        return a_shape[-2] * a_shape[-1] * b_shape[-1] > _ONE_THREAD_GEMM
+    matrix = max(a_shape, b_shape, key=len)  # a matrix and a vector, or no matrix
+    return len(matrix) >= 2 and matrix[-2] * matrix[-1] > _ONE_THREAD_GEMV
 
 
 def fitted_blas(fn, *args, **kwargs):
