@@ -38,7 +38,7 @@ from .cpu_loop import (
 )
 from .emit_cpu import PARALLEL_MIN_WORK, PARALLEL_MIN_WORK_BESIDE_BLAS
 from .offsets import fuse_at_offsets
-from .planner import Plan, blas_out, escaping, handed_over, in_place_updates
+from .planner import Plan, blas_out, calls_blas, escaping, handed_over, in_place_updates
 from .planner import plan as make_plan
 from .runtime import blas_may_thread, fitted_blas
 from .tiles import kernel_source
@@ -556,7 +556,7 @@ class Runner:
             attrs = f"_at_iteration({attrs}, _iteration[0], _iteration[1])"
         args = ", ".join([*ins, f"**{attrs}"])  # no inputs: eye, arange...
         call = f"{impl}({args})"
-        if OPS[node.op].kind == "matmul":  # BLAS or LAPACK: on the threads a busy machine leaves
+        if calls_blas(node):  # on the BLAS threads a busy machine leaves
             call = f"_blas({impl}, {args})"
         if OPS[node.op].kind == "opaque":  # the kernels after it are compiled for the traced types
             k = f"node{len(self.ns)}"
