@@ -9,8 +9,11 @@ Run from the repository root::
 While ``--load`` processes (default: one per core) spin, every workload runs as NumPy, as
 tracekit's compiled code (``tk.jit(wait=True)``, numba's threads as configured), and as the
 same compiled code with one numba thread (``numba.set_num_threads(1)`` around the call): the
-third column says what a serial kernel would give. Small kernels (the ones whose parallel
-regions wait for a descheduled thread) and ``benchmarks/cpu.py``'s workloads at its quick sizes.
+third column says what a serial kernel would give; and as tracekit's compiled code with its
+BLAS calls on the library's own thread count (``blas_threads_as_set``: as before tracekit fitted
+them to the free cores). Small kernels (the ones whose parallel regions wait for a descheduled
+thread), products with an epilogue (``benchmarks/random_programs.py``'s programs 83, 181, 56)
+and ``benchmarks/cpu.py``'s workloads at its quick sizes.
 Medians of interleaved rounds; ratios are NumPy's time / the peer's (above 1.0: faster).
 """
 
@@ -35,7 +38,7 @@ from common import fmt_time, load_average  # noqa: E402
 from cpu import WORKLOADS  # noqa: E402
 
 import tracekit as tk  # noqa: E402
-from tracekit.backends.runtime import one_thread  # noqa: E402
+from tracekit.backends.runtime import blas_threads_as_set, one_thread  # noqa: E402
 
 
 def l2_norm(x):
@@ -56,6 +59,31 @@ def evolve(u, v):
 
 def repeat_rows(x):
     return np.broadcast_to(x[:, None], (x.shape[0], 8)).reshape(-1) * 2.0
+
+
+def affine_square(a, w, bias):
+    return np.square(a @ w + bias)
+
+
+def affine_cos(a, w, bias):
+    return np.cos((a @ w + bias) / 1.7)
+
+
+def affine_powers(a, w, bias):
+    v = a @ w + bias
+    return ((((1.4142135 + v) / (np.abs(v) + 4.0)) ** 4 / 4.0) + 0.698) ** -2
+
+
+def _affine_args(rng, m, k, n, dtype):
+    return tuple(rng.standard_normal(s).astype(dtype) for s in ((m, k), (k, n), (n,)))
+
+
+def matmul_workloads(rng):
+    return [
+        ("mm83 f64", affine_powers, _affine_args(rng, 8, 1024, 199, np.float64)),
+        ("mm181 f32", affine_square, _affine_args(rng, 18, 128, 2048, np.float32)),
+        ("mm56 f32", affine_cos, _affine_args(rng, 1065, 256, 64, np.float32)),
+    ]
 
 
 def small_workloads(rng):
@@ -91,18 +119,32 @@ def _serial(fn):
     return call
 
 
+def _blas_as_set(fn):
+    def call(*args):
+        with blas_threads_as_set():
+            return fn(*args)
+
+    return call
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--load", type=int, default=os.cpu_count(), help="busy processes")
     p.add_argument("--rounds", type=int, default=7)
     opts = p.parse_args(argv)
     rng = np.random.default_rng(0)
-    cases = small_workloads(rng) + [(w.name, w.fn, w.make(True, rng)) for w in WORKLOADS]
+    cases = small_workloads(rng) + matmul_workloads(rng)
+    cases += [(w.name, w.fn, w.make(True, rng)) for w in WORKLOADS]
     peers = {}
     for name, fn, args in cases:
         f = tk.jit(fn, wait=True, progress=False)
         np.testing.assert_allclose(f(*args), fn(*args), rtol=1e-4, atol=1e-5)
-        peers[name] = {"numpy": fn, "tracekit": f, "tracekit 1 thread": _serial(f)}
+        peers[name] = {
+            "numpy": fn,
+            "tracekit": f,
+            "tracekit 1 thread": _serial(f),
+            "tracekit BLAS as set": _blas_as_set(f),
+        }
     stop = multiprocessing.Event()
     load = [multiprocessing.Process(target=_spin, args=(stop,)) for _ in range(opts.load)]
     for proc in load:
@@ -122,6 +164,7 @@ def main(argv=None) -> int:
     print(f"{opts.load} busy processes on {os.cpu_count()} cores; 1-min load average {during}")
     print(
         f"{'':13s} {'numpy':>10s} {'tracekit':>10s} {'ratio':>6s} {'1 thread':>10s} {'ratio':>6s}"
+        f" {'BLAS as set':>11s} {'ratio':>6s}"
     )
     for name, _, _ in cases:
         med = {peer: statistics.median(t) for peer, t in times[name].items()}
@@ -129,7 +172,8 @@ def main(argv=None) -> int:
         print(
             f"{name:13s} {fmt_time(base):>10s} {fmt_time(med['tracekit']):>10s} "
             f"{base / med['tracekit']:6.2f} {fmt_time(med['tracekit 1 thread']):>10s} "
-            f"{base / med['tracekit 1 thread']:6.2f}"
+            f"{base / med['tracekit 1 thread']:6.2f} {fmt_time(med['tracekit BLAS as set']):>11s} "
+            f"{base / med['tracekit BLAS as set']:6.2f}"
         )
     return 0
 

@@ -653,6 +653,151 @@ def test_the_load_sample_counts_other_processes_only():
     assert runtime.other_load() >= 0
 
 
+# ------------------------------------------------------------------ BLAS threads on a busy machine
+def _blas_count_set_to(n: int):
+    """The loaded OpenBLAS libraries set to ``n`` threads (skips where none is loaded)."""
+    from tracekit.backends import runtime
+
+    controls = runtime.openblas_controls()
+    if not controls:
+        pytest.skip("NumPy's BLAS is not an OpenBLAS this process can set")
+    before = [get() for get, _ in controls]
+    for _, put in controls:
+        put(n)
+    return controls, before
+
+
+def _restore(controls, before):
+    for (_, put), n in zip(controls, before):
+        put(n)
+
+
+_PRODUCTS = [  # (a, b): shapes of both operands, dtype, operand views
+    ((8, 1024), (1024, 199), np.float64, None),
+    ((18, 128), (128, 2048), np.float32, None),
+    ((65, 96), (96, 70), np.complex128, None),
+    ((40, 60), (60, 30), np.complex64, None),  # one thread whatever the setting
+    ((3, 80, 64), (3, 64, 90), np.float64, None),  # a batch
+    ((120, 80), (80, 90), np.float64, "strided"),  # a[:, ::2] @ b[::2, :]
+    ((80, 120), (160, 80), np.float32, "transposed"),  # a.T @ b.T
+    ((300,), (300, 40), np.float64, None),  # a vector
+]
+
+
+def _operands(shape_a, shape_b, dtype, view, rng):
+    def make(shape):
+        x = rng.standard_normal(shape)
+        if np.dtype(dtype).kind == "c":
+            x = x + 1j * rng.standard_normal(shape)
+        return x.astype(dtype)
+
+    a, b = make(shape_a), make(shape_b)
+    if view == "strided":
+        return a, b, lambda a, b: a[:, ::2] @ b[::2, :]
+    if view == "transposed":
+        return a, b, lambda a, b: a.T @ b.T
+    return a, b, lambda a, b: (a @ b) * 2.0
+
+
+@pytest.mark.parametrize("lowered", [False, True], ids=["quiet", "busy"])
+@pytest.mark.parametrize("case", _PRODUCTS, ids=lambda c: f"{c[0]}@{c[1]}-{np.dtype(c[2])}-{c[3]}")
+def test_products_on_fitted_blas_threads_equal_numpys(case, lowered, monkeypatch):
+    from tracekit.backends import runtime
+
+    a, b, fn = _operands(*case, np.random.default_rng(0))
+    controls, before = _blas_count_set_to(2)
+    try:
+        want = fn(a, b)  # NumPy's, on the library's two threads
+        monkeypatch.setattr(runtime, "other_load", lambda: 7 if lowered else 0)
+        c, _ = compiled(fn, a, b)
+        got = c(a, b)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        tol = 1e-5 if np.dtype(case[2]) in (np.float32, np.complex64) else 1e-12
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+        assert [get() for get, _ in controls] == [2] * len(controls)
+    finally:
+        _restore(controls, before)
+
+
+def test_blas_calls_run_on_the_cores_others_leave_and_restore_the_count_even_when_they_raise(
+    monkeypatch,
+):
+    from tracekit.backends import runtime
+
+    a, b = np.ones((96, 64)), np.full((64, 64), 0.01)
+    c, _ = compiled(lambda a, b: np.tanh(a @ b), a, b)
+    controls, before = _blas_count_set_to(2)
+    seen, matmul = [], np.matmul
+
+    def spy(*args, **kwargs):
+        seen.append([get() for get, _ in controls])
+        if kwargs.pop("fail", False) or len(seen) == 3:
+            raise FloatingPointError("from BLAS")
+        return matmul(*args, **kwargs)
+
+    try:
+        monkeypatch.setattr(np, "matmul", spy)
+        for others, during in ((5, 1), (0, 2), (1, 1)):
+            monkeypatch.setattr(runtime, "other_load", lambda o=others: o)
+            if len(seen) == 2:
+                with pytest.raises(FloatingPointError):
+                    c(a, b)
+            else:
+                np.testing.assert_allclose(c(a, b), np.tanh(np.full((96, 64), 0.64)))
+            assert seen[-1] == [during] * len(controls), others
+            assert [get() for get, _ in controls] == [2] * len(controls)  # restored
+        monkeypatch.setattr(runtime, "other_load", lambda: 5)
+        with runtime.blas_threads_as_set():  # the library's own count, as for NumPy's calls
+            c(a, b)
+        assert seen[-1] == [2] * len(controls)
+        with pytest.raises(FloatingPointError):  # the helper itself
+            runtime.fitted_blas(spy, a, b, fail=True)
+        assert [get() for get, _ in controls] == [2] * len(controls)
+    finally:
+        _restore(controls, before)
+
+
+def test_products_openblas_runs_on_one_thread_anyway_are_called_as_numpy_does():
+    from tracekit.backends import runtime
+
+    may = runtime.blas_may_thread
+    assert not may((64, 64), (64, 64)) and may((65, 64), (64, 64))
+    assert not may((96,), (96, 96)) and may((97,), (97, 96)) and may((5, 97, 96), (96,))
+    assert not may((), (3,)) and not may((3,), (3,))
+    small, _ = compiled(lambda a, b: a @ b, np.ones((8, 8)), np.ones((8, 8)))
+    large, _ = compiled(lambda a, b: a @ b, np.ones((80, 64)), np.ones((64, 64)))
+    assert "_blas(np.matmul" not in small.runner.source
+    assert "_blas(np.matmul" in large.runner.source
+
+
+def test_overlapping_blas_calls_restore_the_count_when_the_last_one_ends(monkeypatch):
+    from tracekit.backends import runtime
+
+    controls, before = _blas_count_set_to(2)
+    counts = lambda: [get() for get, _ in controls]  # noqa: E731
+    monkeypatch.setattr(runtime, "other_load", lambda: 3)
+    inner, started, go = [], threading.Event(), threading.Event()
+
+    def outer_call():
+        started.set()
+        go.wait(10)
+        return counts()
+
+    try:
+        t = threading.Thread(target=lambda: inner.append(runtime.fitted_blas(outer_call)))
+        t.start()
+        started.wait(10)
+        assert counts() == [1] * len(controls)  # lowered by the other thread's call
+        assert runtime.fitted_blas(counts) == [1] * len(controls)
+        assert counts() == [1] * len(controls)  # still running there
+        go.set()
+        t.join(10)
+        assert inner == [[1] * len(controls)] and counts() == [2] * len(controls)
+    finally:
+        go.set()
+        _restore(controls, before)
+
+
 def test_compile_progress_counts_the_plans_kernels_and_writes_lines_to_logs(monkeypatch, capsys):
     import tracekit.backends as backends
 

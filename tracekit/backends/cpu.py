@@ -38,8 +38,9 @@ from .cpu_loop import (
 )
 from .emit_cpu import PARALLEL_MIN_WORK, PARALLEL_MIN_WORK_BESIDE_BLAS
 from .offsets import fuse_at_offsets
-from .planner import Plan, blas_out, escaping, handed_over, in_place_updates
+from .planner import Plan, blas_out, calls_blas, escaping, handed_over, in_place_updates
 from .planner import plan as make_plan
+from .runtime import blas_may_thread, fitted_blas
 from .tiles import kernel_source
 from .windows import view_windows
 
@@ -368,6 +369,7 @@ class Runner:
             "_empty": np.empty,
             "_ndarray": np.ndarray,
             "_contiguous": np.ascontiguousarray,
+            "_blas": fitted_blas,
         }
         # the iteration a loop body runs and the count its loop starts from (set by the loop
         # before each call), for moving indices
@@ -532,7 +534,10 @@ class Runner:
             return f"_store({base}, _build_index({idx}, ({arrs})), {value})"
         if blas_out(node) and node.out.dtype.kind in "fc" and node.out.ndim >= 1:
             # BLAS writes straight into a pooled (or the caller's) buffer: no fresh allocation
-            return f"np.matmul({ins[0]}, {ins[1]}, out={self._alloc(node.out, result_pos)})"
+            out = self._alloc(node.out, result_pos)
+            if not blas_may_thread(*(np.shape(x) for x in node.inputs)):
+                return f"np.matmul({ins[0]}, {ins[1]}, out={out})"
+            return f"_blas(np.matmul, {ins[0]}, {ins[1]}, out={out})"
         impl = f"impl_{node.op}"
         self.ns[impl] = OPS[node.op].impl
         if OPS[node.op].kind == "control":  # a loop: its body's compiled program, trips times
@@ -549,7 +554,10 @@ class Runner:
         self.ns[attrs] = dict(node.attrs)
         if moves(node.attrs):  # a loop body's index moving with the iteration
             attrs = f"_at_iteration({attrs}, _iteration[0], _iteration[1])"
-        call = f"{impl}({', '.join([*ins, f'**{attrs}'])})"  # no inputs: eye, arange...
+        args = ", ".join([*ins, f"**{attrs}"])  # no inputs: eye, arange...
+        call = f"{impl}({args})"
+        if calls_blas(node):  # on the BLAS threads a busy machine leaves
+            call = f"_blas({impl}, {args})"
         if OPS[node.op].kind == "opaque":  # the kernels after it are compiled for the traced types
             k = f"node{len(self.ns)}"
             self.ns[k], self.ns["_check_pyop"] = node, check_results

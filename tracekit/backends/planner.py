@@ -220,11 +220,15 @@ def is_reduction(node: Node) -> bool:
     return OPS[node.op].reduction is not None
 
 
+def calls_blas(node: Node) -> bool:
+    """Whether ``node`` calls BLAS or LAPACK through NumPy: a matmul-kind op."""
+    return OPS[node.op].kind == "matmul"
+
+
 def blas_out(node: Node) -> bool:
     """Whether ``node`` is a BLAS call NumPy writes into a given buffer (``out=``): a matmul-kind
     op that is a ufunc (``np.matmul``; ``np.dot`` and ``np.tensordot`` allocate their own)."""
-    op = OPS[node.op]
-    return op.kind == "matmul" and op.ufunc is not None
+    return calls_blas(node) and OPS[node.op].ufunc is not None
 
 
 def accumulation(node: Node):

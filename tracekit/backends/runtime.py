@@ -130,3 +130,135 @@ def fit_threads():
     if want != chosen:
         numba.set_num_threads(want)
         _per_thread.chosen = want
+
+
+# ------------------------------------------------------------------ BLAS threads on a busy machine
+# OpenBLAS's threads wait for each other the same way: with other processes busy on every core,
+# a product one BLAS thread finishes in 0.7 ms takes 40 ms on two (benchmarks/README.md). So
+# tracekit's own BLAS and LAPACK calls run on as many BLAS threads as the cores the rest of the
+# machine leaves free (never more than the library is set to), lowered just before the call and
+# restored just after: the user's own NumPy calls keep the library's setting. The setting is the
+# library's, process-wide: a product another Python thread of the user's runs while tracekit's
+# runs gets the lowered count too. OpenBLAS only (NumPy's and SciPy's wheels, most builds); with
+# another BLAS, or none found, the calls run as NumPy makes them.
+_OPENBLAS_SYMBOLS = (
+    "scipy_openblas_{}_num_threads64_",
+    "scipy_openblas_{}_num_threads",
+    "openblas_{}_num_threads64_",
+    "openblas_{}_num_threads",
+)
+# OpenBLAS runs a product on one thread whatever its setting below these sizes (its interface
+# code: m * n * k for a matrix product, m * n for a matrix-vector one, against 65536 and 2304
+# times GEMM_MULTITHREAD_THRESHOLD, 4 by default): tracekit calls those as NumPy does.
+_ONE_THREAD_GEMM, _ONE_THREAD_GEMV = 65536 * 4, 2304 * 4
+_blas_lock = threading.Lock()
+_blas_state = {"controls": None, "depth": 0, "restore": (), "as_set": 0}
+
+
+def _loaded_openblas() -> list[str]:
+    """The OpenBLAS libraries this process has loaded (NumPy's, SciPy's), as file paths."""
+    try:
+        with open("/proc/self/maps") as f:
+            found = {ln.split(maxsplit=5)[5].strip() for ln in f if "openblas" in ln.lower()}
+    except (OSError, IndexError):
+        import glob
+
+        root = os.path.dirname(os.path.dirname(np.__file__))
+        found = glob.glob(os.path.join(root, "numpy*", "*openblas*"))
+        found += glob.glob(os.path.join(root, "numpy", ".dylibs", "*openblas*"))
+    return sorted(found)
+
+
+def openblas_controls() -> list[tuple]:
+    """``(get, set)`` of each loaded OpenBLAS library's thread count (found once per process).
+
+    >>> all(callable(get) and callable(put) for get, put in openblas_controls())
+    True
+    """
+    if _blas_state["controls"] is None:
+        import ctypes
+
+        controls = []
+        for path in _loaded_openblas():
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError:
+                continue
+            for name in _OPENBLAS_SYMBOLS:
+                get = getattr(lib, name.format("get"), None)
+                put = getattr(lib, name.format("set"), None)
+                if get is not None and put is not None:
+                    get.restype, get.argtypes = ctypes.c_int, []
+                    put.restype, put.argtypes = None, [ctypes.c_int]
+                    controls.append((get, put))
+                    break
+        _blas_state["controls"] = controls
+    return _blas_state["controls"]
+
+
+def _lower_blas_threads():
+    with _blas_lock:
+        _blas_state["depth"] += 1
+        if _blas_state["depth"] > 1:  # another thread's call lowered them: it restores them
+            return
+        restore = []
+        for get, put in () if _blas_state["as_set"] else openblas_controls():
+            now = get()
+            want = max(1, now - other_load())
+            if want < now:
+                put(want)
+                restore.append((put, now))
+        _blas_state["restore"] = restore
+
+
+def _restore_blas_threads():
+    with _blas_lock:
+        _blas_state["depth"] -= 1
+        if _blas_state["depth"] == 0:
+            for put, count in _blas_state["restore"]:
+                put(count)
+            _blas_state["restore"] = ()
+
+
+@contextlib.contextmanager
+def blas_threads_as_set():
+    """tracekit's BLAS calls, in every thread while the block runs, on the library's own thread
+    count, as the user's NumPy calls (for comparisons, or where the caller sets the count).
+
+    >>> with blas_threads_as_set():
+    ...     pass
+    """
+    with _blas_lock:
+        _blas_state["as_set"] += 1
+    try:
+        yield
+    finally:
+        with _blas_lock:
+            _blas_state["as_set"] -= 1
+
+
+def blas_may_thread(a_shape, b_shape) -> bool:
+    """Whether OpenBLAS may run ``a @ b`` of these shapes on more than one thread.
+
+    >>> blas_may_thread((8, 8), (8, 8)), blas_may_thread((8, 1024), (1024, 199))
+    (False, True)
+    """
+    if len(a_shape) >= 2 and len(b_shape) >= 2:
+        return a_shape[-2] * a_shape[-1] * b_shape[-1] > _ONE_THREAD_GEMM
+    matrix = max(a_shape, b_shape, key=len)  # a matrix and a vector, or no matrix
+    return len(matrix) >= 2 and matrix[-2] * matrix[-1] > _ONE_THREAD_GEMV
+
+
+def fitted_blas(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)``, a BLAS or LAPACK call, on the BLAS threads the cores other
+    processes leave free, the library's own count restored after it (even when it raises).
+
+    >>> import numpy as np
+    >>> fitted_blas(np.matmul, np.eye(2), np.ones((2, 1))).ravel()
+    array([1., 1.])
+    """
+    _lower_blas_threads()
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        _restore_blas_threads()
