@@ -447,6 +447,42 @@ def test_trig_kernels_compute_again_where_an_argument_is_huge(dt, interleaved, m
                 np.testing.assert_allclose(got, _trig_chain(case, y), rtol=tol, atol=tol)
 
 
+def _trig_rows(x):
+    m = np.max(x, axis=-1, keepdims=True)
+    return np.sin(x - m) * np.cos(m) + np.sum(np.tan(x * 0.05), axis=-1, keepdims=True)
+
+
+def _trig_columns(x):
+    return np.sum(np.cos(x), axis=0) + np.sin(np.max(x, axis=0))
+
+
+def _trig_whole(x):
+    s = np.sum(np.sin(x))
+    return np.cos(s) + np.mean(np.tan(x * 0.05) * s)
+
+
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+@pytest.mark.parametrize("fn", [_trig_rows, _trig_columns, _trig_whole])
+@pytest.mark.parametrize("shape", [(4, 40), (300, 300)], ids=["serial", "parallel"])
+def test_reduction_kernels_compute_again_where_a_trig_argument_is_huge(dt, fn, shape):
+    """Row, column and whole-array reduction kernels (parallel or not) call sin, cos and tan
+    without the huge-argument reduction, in their passes and on their row values alike; where
+    any argument is beyond it, the kernel computes everything again through libm."""
+    rng = np.random.default_rng(seed_of("near trig rows", dt, fn.__name__, shape))
+    x = rng.uniform(-20, 20, shape).astype(dt)
+    c, t = compiled(fn, x)
+    assert re.search(r"fm_(sin|cos|tan)_near_f\d\d\(", c.source) and "np.sin(" in c.source
+    assert not re.search(r"fm_(sin|cos|tan)_f\d\d\(", c.source)  # no full versions inlined
+    assert ("prange(" in c.source) == (x.size >= BIG)
+    huge = x.copy()
+    huge[1, 5] = 1e22 if dt == "float64" else 3e7  # one far argument: everything again
+    tol = 1e-4 if dt == "float32" else 1e-10
+    for case in (x, huge):
+        got, want, _, _ = both(c, t, case)
+        scale = np.abs(want).max()
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * scale)
+
+
 def test_interleaved_kernel_writing_into_its_own_input():
     """``x`` updated in place and an ``out=`` buffer that is the input: each element is read
     before it is written, stream by stream."""
