@@ -222,7 +222,7 @@ class KernelSource:
         for n in g.nodes:
             self.emit(f"# {format_node(n)}", 1)
         if g.kind == "elementwise":
-            self._near_first(lambda rare: self._element_loops(1, rare=rare))
+            self._elementwise()
         elif g.kind == "scan":
             self._scan()
         else:
@@ -305,6 +305,9 @@ class KernelSource:
 
     def _parallel(self) -> bool:
         return self._work() >= self.min_parallel
+
+    def _elementwise(self):
+        self._near_first(lambda rare: self._element_loops(1, rare=rare))
 
     def _near_first(self, loops):
         """The kernel's loops (``loops(rare)``); where some function has a version for
