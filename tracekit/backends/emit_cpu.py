@@ -102,8 +102,10 @@ class KernelSource:
         self.local: dict = {}  # Var -> source of its current element / row value
         self.reduces = [n for n in g.nodes if is_reduction(n)]
         self.blocked: list = []  # reductions adding up in blocks in the loop being emitted
-        self.near = False  # fast-math functions' versions for ordinary arguments (_elementwise)
+        self.near = False  # fast-math functions' versions for ordinary arguments (_near_first)
         self._far = f"{self.p}far"  # how many arguments those versions missed
+        self._farc = f"{self.p}farc"  # ... in a parallel chunk of a reduction (one update each)
+        self.far_into = self._farc  # the count a reduction's row or element adds its tests to
         self.far_terms: list = []  # the element's tests (numba allows one update per loop)
 
     # -- naming
@@ -223,13 +225,23 @@ class KernelSource:
             self._elementwise()
         elif g.kind == "scan":
             self._scan()
-        elif self._columns_fit():
-            self._columns()
-        elif self.layout.kept:
-            self._rows()
         else:
-            self._whole()
+            self._near_first(self._reduction)
         return "\n".join(self.lines)
+
+    def _reduction(self, rare: bool):
+        """A kernel with reductions; ``rare``: serial (see ``_near_first``)."""
+        keep = self.min_parallel
+        self.min_parallel = 1 << 62 if rare else keep
+        try:
+            if self._columns_fit():
+                self._columns()
+            elif self.layout.kept:
+                self._rows()
+            else:
+                self._whole()
+        finally:
+            self.min_parallel = keep
 
     def _loops(self, dims, depth, parallel) -> int:
         for k, c in enumerate(dims):
@@ -295,28 +307,45 @@ class KernelSource:
         return self._work() >= self.min_parallel
 
     def _elementwise(self):
-        """The element loops; where some function has a version for ordinary arguments
-        (``sin`` without its huge-argument reduction, which a vectorised loop would otherwise
-        evaluate for every element), the loops with those versions, counting the arguments
-        they miss, then, where there were any, every element again through libm (as
-        ``math="libm"`` computes it): one serial loop of one stream, for a case that is rare
-        and should cost little to compile (the fast-math functions' full versions, inlined a
-        second time, doubled the kernel's compile; a parallel loop's body is optimised four
-        times over by numba, a plain one once)."""
+        self._near_first(lambda rare: self._element_loops(1, rare=rare))
+
+    def _near_first(self, loops):
+        """The kernel's loops (``loops(rare)``); where some function has a version for
+        ordinary arguments (``sin`` without its huge-argument reduction, which a vectorised
+        loop would otherwise evaluate for every element), the loops with those versions,
+        counting the arguments they miss, then, where there were any, the whole kernel again
+        through libm (as ``math="libm"`` computes it): serial loops of one stream
+        (``rare=True``), for a case that is rare and should cost little to compile (the
+        fast-math functions' full versions, inlined a second time, doubled the kernel's
+        compile; a parallel loop's body is optimised four times over by numba, a plain one
+        once)."""
         if not self._may_run_twice() or not any(self._has_near(n) for n in self.group.nodes):
-            self._element_loops(1)
+            loops(rare=False)
             return
         self.emit(f"{self._far} = 0", 1)
         self.near = True
-        self._element_loops(1)
+        loops(rare=False)
         self.near = False
         self.emit(f"if {self._far} != 0:", 1)
+        start, self.local = len(self.lines), {}
         fast, self.math = self.math, "libm"
-        self._element_loops(2, rare=True)
+        loops(rare=True)
         self.math = fast
+        self.lines[start:] = ["    " + line for line in self.lines[start:]]
+
+    def _count_far(self, depth):
+        """Add the tests of the values a reduction kernel just computed to its count."""
+        if self.far_terms:
+            self.emit(f"{self.far_into} += {' + '.join(self.far_terms)}", depth)
+            self.far_terms = []
+
+    def _far_chunk(self, depth, end=False):
+        """Start (``end``: add to the kernel's count) a chunk's count of missed arguments."""
+        if self.near:
+            self.emit(f"{self._far} += {self._farc}" if end else f"{self._farc} = 0", depth)
 
     def _has_near(self, node) -> bool:
-        if OPS[node.op].keeps_order:
+        if OPS[node.op].keeps_order or OPS[node.op].ufunc is None:  # (reductions among them)
             return False
         dtypes = [x.dtype if isinstance(x, Var) else self.value(x)[1] for x in node.inputs]
         return S.far_test(node, ["x"] * len(dtypes), dtypes, self.math) is not None
@@ -484,6 +513,8 @@ class KernelSource:
         if parallel:
             self._prange(ch, nch, depth)
             depth += 1
+        chunk_depth = depth
+        self._far_chunk(chunk_depth)
         for v in scratch:
             if v not in self.alias:
                 self.emit(
@@ -509,6 +540,7 @@ class KernelSource:
             for r in reds:
                 self._acc_final(r, depth)
             self._row_nodes(phase, p + 1, depth)
+        self._far_chunk(chunk_depth, end=True)
 
     def _row_pass(self, p, phase, scratch, reds, depth):
         """Pass ``p``'s loop over the last reduced dim: where it is heavy, in interleaved
@@ -604,6 +636,7 @@ class KernelSource:
             self.emit(f"for {b} in range({nblocks}):", depth)
         depth += 1
         self.emit(f"{width} = np.uint64(min({COLUMNS}, {n} - {b} * {COLUMNS}))", depth)
+        self._far_chunk(depth)
         for r in self.reduces:
             acc = S.ctor(acc_dtype(r, r.out.dtype))
             self.emit(f"{self.p}r_{r.out.ident} = np.empty({COLUMNS}, {acc})", depth)
@@ -658,6 +691,7 @@ class KernelSource:
                     self._acc_final(r, inner)
                 self._row_nodes(phase, p + 1, inner)
                 save(inner, saved)
+        self._far_chunk(depth, end=True)
         self.acc_at = ""
 
     def _blocks(self, reds, j, lo, hi, depth) -> int:
@@ -713,7 +747,7 @@ class KernelSource:
         for v in scratch:
             if v not in self.alias:
                 self.emit(f"{self.p}s_{v.ident} = np.empty({total}, {S.ctor(v.dtype)})", 1)
-        self._row_nodes(phase, 0, 1)
+        self._whole_row_nodes(phase, 0)
         ch, f = f"{self.p}ch", f"{self.p}f"
         for p in range(passes):
             reds = [r for r in self.reduces if phase.get(r.inputs[0], 0) == p]
@@ -728,6 +762,7 @@ class KernelSource:
             else:
                 self.emit(f"for {ch} in range({nch}):", 1)
             lo, hi = f"{ch} * {chunk}", f"min({total}, ({ch} + 1) * {chunk})"
+            self._far_chunk(2)
             for r in reds:
                 self._acc_init(r, 2)
             inner = self._blocks(reds, f, lo, hi, 2)
@@ -735,6 +770,7 @@ class KernelSource:
                 self.emit(stmt, inner)
             self._pass_body(p, phase, scratch, reds, inner, flat=f)
             self._fold_blocks(inner - 1)
+            self._far_chunk(2, end=True)
             for r in reds:
                 a = f"{self.p}r_{r.out.ident}"
                 self.emit(f"{a}_p[{ch}] = {a}", 2)
@@ -749,7 +785,13 @@ class KernelSource:
                 else:
                     self._combine(r, f"{a}_p[{ch}]", 2, v_dtype=acc_dtype(r, r.out.dtype))
                 self._acc_final(r, 1)
-            self._row_nodes(phase, p + 1, 1)
+            self._whole_row_nodes(phase, p + 1)
+
+    def _whole_row_nodes(self, phase, p):
+        """``_row_nodes`` of a whole-array reduction: outside its chunks, counted directly."""
+        self.far_into = self._far
+        self._row_nodes(phase, p, 1)
+        self.far_into = self._farc
 
     def _scratch(self, phase) -> list:
         """Full values computed in one pass and read in a later one, not stored as outputs.
@@ -813,6 +855,7 @@ class KernelSource:
                 self._arg_update(r, v, flat, depth)
             else:
                 self._combine(r, v, depth, blocked=r in self.blocked)
+        self._count_far(depth)
 
     def _computed_in(self, p, phase) -> list:
         """The nodes of full values pass ``p`` computes."""
@@ -825,6 +868,7 @@ class KernelSource:
             if g.role[n.out] == "row" and not is_reduction(n) and phase[n.out] == p:
                 self.compute(n, depth)
                 self.store(n.out, depth)
+        self._count_far(depth)
 
     def _acc_init(self, r, depth):
         a = f"{self.p}r_{r.out.ident}{self.acc_at}"

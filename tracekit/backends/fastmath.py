@@ -86,9 +86,12 @@ Implementation notes
   once (accurate, about half the float32 speed); float32 ``tan`` reduces its argument as
   ``sin`` does (in float32) and evaluates only the polynomials in float64, float32 ``exp2``
   splits off the integer part exactly and evaluates a polynomial of the rest in float64.
-* ``logaddexp`` has a float32 version only: NumPy's formula ``max + log1p(exp(-|x-y|))``
-  cancels near the zero of ``e**x + e**y = 1`` in float64 as in float32 (NumPy's float32
-  loop is thousands of ulps off there), and float64 would need it in double-double.
+* ``logaddexp`` is NumPy's formula ``max + log1p(exp(-|x-y|))``, which cancels near the zero
+  of ``e**x + e**y = 1`` (NumPy's float32 loop is thousands of ulps off there). float32
+  evaluates it in float64 and is within an ulp down to results of 2**-26; float64 promises
+  ulps only for results of magnitude 1 and more, and below an absolute error of 2**-51
+  (rounding the sum, log1p's and exp's ulps), as NumPy's own loop: within ulps everywhere
+  would need exp and log1p in double-double.
 
 Only numpy and numba (with its llvmlite dependency) are imported.
 """
@@ -2493,20 +2496,35 @@ def hypot_f32(x, y):
     return _INF32 if (ax == _INF) | (ay == _INF) else res
 
 
+@_helper
+def _logaddexp64_impl(x, y):
+    """NumPy's formula max + log1p(exp(-|x - y|)); x + ln2 where x == y (infinities too)."""
+    d = x - y
+    m = x if d > 0.0 else y
+    res = m + _log1p64_impl(_exp64_impl(-abs(d)))
+    return x + _LN2_64 if x == y else res
+
+
 @_jit
 def logaddexp_f32(x, y):
     """log(exp(x) + exp(y)) for float32: NumPy's formula max + log1p(exp(-|x - y|)) in
     float64 (x - y exact), rounded once; x + ln2 where x == y (infinities too).
     Domain: all float32 pairs.  max error vs correctly rounded: 1 ulp where the result is
     above 2**-26 in magnitude (closer to the zero of e**x + e**y = 1 the float64 sum's
-    cancellation leaves more).  There is no float64 version: NumPy's formula loses many
-    ulps near that zero in float64 too, so the code generator keeps numba's there.
+    cancellation leaves more).
     """
-    x64, y64 = np.float64(x), np.float64(y)
-    d = x64 - y64
-    m = x64 if d > 0.0 else y64
-    res = m + _log1p64_impl(_exp64_impl(-abs(d)))
-    return _f32(x64 + _LN2_64 if x64 == y64 else res)
+    return _f32(_logaddexp64_impl(np.float64(x), np.float64(y)))
+
+
+@_jit
+def logaddexp_f64(x, y):
+    """log(exp(x) + exp(y)) for float64: NumPy's formula max + log1p(exp(-|x - y|)) with this
+    module's exp and log1p; x + ln2 where x == y (infinities too).  Domain: all float64 pairs.
+    max error vs correctly rounded: 2 ulp where the result is at least 1 in magnitude; below,
+    absolute error at most 2**-51, the class of NumPy's own loop: the sum cancels near the
+    zero of e**x + e**y = 1, where a result within ulps would need double-double exp and log1p.
+    """
+    return _logaddexp64_impl(np.float64(x), np.float64(y))
 
 
 @_jit
