@@ -29,7 +29,10 @@ array([2., 4., 6., 8.])
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
+
+import numpy as np
 
 from ..ir import Graph, Node, Var
 from ..ops import OPS
@@ -42,6 +45,14 @@ from .windows import Window, without_ellipsis
 
 MAX_RECOMPUTE = 24  # operations per element a producer may cost, summed over its slices read
 TRANSCENDENTAL = 4  # the weight of a fast-math function (exp, tanh, ...) in that count
+THROUGH_PADS = True  # False: pads stop at the values they pad (benchmarks/stencils.py's "before")
+# ops exact at zeros whatever the precision they are computed in: what a pad pushed through
+# them leaves outside its block is computed again in the kernel, and must be the pad's zero
+EXACT_AT_ZERO = frozenset(
+    "add subtract multiply divide negative positive absolute square maximum minimum where "
+    "greater greater_equal less less_equal equal not_equal logical_and logical_or logical_not "
+    "logical_xor".split()
+)
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,7 @@ class OffsetFusion:
     reason: str = ""
     source: object = None  # the Source of the node making the value
     how: str = ""  # fused otherwise than computed again at each offset: in tiles (tiles.py)
+    pads: int = 0  # of the offsets, those read through pads (their zeros outside the block)
 
     def __str__(self):
         what = f"%{self.value.name}: {self.value.type}"
@@ -63,27 +75,32 @@ class OffsetFusion:
         if self.how:
             return f"computed in {self.how}: {what} ({self.reason})"
         if self.fused:
+            through = f", {self.pads} of them through pads" if self.pads else ""
             return (
-                f"computed again at {self.slices} offsets: {what} ({self.cost} op(s) per "
-                f"element each, no array written and read back)"
+                f"computed again at {self.slices} offsets{through}: {what} ({self.cost} op(s) "
+                f"per element each, no array written and read back)"
             )
         return f"kept as an array: {what} ({self.reason})"
 
 
-def fuse_at_offsets(graph: Graph) -> tuple[Graph, list]:
+def fuse_at_offsets(graph: Graph, through_pads: bool = False) -> tuple[Graph, list]:
     """``graph`` with the slices of cheap elementwise values pushed through them, and the
-    decisions (:class:`OffsetFusion`)."""
+    decisions (:class:`OffsetFusion`). ``through_pads``: the pads too (their kernels read
+    pads in place, ``pads.py``): ``pad(f(a, b), 0)`` is ``f(pad(a, c), pad(b, d))`` where
+    ``f(c, d)`` is that zero, bit for bit (its sign included)."""
     decisions: dict = {}
+    through_pads = through_pads and THROUGH_PADS
     while True:
-        found = _candidate(graph, decisions)
+        found = _candidate(graph, decisions, through_pads)
         if found is None:
             return graph, list(decisions.values())
         graph = cse(dce(_push(graph, *found))).check()
 
 
-def _candidate(graph: Graph, decisions: dict):
-    """The first elementwise node (in order) read only through static slices, whose cone of
-    work, times its slices, fits; (node, its readers). Refusals go to ``decisions``."""
+def _candidate(graph: Graph, decisions: dict, through_pads: bool):
+    """The first elementwise node (in order) read only through static slices (and pads),
+    whose cone of work, times its slices, fits; (node, its readers, the constants of its
+    inputs' pads). Refusals go to ``decisions``."""
     readers: dict = {}
     for n in graph.nodes:
         for x in n.var_inputs:
@@ -95,10 +112,14 @@ def _candidate(graph: Graph, decisions: dict):
             continue
         users = readers.get(n.out, [])
         pads = [u for u in users if OPS[u.op].pads]
+        consts = None
         if pads:
-            decisions.setdefault(n.out.name, _read_through_pads(n, len(pads), made))
-            continue
-        if not users or not all(_is_slice(u, n.out) for u in users):
+            why, consts = _through_pads(n, users, pads, made, through_pads)
+            if why is not None:
+                decisions[n.out.name] = _read_through_pads(n, len(pads), made, why)
+                continue
+            users = [u for u in users if _is_slice(u, n.out) or OPS[u.op].pads]
+        if not users or not all(_is_slice(u, n.out) or OPS[u.op].pads for u in users):
             continue
         cost = _cone(n.out, made)
         # slices made by a push: the value is part of a producer already decided on
@@ -114,12 +135,14 @@ def _candidate(graph: Graph, decisions: dict):
             )
             continue
         if not follows:
-            decisions[n.out.name] = OffsetFusion(n.out, len(users), cost, True, "", n.source)
-        return n, users
+            decisions[n.out.name] = OffsetFusion(
+                n.out, len(users), cost, True, "", n.source, pads=len(pads)
+            )
+        return n, users, consts
     return None
 
 
-def _read_through_pads(n: Node, pads: int, made: dict) -> OffsetFusion:
+def _read_through_pads(n: Node, pads: int, made: dict, why: str) -> OffsetFusion:
     """The refusal of a value read through pads (``pads.py``): a backward stage of a stencil
     chain, which the stage before it reads at transposed offsets, zeros around it."""
     cost = _cone(n.out, made)
@@ -129,9 +152,70 @@ def _read_through_pads(n: Node, pads: int, made: dict) -> OffsetFusion:
         cost,
         False,
         f"read through {pads} pad(s) (a slice's gradient: zeros around it), {cost} op(s) per "
-        "element: computed again only where read through slices",
+        f"element: {why}",
         n.source,
     )
+
+
+def _through_pads(n: Node, users: list, pads: list, made: dict, through_pads: bool):
+    """(why the pads of ``n`` cannot be pushed through it, or None; the constant of each of
+    its array inputs' pads)."""
+    if not through_pads:
+        return "computed again only where read through slices", None
+    others = [u for u in users if not (_is_slice(u, n.out) or OPS[u.op].pads)]
+    if not all(_pushable(u) and u.out.shape == n.out.shape for u in others):
+        return "also read as an array", None  # (by elementwise ops: in its kernel, not one)
+    if n.op not in EXACT_AT_ZERO:
+        return f"{n.op} is not pushed through a pad", None
+    if any(x.shape != n.out.shape for x in n.var_inputs):
+        return "an input broadcast to its shape: its pad would be of another shape", None
+    if not all(_padded_in_place(x, made) for x in n.var_inputs):
+        return "an input is a NumPy call's result or a small slice of an input", None
+    fills = {_bits(u.attrs["constant_value"]): u.attrs["constant_value"] for u in pads}
+    if any(np.asarray(c).item() != 0 for c in fills.values()):
+        return "a pad's constant is not zero", None
+    consts = {k: _zeros_giving(n, c) for k, c in fills.items()}
+    if any(v is None for v in consts.values()):
+        return f"{n.op} of no zeros is its pad's zero (its sign)", None
+    return None, consts
+
+
+def _padded_in_place(x: Var, made: dict) -> bool:
+    """A pad of ``x`` can be read in place (``windows.py``): a kernel's result, a pad, or a
+    static slice of one of them, or of at least half an input (smaller ones are copied)."""
+    root = x
+    while root in made and _is_slice(made[root], made[root].inputs[0]):
+        root = made[root].inputs[0]
+    producer = made.get(root)
+    if producer is None:
+        return root is x or 2 * x.size >= root.size
+    return OPS[producer.op].kind in ("elementwise", "reduction") or OPS[producer.op].pads
+
+
+def _bits(x) -> bytes:
+    return np.asarray(x).tobytes() + str(np.asarray(x).dtype).encode()
+
+
+def _zeros_giving(n: Node, zero):
+    """``{input: the zero (+0 or -0, False) to pad it with}`` where ``n`` of those is ``zero``,
+    bit for bit; None where no such choice."""
+    ins = [x for x in n.inputs if isinstance(x, Var)]
+    choices = [_zeros(x.dtype) for x in dict.fromkeys(ins)]
+    want = _bits(np.asarray(zero, dtype=n.out.dtype))
+    for pick in itertools.product(*choices):
+        at = dict(zip(dict.fromkeys(ins), pick))
+        args = [at[x] if isinstance(x, Var) else x for x in n.inputs]
+        with np.errstate(all="ignore"):
+            got = np.asarray(OPS[n.op].impl(*args, **n.attrs)).astype(n.out.dtype)
+        if _bits(got) == want:
+            return {x: x.dtype.type(c) for x, c in at.items()}
+    return None
+
+
+def _zeros(dtype) -> list:
+    if dtype.kind == "f":
+        return [np.array(0.0, dtype), np.array(-0.0, dtype)]
+    return [np.array(0, dtype)]
 
 
 def _pushable(n: Node) -> bool:
@@ -202,25 +286,33 @@ def _cone(v: Var, made: dict) -> int:
     return total
 
 
-def _push(graph: Graph, producer: Node, users: list) -> Graph:
-    """Each slice ``producer(...)[idx]`` becomes ``producer(a[idx], b[idx], ...)``."""
+def _push(graph: Graph, producer: Node, users: list, consts: dict | None) -> Graph:
+    """Each slice ``producer(...)[idx]`` becomes ``producer(a[idx], b[idx], ...)``; each pad
+    ``pad(producer(...))`` becomes ``producer(pad(a), pad(b), ...)`` (``consts``: the
+    constants of those pads)."""
     nodes, mapping, reading = [], {}, {id(u) for u in users}
+    taken = {o.name.rsplit("_", 1)[0] for n in graph.nodes for o in n.outputs}
+    at = (k for k in itertools.count() if f"{producer.out.name}@{k}" not in taken)
     for n in graph.nodes:
         if id(n) not in reading:
             nodes.append(n)
             continue
-        b = Builder(n, f"{producer.out.name}@{len(mapping)}")  # the producer at its offset
-        idx, shape = n.attrs["idx"], producer.out.shape
-        ins = [
-            b("index", x, idx=input_index(idx, x.shape, shape))
-            if isinstance(x, Var) and x.shape
-            else x
-            for x in producer.inputs
-        ]
+        b = Builder(n, f"{producer.out.name}@{next(at)}")  # the producer at its offset
+        ins = [_moved(b, n, x, producer.out.shape, consts) for x in producer.inputs]
         out = b(producer.op, *ins, **producer.attrs)
         nodes += b.nodes
         mapping[n.out] = out
     return rebuild(graph, nodes, mapping)
+
+
+def _moved(b: Builder, reader: Node, x, shape: tuple, consts: dict | None):
+    """Input ``x`` of a producer of ``shape`` as ``reader`` (a slice or a pad) reads it."""
+    if not isinstance(x, Var) or not x.shape:
+        return x
+    if OPS[reader.op].pads:
+        c = consts[_bits(reader.attrs["constant_value"])][x]
+        return b("pad", x, pad_width=reader.attrs["pad_width"], constant_value=c)
+    return b("index", x, idx=input_index(reader.attrs["idx"], x.shape, shape))
 
 
 def drawn_notes(graph: Graph, decisions: list) -> tuple[dict, dict]:
