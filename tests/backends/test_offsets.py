@@ -577,6 +577,12 @@ def pad_of_broadcast(u):
     return z[1:] + z[:-1]
 
 
+def pad_of_a_new_axis(u):
+    z = np.zeros((u.shape[0], 3))
+    z[:, 1:2] = u[:, 0, None] * 2.0  # a pad of it would pad the new axis
+    return z * 3.0 + 1.0
+
+
 def pad_of_a_reduced_value(u):
     z = np.zeros((u.shape[0] + 2, u.shape[1]))
     g = u * 2.0
@@ -591,6 +597,7 @@ def pad_of_a_reduced_value(u):
         (pad_of_broadcast, "an input broadcast to its shape"),
         (pad_of_a_reduced_value, "also read as an array"),
         (pad_of_ones, "a pad's constant is not zero"),
+        (pad_of_a_new_axis, "a slice adding an axis"),
     ],
 )
 def test_values_pads_are_not_pushed_through_say_why(fn, why):
@@ -601,3 +608,24 @@ def test_values_pads_are_not_pushed_through_say_why(fn, why):
     got, want = c(u), fn(u)
     for a, b in zip(*(x if isinstance(x, tuple) else (x,) for x in (got, want))):
         np.testing.assert_allclose(a, b, rtol=1e-13)
+
+
+@pytest.mark.parametrize("fn, shape", [(mixed_offsets, (13, 12)), (along_rows, (5, 2))])
+def test_gradients_of_stencil_chains_on_the_cuda_simulator(fn, shape):
+    """The CUDA target writes slices' gradients as NumPy does (no pads there, none pushed):
+    its gradients equal the interpreter's and the CPU's with pads pushed."""
+    pytest.importorskip("numba.cuda")
+    from tracekit.backends.cuda import simulator_active
+
+    if not simulator_active():
+        pytest.skip("runs on the CUDA simulator")
+    rng = np.random.default_rng(11)
+    u = rng.standard_normal(shape)
+    w = rng.standard_normal(np.shape(fn(u)))
+    grad = tk.grad(_weighted(fn))
+    with quiet():
+        c = tk.compile(tk.trace(grad, u, w), target="cuda", cache=False, progress=False)
+    assert not [d for d in c.plan.offsets if getattr(d, "pads", 0)], str(c.plan)
+    want = tk.trace(grad, u, w)(u, w)
+    np.testing.assert_allclose(c(u, w), want, rtol=1e-13, atol=1e-14)
+    np.testing.assert_array_equal(_compile(grad, u, w)(u, w), want)

@@ -16,6 +16,12 @@ array and reading it back once per slice. The cost model: the producer's element
 ``MAX_RECOMPUTE`` operations per element. Every decision and refusal is an
 :class:`OffsetFusion` in ``Plan.offsets``.
 
+Pads (``pads.py``: a slice's gradient, zeros around it) are pushed through the same way on the
+CPU, ``pad(f(a, b), 0) == f(pad(a, c), pad(b, d))`` where ``f(c, d)`` is that zero bit for bit
+(``-a`` pads ``a`` with ``-0.0``), for ops exact at zeros in any precision: each backward
+stage of a stencil chain is then computed again in the kernel of the stage before it, where
+the budget allows, as the forward's stages are.
+
 >>> import numpy as np, tracekit as tk
 >>> def blur_then_diff(a):
 ...     b = 0.5 * (a[1:] + a[:-1])
@@ -170,7 +176,8 @@ def _through_pads(n: Node, users: list, pads: list, made: dict, through_pads: bo
     if any(x.shape != n.out.shape for x in n.var_inputs):
         return "an input broadcast to its shape: its pad would be of another shape", None
     if not all(_padded_in_place(x, made) for x in n.var_inputs):
-        return "an input is a NumPy call's result or a small slice of an input", None
+        why = "an input is a NumPy call's result, a slice adding an axis or of under half an input"
+        return why, None
     fills = {_bits(u.attrs["constant_value"]): u.attrs["constant_value"] for u in pads}
     if any(np.asarray(c).item() != 0 for c in fills.values()):
         return "a pad's constant is not zero", None
@@ -182,9 +189,12 @@ def _through_pads(n: Node, users: list, pads: list, made: dict, through_pads: bo
 
 def _padded_in_place(x: Var, made: dict) -> bool:
     """A pad of ``x`` can be read in place (``windows.py``): a kernel's result, a pad, or a
-    static slice of one of them, or of at least half an input (smaller ones are copied)."""
+    static slice of one of them, or of at least half an input (smaller ones are copied), that
+    adds no axis."""
     root = x
     while root in made and _is_slice(made[root], made[root].inputs[0]):
+        if None in made[root].attrs["idx"]:
+            return False  # a new axis: no base index to test (Window.padded)
         root = made[root].inputs[0]
     producer = made.get(root)
     if producer is None:

@@ -51,15 +51,20 @@ class Window:
         """
         return Window.of(base, (), base.shape).padded(pad_width, None)
 
-    def padded(self, pad_width, fill) -> Window:
+    def padded(self, pad_width, fill) -> Window | None:
         """``np.pad`` of this window's view with ``fill``: the view at indices shifted back by
         the rows before; outside the view's own box of base indices, ``fill`` (a pad of a
         slice reads the slice's neighbours as ``fill``, not the base's values).
 
         >>> w = Window.of(None, (slice(1, None),), (5,)).padded(((1, 0),), 0.0)
-        >>> w.shape, w.index(["i"]), w.layers
+        >>> w.shape, w.index(["i"]), w.layers[0]
         ((5,), 'i', (((1, 5),), 0.0))
+        >>> w.guards(["i"], w.layers[0][0])  # the slice's row 0 is outside
+        ['1 <= i']
         """
+        mapped = {d for d, _, _ in self.dims}
+        if any((a or b) and k not in mapped for k, (a, b) in enumerate(pad_width)):
+            return None  # rows padded along a new axis: no base index to test
         lo = [p for p, _ in pad_width]
         dims = tuple((d, s, st) if d is None else (d, s - st * lo[d], st) for d, s, st in self.dims)
         shape = tuple(a + n + b for (a, b), n in zip(pad_width, self.shape))
