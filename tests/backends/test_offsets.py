@@ -345,22 +345,20 @@ def test_the_biharmonic_gradient_without_pads_pushed_is_one_kernel_per_stage(mon
     assert sum(note.startswith("a pad read in place") for note in drawn.values()) == 10
 
 
-def test_the_biharmonic_gradient_pushes_pads_through_its_cheap_backward_stage():
-    """The last backward stage (4 pads of the loss's gradient, 6 ops) is computed again
-    through each pad in the kernel of the stage before it, which reads the forward's input
-    through pads of pads; the stage reading the Laplacian's gradient at 5 offsets (11 ops
-    each) stays an array and says why. Values equal the interpreter's bit for bit."""
+def test_the_biharmonic_gradient_pushes_pads_through_its_cheap_values_only():
+    """The backward of the biharmonic: the loss's gradient scaled (13 op(s) with its pad
+    reads) is computed again through its one pad in the stage before it; the stages read at
+    4 and 5 offsets through pads cost more than the budget (a pad read weighs ``PAD_READ``)
+    and stay arrays, saying so. Values equal the interpreter's bit for bit."""
     u = np.random.default_rng(12).standard_normal((30, 21))
     c = _compile(tk.grad(biharmonic_loss), u)
-    assert len(c.plan.kernels) == 3, str(c.plan)
     fused = {d.value.name: d for d in c.plan.offsets if isinstance(d, offsets.OffsetFusion)}
     said = {name: str(d) for name, d in fused.items()}
-    assert fused["42"].fused and fused["42"].pads == 4, said
-    assert "computed again at 4 offsets, 4 of them through pads: %42" in said["42"]
-    assert not fused["26"].fused and "5 slices x 11 op(s) per element > 24" in said["26"]
-    assert "of them through pads" in str(c.plan)
+    assert fused["28"].fused and fused["28"].pads == 1, said
+    assert "computed again at 1 offsets, 1 of them through pads: %28" in said["28"]
+    assert not fused["42"].fused and "4 pad(s) x 26 op(s) per element > 24" in said["42"]
+    assert not fused["26"].fused and "5 pad(s) x 11 op(s) per element > 24" in said["26"]
     assert not [st for st in c.plan.steps if st.kind == "host"], str(c.plan)
-    assert any("a view of it" in d.reason for d in c.plan.offsets if isinstance(d, pads.PadRead))
     got, want = c(u), tk.trace(tk.grad(biharmonic_loss), u)(u)
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(np.signbit(got), np.signbit(want))

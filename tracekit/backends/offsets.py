@@ -51,6 +51,10 @@ from .windows import Window, without_ellipsis
 
 MAX_RECOMPUTE = 24  # operations per element a producer may cost, summed over its slices read
 TRANSCENDENTAL = 4  # the weight of a fast-math function (exp, tanh, ...) in that count
+# the weight of a pad read in place: a test of its rows and a choice per element, which keeps
+# the loop from vectorising as plain loads do (blur3's gradient, 2048², pads of pads read 9
+# times per element at weight 0: 156 ms, against 68.7 ms as a kernel per stage)
+PAD_READ = 4
 THROUGH_PADS = True  # False: pads stop at the values they pad (benchmarks/stencils.py's "before")
 # ops exact at zeros whatever the precision they are computed in: what a pad pushed through
 # them leaves outside its block is computed again in the kernel, and must be the pad's zero
@@ -136,7 +140,7 @@ def _candidate(graph: Graph, decisions: dict, through_pads: bool):
                 len(users),
                 cost,
                 False,
-                f"{len(users)} slices x {cost} op(s) per element > {MAX_RECOMPUTE}",
+                f"{_reads(users)} x {cost} op(s) per element > {MAX_RECOMPUTE}",
                 n.source,
             )
             continue
@@ -146,6 +150,13 @@ def _candidate(graph: Graph, decisions: dict, through_pads: bool):
             )
         return n, users, consts
     return None
+
+
+def _reads(users: list) -> str:
+    """``users`` (slices and pads of a value) counted: "3 slices + 2 pad(s)"."""
+    pads = sum(bool(OPS[u.op].pads) for u in users)
+    counts = ((len(users) - pads, "slices"), (pads, "pad(s)"))
+    return " + ".join(f"{k} {what}" for k, what in counts if k)
 
 
 def _read_through_pads(n: Node, pads: int, made: dict, why: str) -> OffsetFusion:
@@ -279,7 +290,8 @@ def _is_slice(reader: Node, v: Var) -> bool:
 
 def _cone(v: Var, made: dict) -> int:
     """Operations per element to compute ``v`` from values that are materialised: graph
-    inputs, and the results of anything but elementwise ops and views."""
+    inputs, and the results of anything but elementwise ops and views; a pad read counts
+    ``PAD_READ``."""
     total, todo, seen = 0, [v], set()
     while todo:
         x = todo.pop()
@@ -290,6 +302,10 @@ def _cone(v: Var, made: dict) -> int:
         if op.kind == "elementwise":
             seen.add(id(n))
             total += TRANSCENDENTAL if is_fast_math(n) else 1
+        elif op.pads:  # read in place, its rows tested: not a plain load
+            seen.add(id(n))
+            total += PAD_READ
+            continue
         elif not (op.view and len(n.inputs) == 1):
             continue  # materialised
         todo += n.var_inputs
