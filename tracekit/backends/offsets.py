@@ -58,8 +58,10 @@ PAD_READ = 4
 THROUGH_PADS = True  # False: pads stop at the values they pad (benchmarks/stencils.py's "before")
 # ops exact at zeros whatever the precision they are computed in: what a pad pushed through
 # them leaves outside its block is computed again in the kernel, and must be the pad's zero.
-# Not divide: a division costs several multiplications, and the gradient of a stage ending
-# in one divides once per pad read (blur3's gradient, 2048²: 82.9 ms pushed, 69.5 ms not)
+# Not divide: a division costs several multiplications (the cost model counts one), and a
+# stage ending in one divides again at each pad read (blur3's gradient, 2048², pushed: 82.9
+# and 152 ms against 69.5 and 133 ms, at load averages where one plan measured twice also
+# differed by up to half: not conclusive either way)
 EXACT_AT_ZERO = frozenset(
     "add subtract multiply negative positive absolute square maximum minimum where "
     "greater greater_equal less less_equal equal not_equal logical_and logical_or logical_not "
