@@ -187,7 +187,7 @@ def _through_pads(n: Node, users: list, pads: list, made: dict, through_pads: bo
     if not all(_pushable(u) and u.out.shape == n.out.shape for u in others):
         return "also read as an array", None  # (by elementwise ops: in its kernel, not one)
     if n.op not in EXACT_AT_ZERO:
-        why = "costs several multiplications" if n.op == "divide" else "not exact at zeros"
+        why = "not exact at zeros, or a division: costlier than the one op counted"
         return f"{n.op} is not pushed through a pad ({why})", None
     if any(x.shape != n.out.shape for x in n.var_inputs):
         return "an input broadcast to its shape: its pad would be of another shape", None
@@ -208,7 +208,7 @@ def _padded_in_place(x: Var, made: dict) -> bool:
     static slice of one of them, or of at least half an input (smaller ones are copied), that
     adds no axis."""
     root = x
-    while root in made and _is_slice(made[root], made[root].inputs[0]):
+    while root in made and made[root].inputs and _is_slice(made[root], made[root].inputs[0]):
         if None in made[root].attrs["idx"]:
             return False  # a new axis: no base index to test (Window.padded)
         root = made[root].inputs[0]

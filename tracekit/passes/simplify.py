@@ -13,6 +13,7 @@ import itertools
 import numpy as np
 
 from ..ir import Graph, Node, Var
+from ..ops import OPS
 from .rewrite import rebuild, resolve
 
 
@@ -214,7 +215,7 @@ def _literal_operands(node, prod):
     for k, x in enumerate(ins):
         inner = prod.get(x)
         other = ins[1 - k]
-        if inner is None or inner.op != "broadcast_to" or not _same_type(node, other):
+        if inner is None or not OPS[inner.op].view or not _same_type(node, other):
             continue
         c = inner.inputs[0]
         if isinstance(c, Var) or np.ndim(c) != 0 or x.dtype != node.out.dtype:
