@@ -13,7 +13,9 @@ measured side by side. "cold": the first call's seconds (tracekit: trace and com
 product: the backward graph, a stencil chain of transposed offsets), against ``jax.grad``
 under ``jax.jit``; NumPy, numba and torch have no gradient of the same code (their columns
 are empty); "w/o pads": tracekit with the slices' gradients kept as zeros written into
-(``backends/pads.py`` off), as before pads were read in place.
+(``backends/pads.py`` off), as before pads were read in place; "unpushed": pads read in place
+but not pushed through the values they pad (``offsets.THROUGH_PADS`` off), each backward
+stage then a kernel.
 
 ``--cold``: each workload's cold compile alone, as a new user meets it: trace, compile and the
 first call in a new process with a new, empty cache directory (numba already imported), the
@@ -234,10 +236,10 @@ def bytes_moved(c) -> tuple[int, int]:
     return least + sum(v.size * v.dtype.itemsize for v in made - ends), least
 
 
-def _compiled(fn, args, fused=True, pads=True):
+def _compiled(fn, args, fused=True, pads=True, pushed=True):
     """tracekit's compiled ``fn``; with ``fused=False``, every stage an array (no value
     computed again at offsets, none in tiles, no pad read in place); ``pads=False``: no pad
-    read in place."""
+    read in place; ``pushed=False``: no pad pushed through the value it pads."""
     from tracekit.backends import offsets, tiles
     from tracekit.backends import pads as pads_module
 
@@ -245,6 +247,7 @@ def _compiled(fn, args, fused=True, pads=True):
     offsets.MAX_RECOMPUTE = saved if fused else 0
     tiles.OPS_PER_BYTE = rate if fused else -1.0
     pads_module.READ_IN_PLACE = pads and fused
+    offsets.THROUGH_PADS = pushed
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -253,7 +256,7 @@ def _compiled(fn, args, fused=True, pads=True):
             return c, time.perf_counter() - start
     finally:
         offsets.MAX_RECOMPUTE, tiles.OPS_PER_BYTE = saved, rate
-        pads_module.READ_IN_PLACE = True
+        pads_module.READ_IN_PLACE = offsets.THROUGH_PADS = True
 
 
 def _close(got, want) -> bool:
@@ -302,9 +305,11 @@ def measure_grad(name, budget, peers):
         want = tk.trace(grad, *args)(*args)
     fused, cold = _compiled(grad, args)
     before, _ = _compiled(grad, args, pads=False)
+    unpushed, _ = _compiled(grad, args, pushed=False)
     unfused, _ = _compiled(grad, args, fused=False)
     fns = {
         "tracekit": lambda: fused(*args),
+        "tracekit unpushed": lambda: unpushed(*args),
         "tracekit w/o pads": lambda: before(*args),
         "tracekit unfused": lambda: unfused(*args),
     }
@@ -318,6 +323,7 @@ def measure_grad(name, budget, peers):
     return {
         **_result(f"{name} grad", med, ok, fused, unfused, cold, colds, ratios),
         "kernels_without_pads": len(before.plan.kernels),
+        "kernels_unpushed": len(unpushed.plan.kernels),
         "host_steps": sum(st.kind == "host" for st in fused.plan.steps),
         "host_steps_without_pads": sum(st.kind == "host" for st in before.plan.steps),
     }
@@ -479,7 +485,7 @@ def main(argv=None):
         m = r["median_s"]
         cells = [f"{m[k] * 1e3:.3g}" if k in m else "-" for k in
                  ("numpy", "numba", "jax", "torch", "tracekit unfused", "tracekit w/o pads",
-                  "tracekit")]  # fmt: skip
+                  "tracekit unpushed", "tracekit")]  # fmt: skip
         best = r["ratio_vs_best"]
         vs_numpy = f"{m['numpy'] / m['tracekit']:.2f}x" if "numpy" in m else "-"
         rows.append(
@@ -489,9 +495,9 @@ def main(argv=None):
              "yes" if all(r["correct"].values()) else f"NO {r['correct']}"]
         )  # fmt: skip
     head = ["workload", "kernels", "cold s", "numpy ms", "numba ms", "jax ms", "torch ms",
-            "unfused ms", "w/o pads ms", "tracekit ms", "vs numpy", "vs best peer",
-            "bytes / least", "correct"]  # fmt: skip
-    print(table(head, rows, right=set(range(1, 13))))
+            "unfused ms", "w/o pads ms", "unpushed ms", "tracekit ms", "vs numpy",
+            "vs best peer", "bytes / least", "correct"]  # fmt: skip
+    print(table(head, rows, right=set(range(1, 14))))
     for r in results:
         colds = ", ".join(f"{k} {v:.2f} s" for k, v in r["cold_s_peers"].items())
         print(f"{r['workload']}: cold s: {colds}")
@@ -499,7 +505,8 @@ def main(argv=None):
             print(
                 f"{r['workload']}: without pads read in place {r['kernels_without_pads']} "
                 f"kernel(s), {r['host_steps_without_pads']} NumPy call(s); with them "
-                f"{r['kernels']}, {r['host_steps']}"
+                f"{r['kernels']}, {r['host_steps']}; pads not pushed through values "
+                f"{r['kernels_unpushed']} kernel(s)"
             )
         for d in r["offsets"]:
             print(f"{r['workload']}: {d}")

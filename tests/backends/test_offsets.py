@@ -321,17 +321,23 @@ def test_gradients_of_stencil_chains_read_their_blocks_as_pads(fn, shape, rest):
     np.testing.assert_allclose(got, _central_differences(fn, u, *rest), rtol=1e-6, atol=1e-7)
 
 
-def test_the_biharmonic_gradient_is_one_kernel_per_stage():
-    """Forward: the Laplacian (kept: 5 slices x 5 ops over the budget), then the second
-    Laplacian with the loss's gradient; backward: one kernel per stage, each reading the
-    stage after's gradient through 5 pads (none made, no NumPy call)."""
-    c = _compile(tk.grad(biharmonic_loss), np.zeros((30, 21)))
-    assert len(c.plan.kernels) == 4, str(c.plan)
+def _pads_by_kernel(c) -> dict:
     by_kernel: dict = {}
     for d in c.plan.offsets:
-        if isinstance(d, pads.PadRead):
+        if isinstance(d, pads.PadRead) and d.fused:
             by_kernel.setdefault(str(d).split("by kernel(s) ")[1].split(":")[0], []).append(d)
-    assert sorted(len(v) for v in by_kernel.values()) == [5, 5], str(c.plan)
+    return by_kernel
+
+
+def test_the_biharmonic_gradient_without_pads_pushed_is_one_kernel_per_stage(monkeypatch):
+    """Pads not pushed through the values they pad: forward, the Laplacian (kept: 5 slices
+    x 5 ops over the budget), then the second Laplacian with the loss's gradient; backward:
+    one kernel per stage, each reading the stage after's gradient through 5 pads (none made,
+    no NumPy call)."""
+    monkeypatch.setattr(offsets, "THROUGH_PADS", False)
+    c = _compile(tk.grad(biharmonic_loss), np.zeros((30, 21)))
+    assert len(c.plan.kernels) == 4, str(c.plan)
+    assert sorted(len(v) for v in _pads_by_kernel(c).values()) == [5, 5], str(c.plan)
     assert not [r for r in c.plan.refusals if r.node.op == "pad"]
     said = str(c.plan)
     assert "read in place through" in said and "rows (1, 1), (0, 2) of 0.0 around it" in said
@@ -339,10 +345,31 @@ def test_the_biharmonic_gradient_is_one_kernel_per_stage():
     assert sum(note.startswith("a pad read in place") for note in drawn.values()) == 10
 
 
-def test_backward_stages_read_through_pads_say_why_they_stay_arrays():
-    """The backward of the biharmonic: each stage's gradient is read by the stage before
-    through pads (zeros around it), which fusion across offsets does not compute again: the
-    plan keeps each as an array with that reason, and so does the compiled view's drawing."""
+def test_the_biharmonic_gradient_pushes_pads_through_its_cheap_values_only():
+    """The backward of the biharmonic: the loss's gradient scaled (13 op(s) with its pad
+    reads) is computed again through its one pad in the stage before it; the stages read at
+    4 and 5 offsets through pads cost more than the budget (a pad read weighs ``PAD_READ``)
+    and stay arrays, saying so. Values equal the interpreter's bit for bit."""
+    u = np.random.default_rng(12).standard_normal((30, 21))
+    c = _compile(tk.grad(biharmonic_loss), u)
+    fused = {d.value.name: d for d in c.plan.offsets if isinstance(d, offsets.OffsetFusion)}
+    said = {name: str(d) for name, d in fused.items()}
+    assert fused["28"].fused and fused["28"].pads == 1, said
+    assert "computed again at 1 offsets, 1 of them through pads: %28" in said["28"]
+    assert not fused["42"].fused and "4 pad(s) x 26 op(s) per element > 24" in said["42"]
+    assert not fused["26"].fused and "5 pad(s) x 11 op(s) per element > 24" in said["26"]
+    assert not [st for st in c.plan.steps if st.kind == "host"], str(c.plan)
+    got, want = c(u), tk.trace(tk.grad(biharmonic_loss), u)(u)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+def test_backward_stages_read_through_pads_say_why_they_stay_arrays(monkeypatch):
+    """The backward of the biharmonic, pads not pushed: each stage's gradient is read by the
+    stage before through pads (zeros around it), which fusion across offsets does not compute
+    again: the plan keeps each as an array with that reason, and so does the compiled view's
+    drawing."""
+    monkeypatch.setattr(offsets, "THROUGH_PADS", False)
     c = _compile(tk.grad(biharmonic_loss), np.zeros((30, 21)))
     pad_reads = [d for d in c.plan.offsets if isinstance(d, pads.PadRead) and d.fused]
     blocks = {d.reason.split(":")[0][1:] for d in pad_reads}  # "%26: f64[...] (rows ..."
@@ -436,3 +463,174 @@ def test_a_block_written_into_after_its_pad_is_read_keeps_its_values():
     assert any(isinstance(d, pads.PadRead) and d.fused for d in c.plan.offsets), str(c.plan)
     for got, want in zip(c(u), fn(u)):
         np.testing.assert_allclose(got, want, rtol=1e-13)
+
+
+def laplace3_stages(u):
+    def stage(v):
+        c = v[1:-1, 1:-1, 1:-1]
+        return 6.0 * c - (
+            v[2:, 1:-1, 1:-1] + v[:-2, 1:-1, 1:-1] + v[1:-1, 2:, 1:-1]
+            + v[1:-1, :-2, 1:-1] + v[1:-1, 1:-1, 2:] + v[1:-1, 1:-1, :-2]
+        )  # fmt: skip
+
+    return stage(stage(u))
+
+
+def mixed_offsets(u):
+    a = u[2:, :-1] - u[:-2, 1:]  # offsets of both signs, mixed across axes
+    b = np.where(a > 0, a, -0.5 * a)
+    return b[1:, 1:] * b[:-1, :-1] - b[1:, :-1]
+
+
+def along_rows(u):
+    a = u[1:] - u[:-1]
+    return a[1:] + 2.0 * a[:-1]
+
+
+def blur_rows_then_columns(u):
+    a = 0.25 * u[:, :-2] + 0.5 * u[:, 1:-1] + 0.25 * u[:, 2:]
+    return 0.25 * a[:-2] + 0.5 * a[1:-1] + 0.25 * a[2:]
+
+
+def _weighted(fn):
+    def loss(u, w):
+        return (fn(u) * w).sum()
+
+    return loss
+
+
+@pytest.mark.parametrize(
+    "fn, shape, fewer",
+    [
+        (laplace3_stages, (11, 10, 9), True),
+        (laplace3_stages, (5, 9, 5), False),
+        (mixed_offsets, (13, 12), True),
+        (mixed_offsets, (4, 3), False),
+        (along_rows, (7, 1), False),
+        (along_rows, (3, 2), False),
+        (blur_rows_then_columns, (13, 14), True),
+        (blur_rows_then_columns, (5, 3), False),
+    ],
+)
+def test_gradients_push_pads_through_backward_stages(fn, shape, fewer, monkeypatch):
+    """Gradients of stencil chains with pads pushed through their backward stages: the same
+    values as the interpreter's bit for bit (the signs of zeros too), and as central
+    differences; no more kernels than without (odd sizes, size-1 and size-2 axes, negative
+    and mixed offsets); ``fewer`` where every array has 65 elements or more (zeros of up to
+    64 are folded constants, written into by NumPy calls)."""
+    rng = np.random.default_rng(sum(shape))
+    u = rng.standard_normal(shape)
+    w = rng.standard_normal(np.shape(fn(u)))
+    grad = tk.grad(_weighted(fn))
+    want = tk.trace(grad, u, w)(u, w)
+    c = _compile(grad, u, w)
+    got = c(u, w)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    np.testing.assert_allclose(got, _central_differences(_weighted(fn), u, w), atol=1e-7)
+    monkeypatch.setattr(offsets, "THROUGH_PADS", False)
+    before = _compile(grad, u, w)
+    assert len(c.plan.kernels) <= len(before.plan.kernels), str(c.plan)
+    if fewer:
+        assert len(c.plan.kernels) < len(before.plan.kernels), str(c.plan)
+        assert "of them through pads" in str(c.plan)
+
+
+def negated_pads(u):
+    z = np.zeros(u.shape[0] + 2)
+    z[1:-1] = -u  # pad(-u): -u of pads of -0.0
+    y = np.zeros(u.shape[0] + 4)
+    y[1:-1] = -(z * 3.0)  # a pad of 0.0 around one of -0.0 (after the push)
+    return y * 2.0
+
+
+def test_pads_pushed_through_negations_keep_the_signs_of_zeros():
+    """``pad(-u, 0.0)`` is ``-pad(u, -0.0)``: a pad of a pad whose constants differ in sign
+    is read with both, each outside its own block (NumPy's -0.0 and 0.0 where it has them)."""
+    u = np.array([1.0, -2.0, 0.0, -0.0, 3.5])
+    c = _compile(negated_pads, u)
+    assert len(c.plan.kernels) == 1, str(c.plan)
+    assert "of them through pads" in str(c.plan)
+    got, want = c(u), negated_pads(u)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    assert np.signbit(want).any() and not np.signbit(want).all()
+
+
+def pad_of_exp(u):
+    z = np.zeros((u.shape[0] + 2, u.shape[1]))
+    z[1:-1] = np.exp(u)
+    return z[1:] + z[:-1]
+
+
+def pad_of_a_division(u):
+    z = np.zeros((u.shape[0] + 2, u.shape[1]))
+    z[1:-1] = u / 3.0
+    return z[1:] + z[:-1]
+
+
+def pad_of_ones(u):
+    z = np.full((u.shape[0] + 2, u.shape[1]), 1.5)
+    z[1:-1] = u * 2.0
+    return z[1:] + z[:-1]
+
+
+def pad_of_broadcast(u):
+    z = np.zeros((u.shape[0] + 2, u.shape[1]))
+    z[1:-1] = u * u[0]
+    return z[1:] + z[:-1]
+
+
+def pad_of_a_new_axis(u):
+    z = np.zeros((u.shape[0], 3))
+    z[:, 1:2] = u[:, 0, None] * 2.0  # a pad of it would pad the new axis
+    return z * 3.0 + 1.0
+
+
+def pad_of_a_reduced_value(u):
+    z = np.zeros((u.shape[0] + 2, u.shape[1]))
+    g = u * 2.0
+    z[1:-1] = g
+    return z[1:] + z[:-1], g.sum(axis=0)
+
+
+@pytest.mark.parametrize(
+    "fn, why",
+    [
+        (pad_of_exp, "exp is not pushed through a pad (not exact at zeros"),
+        (pad_of_a_division, "divide is not pushed through a pad (not exact at zeros, or a"),
+        (pad_of_broadcast, "an input broadcast to its shape"),
+        (pad_of_a_reduced_value, "also read as an array"),
+        (pad_of_ones, "a pad's constant is not zero"),
+        (pad_of_a_new_axis, "a slice adding an axis"),
+    ],
+)
+def test_values_pads_are_not_pushed_through_say_why(fn, why):
+    u = np.random.default_rng(8).standard_normal((5, 4))
+    c = _compile(fn, u)
+    kept = [d for d in c.plan.offsets if isinstance(d, offsets.OffsetFusion) and not d.fused]
+    assert any("pad(s)" in d.reason and why in d.reason for d in kept), str(c.plan)
+    got, want = c(u), fn(u)
+    for a, b in zip(*(x if isinstance(x, tuple) else (x,) for x in (got, want))):
+        np.testing.assert_allclose(a, b, rtol=1e-13)
+
+
+@pytest.mark.parametrize("fn, shape", [(mixed_offsets, (13, 12)), (along_rows, (5, 2))])
+def test_gradients_of_stencil_chains_on_the_cuda_simulator(fn, shape):
+    """The CUDA target writes slices' gradients as NumPy does (no pads there, none pushed):
+    its gradients equal the interpreter's and the CPU's with pads pushed."""
+    pytest.importorskip("numba.cuda")
+    from tracekit.backends.cuda import simulator_active
+
+    if not simulator_active():
+        pytest.skip("runs on the CUDA simulator")
+    rng = np.random.default_rng(11)
+    u = rng.standard_normal(shape)
+    w = rng.standard_normal(np.shape(fn(u)))
+    grad = tk.grad(_weighted(fn))
+    with quiet():
+        c = tk.compile(tk.trace(grad, u, w), target="cuda", cache=False, progress=False)
+    assert not [d for d in c.plan.offsets if getattr(d, "pads", 0)], str(c.plan)
+    want = tk.trace(grad, u, w)(u, w)
+    np.testing.assert_allclose(c(u, w), want, rtol=1e-13, atol=1e-14)
+    np.testing.assert_array_equal(_compile(grad, u, w)(u, w), want)

@@ -83,7 +83,7 @@ class Compiled:
         if target == "cpu":  # blocks written into zeros (a slice's gradient) as pads (pads.py)
             g = pads_of_blocks(g)
         if target in ("cpu", "cuda"):  # kernels read slices in place (windows.py): fuse across
-            self.graph, offsets = fuse_at_offsets(g)
+            self.graph, offsets = fuse_at_offsets(g, through_pads=target == "cpu")
             g = self.graph
         self.plan = make_plan(self.graph)
         self.plan.offsets = offsets

@@ -122,11 +122,12 @@ class KernelSource:
             return f"{self.arg(v)}[{self.layout.index(v) or '()'}]"
         view_index = self._view_index(v)
         element = f"{self.base_arg(w.base)}[{w.index(view_index)}]"
-        guards = w.guards(view_index) if w.fill is not None else []
-        if not guards:
-            return element
-        fill = S.literal(w.fill, w.base.dtype)
-        return f"({element} if {' and '.join(guards)} else {fill})"
+        for box, fill in w.layers:  # a pad's: its fill outside its block, innermost first
+            guards = w.guards(view_index, box)
+            if guards:
+                fill = S.literal(fill, w.base.dtype)
+                element = f"({element} if {' and '.join(guards)} else {fill})"
+        return element
 
     def _view_index(self, v: Var) -> list[str]:
         """Source of the index of each of ``v``'s own dims (a windowed operand's dims never

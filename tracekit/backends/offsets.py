@@ -16,6 +16,12 @@ array and reading it back once per slice. The cost model: the producer's element
 ``MAX_RECOMPUTE`` operations per element. Every decision and refusal is an
 :class:`OffsetFusion` in ``Plan.offsets``.
 
+Pads (``pads.py``: a slice's gradient, zeros around it) are pushed through the same way on the
+CPU, ``pad(f(a, b), 0) == f(pad(a, c), pad(b, d))`` where ``f(c, d)`` is that zero bit for bit
+(``-a`` pads ``a`` with ``-0.0``), for ops exact at zeros in any precision: each backward
+stage of a stencil chain is then computed again in the kernel of the stage before it, where
+the budget allows, as the forward's stages are.
+
 >>> import numpy as np, tracekit as tk
 >>> def blur_then_diff(a):
 ...     b = 0.5 * (a[1:] + a[:-1])
@@ -29,7 +35,10 @@ array([2., 4., 6., 8.])
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
+
+import numpy as np
 
 from ..ir import Graph, Node, Var
 from ..ops import OPS
@@ -42,6 +51,22 @@ from .windows import Window, without_ellipsis
 
 MAX_RECOMPUTE = 24  # operations per element a producer may cost, summed over its slices read
 TRANSCENDENTAL = 4  # the weight of a fast-math function (exp, tanh, ...) in that count
+# the weight of a pad read in place: a test of its rows and a choice per element, which keeps
+# the loop from vectorising as plain loads do (blur3's gradient, 2048², pads of pads read 9
+# times per element at weight 0: 156 ms, against 68.7 ms as a kernel per stage)
+PAD_READ = 4
+THROUGH_PADS = True  # False: pads stop at the values they pad (benchmarks/stencils.py's "before")
+# ops exact at zeros whatever the precision they are computed in: what a pad pushed through
+# them leaves outside its block is computed again in the kernel, and must be the pad's zero.
+# Not divide: a division costs several multiplications (the cost model counts one), and a
+# stage ending in one divides again at each pad read (blur3's gradient, 2048², pushed: 82.9
+# and 152 ms against 69.5 and 133 ms, at load averages where one plan measured twice also
+# differed by up to half: not conclusive either way)
+EXACT_AT_ZERO = frozenset(
+    "add subtract multiply negative positive absolute square maximum minimum where "
+    "greater greater_equal less less_equal equal not_equal logical_and logical_or logical_not "
+    "logical_xor".split()
+)
 
 
 @dataclass(frozen=True)
@@ -55,6 +80,7 @@ class OffsetFusion:
     reason: str = ""
     source: object = None  # the Source of the node making the value
     how: str = ""  # fused otherwise than computed again at each offset: in tiles (tiles.py)
+    pads: int = 0  # of the offsets, those read through pads (their zeros outside the block)
 
     def __str__(self):
         what = f"%{self.value.name}: {self.value.type}"
@@ -63,27 +89,32 @@ class OffsetFusion:
         if self.how:
             return f"computed in {self.how}: {what} ({self.reason})"
         if self.fused:
+            through = f", {self.pads} of them through pads" if self.pads else ""
             return (
-                f"computed again at {self.slices} offsets: {what} ({self.cost} op(s) per "
-                f"element each, no array written and read back)"
+                f"computed again at {self.slices} offsets{through}: {what} ({self.cost} op(s) "
+                f"per element each, no array written and read back)"
             )
         return f"kept as an array: {what} ({self.reason})"
 
 
-def fuse_at_offsets(graph: Graph) -> tuple[Graph, list]:
+def fuse_at_offsets(graph: Graph, through_pads: bool = False) -> tuple[Graph, list]:
     """``graph`` with the slices of cheap elementwise values pushed through them, and the
-    decisions (:class:`OffsetFusion`)."""
+    decisions (:class:`OffsetFusion`). ``through_pads``: the pads too (their kernels read
+    pads in place, ``pads.py``): ``pad(f(a, b), 0)`` is ``f(pad(a, c), pad(b, d))`` where
+    ``f(c, d)`` is that zero, bit for bit (its sign included)."""
     decisions: dict = {}
+    through_pads = through_pads and THROUGH_PADS
     while True:
-        found = _candidate(graph, decisions)
+        found = _candidate(graph, decisions, through_pads)
         if found is None:
             return graph, list(decisions.values())
         graph = cse(dce(_push(graph, *found))).check()
 
 
-def _candidate(graph: Graph, decisions: dict):
-    """The first elementwise node (in order) read only through static slices, whose cone of
-    work, times its slices, fits; (node, its readers). Refusals go to ``decisions``."""
+def _candidate(graph: Graph, decisions: dict, through_pads: bool):
+    """The first elementwise node (in order) read only through static slices (and pads),
+    whose cone of work, times its slices, fits; (node, its readers, the constants of its
+    inputs' pads). Refusals go to ``decisions``."""
     readers: dict = {}
     for n in graph.nodes:
         for x in n.var_inputs:
@@ -95,10 +126,14 @@ def _candidate(graph: Graph, decisions: dict):
             continue
         users = readers.get(n.out, [])
         pads = [u for u in users if OPS[u.op].pads]
+        consts = None
         if pads:
-            decisions.setdefault(n.out.name, _read_through_pads(n, len(pads), made))
-            continue
-        if not users or not all(_is_slice(u, n.out) for u in users):
+            why, consts = _through_pads(n, users, pads, made, through_pads)
+            if why is not None:
+                decisions[n.out.name] = _read_through_pads(n, len(pads), made, why)
+                continue
+            users = [u for u in users if _is_slice(u, n.out) or OPS[u.op].pads]
+        if not users or not all(_is_slice(u, n.out) or OPS[u.op].pads for u in users):
             continue
         cost = _cone(n.out, made)
         # slices made by a push: the value is part of a producer already decided on
@@ -109,17 +144,26 @@ def _candidate(graph: Graph, decisions: dict):
                 len(users),
                 cost,
                 False,
-                f"{len(users)} slices x {cost} op(s) per element > {MAX_RECOMPUTE}",
+                f"{_reads(users)} x {cost} op(s) per element > {MAX_RECOMPUTE}",
                 n.source,
             )
             continue
         if not follows:
-            decisions[n.out.name] = OffsetFusion(n.out, len(users), cost, True, "", n.source)
-        return n, users
+            decisions[n.out.name] = OffsetFusion(
+                n.out, len(users), cost, True, "", n.source, pads=len(pads)
+            )
+        return n, users, consts
     return None
 
 
-def _read_through_pads(n: Node, pads: int, made: dict) -> OffsetFusion:
+def _reads(users: list) -> str:
+    """``users`` (slices and pads of a value) counted: "3 slices + 2 pad(s)"."""
+    pads = sum(bool(OPS[u.op].pads) for u in users)
+    counts = ((len(users) - pads, "slices"), (pads, "pad(s)"))
+    return " + ".join(f"{k} {what}" for k, what in counts if k)
+
+
+def _read_through_pads(n: Node, pads: int, made: dict, why: str) -> OffsetFusion:
     """The refusal of a value read through pads (``pads.py``): a backward stage of a stencil
     chain, which the stage before it reads at transposed offsets, zeros around it."""
     cost = _cone(n.out, made)
@@ -129,9 +173,75 @@ def _read_through_pads(n: Node, pads: int, made: dict) -> OffsetFusion:
         cost,
         False,
         f"read through {pads} pad(s) (a slice's gradient: zeros around it), {cost} op(s) per "
-        "element: computed again only where read through slices",
+        f"element: {why}",
         n.source,
     )
+
+
+def _through_pads(n: Node, users: list, pads: list, made: dict, through_pads: bool):
+    """(why the pads of ``n`` cannot be pushed through it, or None; the constant of each of
+    its array inputs' pads)."""
+    if not through_pads:
+        return "computed again only where read through slices", None
+    others = [u for u in users if not (_is_slice(u, n.out) or OPS[u.op].pads)]
+    if not all(_pushable(u) and u.out.shape == n.out.shape for u in others):
+        return "also read as an array", None  # (by elementwise ops: in its kernel, not one)
+    if n.op not in EXACT_AT_ZERO:
+        why = "not exact at zeros, or a division: costlier than the one op counted"
+        return f"{n.op} is not pushed through a pad ({why})", None
+    if any(x.shape != n.out.shape for x in n.var_inputs):
+        return "an input broadcast to its shape: its pad would be of another shape", None
+    if not all(_padded_in_place(x, made) for x in n.var_inputs):
+        why = "an input is a NumPy call's result, a slice adding an axis or of under half an input"
+        return why, None
+    fills = {_bits(u.attrs["constant_value"]): u.attrs["constant_value"] for u in pads}
+    if any(np.asarray(c).item() != 0 for c in fills.values()):
+        return "a pad's constant is not zero", None
+    consts = {k: _zeros_giving(n, c) for k, c in fills.items()}
+    if any(v is None for v in consts.values()):
+        return f"{n.op} of no zeros is its pad's zero (its sign)", None
+    return None, consts
+
+
+def _padded_in_place(x: Var, made: dict) -> bool:
+    """A pad of ``x`` can be read in place (``windows.py``): a kernel's result, a pad, or a
+    static slice of one of them, or of at least half an input (smaller ones are copied), that
+    adds no axis."""
+    root = x
+    while root in made and made[root].inputs and _is_slice(made[root], made[root].inputs[0]):
+        if None in made[root].attrs["idx"]:
+            return False  # a new axis: no base index to test (Window.padded)
+        root = made[root].inputs[0]
+    producer = made.get(root)
+    if producer is None:
+        return root is x or 2 * x.size >= root.size
+    return OPS[producer.op].kind in ("elementwise", "reduction") or OPS[producer.op].pads
+
+
+def _bits(x) -> bytes:
+    return np.asarray(x).tobytes() + str(np.asarray(x).dtype).encode()
+
+
+def _zeros_giving(n: Node, zero):
+    """``{input: the zero (+0 or -0, False) to pad it with}`` where ``n`` of those is ``zero``,
+    bit for bit; None where no such choice."""
+    ins = [x for x in n.inputs if isinstance(x, Var)]
+    choices = [_zeros(x.dtype) for x in dict.fromkeys(ins)]
+    want = _bits(np.asarray(zero, dtype=n.out.dtype))
+    for pick in itertools.product(*choices):
+        at = dict(zip(dict.fromkeys(ins), pick))
+        args = [at[x] if isinstance(x, Var) else x for x in n.inputs]
+        with np.errstate(all="ignore"):
+            got = np.asarray(OPS[n.op].impl(*args, **n.attrs)).astype(n.out.dtype)
+        if _bits(got) == want:
+            return {x: x.dtype.type(c) for x, c in at.items()}
+    return None
+
+
+def _zeros(dtype) -> list:
+    if dtype.kind == "f":
+        return [np.array(0.0, dtype), np.array(-0.0, dtype)]
+    return [np.array(0, dtype)]
 
 
 def _pushable(n: Node) -> bool:
@@ -185,7 +295,8 @@ def _is_slice(reader: Node, v: Var) -> bool:
 
 def _cone(v: Var, made: dict) -> int:
     """Operations per element to compute ``v`` from values that are materialised: graph
-    inputs, and the results of anything but elementwise ops and views."""
+    inputs, and the results of anything but elementwise ops and views; a pad read counts
+    ``PAD_READ``."""
     total, todo, seen = 0, [v], set()
     while todo:
         x = todo.pop()
@@ -196,31 +307,43 @@ def _cone(v: Var, made: dict) -> int:
         if op.kind == "elementwise":
             seen.add(id(n))
             total += TRANSCENDENTAL if is_fast_math(n) else 1
+        elif op.pads:  # read in place, its rows tested: not a plain load
+            seen.add(id(n))
+            total += PAD_READ
+            continue
         elif not (op.view and len(n.inputs) == 1):
             continue  # materialised
         todo += n.var_inputs
     return total
 
 
-def _push(graph: Graph, producer: Node, users: list) -> Graph:
-    """Each slice ``producer(...)[idx]`` becomes ``producer(a[idx], b[idx], ...)``."""
+def _push(graph: Graph, producer: Node, users: list, consts: dict | None) -> Graph:
+    """Each slice ``producer(...)[idx]`` becomes ``producer(a[idx], b[idx], ...)``; each pad
+    ``pad(producer(...))`` becomes ``producer(pad(a), pad(b), ...)`` (``consts``: the
+    constants of those pads)."""
     nodes, mapping, reading = [], {}, {id(u) for u in users}
+    taken = {o.name.rsplit("_", 1)[0] for n in graph.nodes for o in n.outputs}
+    at = (k for k in itertools.count() if f"{producer.out.name}@{k}" not in taken)
     for n in graph.nodes:
         if id(n) not in reading:
             nodes.append(n)
             continue
-        b = Builder(n, f"{producer.out.name}@{len(mapping)}")  # the producer at its offset
-        idx, shape = n.attrs["idx"], producer.out.shape
-        ins = [
-            b("index", x, idx=input_index(idx, x.shape, shape))
-            if isinstance(x, Var) and x.shape
-            else x
-            for x in producer.inputs
-        ]
+        b = Builder(n, f"{producer.out.name}@{next(at)}")  # the producer at its offset
+        ins = [_moved(b, n, x, producer.out.shape, consts) for x in producer.inputs]
         out = b(producer.op, *ins, **producer.attrs)
         nodes += b.nodes
         mapping[n.out] = out
     return rebuild(graph, nodes, mapping)
+
+
+def _moved(b: Builder, reader: Node, x, shape: tuple, consts: dict | None):
+    """Input ``x`` of a producer of ``shape`` as ``reader`` (a slice or a pad) reads it."""
+    if not isinstance(x, Var) or not x.shape:
+        return x
+    if OPS[reader.op].pads:
+        c = consts[_bits(reader.attrs["constant_value"])][x]
+        return b("pad", x, pad_width=reader.attrs["pad_width"], constant_value=c)
+    return b("index", x, idx=input_index(reader.attrs["idx"], x.shape, shape))
 
 
 def drawn_notes(graph: Graph, decisions: list) -> tuple[dict, dict]:

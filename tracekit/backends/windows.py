@@ -31,20 +31,63 @@ class Window:
     base: Var | None
     dims: tuple  # per base dim: (view dim, start, step); view dim None: the fixed index start
     shape: tuple  # the view's shape
-    fill: object = None  # of a pad (np.pad, constant mode): the value outside the base
+    # of pads (np.pad, constant mode), innermost first: (box, fill), the value outside the box
+    # of base indices (per base dim (first, stop)) that the pad's block covers
+    layers: tuple = ()
+
+    @property
+    def fill(self):
+        """The value of the outermost pad outside its block (None: no pad)."""
+        return self.layers[-1][1] if self.layers else None
 
     @staticmethod
     def padding(base: Var, pad_width) -> Window:
         """The window of ``np.pad(base, pad_width)``: ``base`` at indices shifted back by the
-        rows before, which may fall outside it (:meth:`guards`); its ``fill`` is set apart.
+        rows before, which may fall outside it (:meth:`guards`); the fill is :meth:`padded`'s.
 
         >>> w = Window.padding(Var("g", (3, 4), np.dtype("f8")), ((1, 1), (0, 2)))
         >>> w.shape, w.index(["i0", "i1"]), w.guards(["i0", "i1"])
         ((5, 6), '-1 + i0, i1', ['1 <= i0 < 4', 'i1 < 4'])
         """
-        dims = tuple((d, -lo, 1) for d, (lo, _) in enumerate(pad_width))
-        shape = tuple(lo + n + hi for (lo, hi), n in zip(pad_width, base.shape))
-        return Window(base, dims, shape)
+        return Window.of(base, (), base.shape).padded(pad_width, None)
+
+    def padded(self, pad_width, fill) -> Window | None:
+        """``np.pad`` of this window's view with ``fill``: the view at indices shifted back by
+        the rows before; outside the view's own box of base indices, ``fill`` (a pad of a
+        slice reads the slice's neighbours as ``fill``, not the base's values).
+
+        >>> w = Window.of(None, (slice(1, None),), (5,)).padded(((1, 0),), 0.0)
+        >>> w.shape, w.index(["i"]), w.layers[0]
+        ((5,), 'i', (((1, 5),), 0.0))
+        >>> w.guards(["i"], w.layers[0][0])  # the slice's row 0 is outside
+        ['1 <= i']
+        """
+        mapped = {d for d, _, _ in self.dims}
+        if any((a or b) and k not in mapped for k, (a, b) in enumerate(pad_width)):
+            return None  # rows padded along a new axis: no base index to test
+        lo = [p for p, _ in pad_width]
+        dims = tuple((d, s, st) if d is None else (d, s - st * lo[d], st) for d, s, st in self.dims)
+        shape = tuple(a + n + b for (a, b), n in zip(pad_width, self.shape))
+        layer = (self._box(), fill)
+        layers = self.layers
+        if layers and _same(layers[-1][1], fill):  # one test for both: the boxes' overlap
+            layer = (_overlap(layers[-1][0], layer[0]), fill)
+            layers = layers[:-1]
+        return Window(self.base, dims, shape, (*layers, layer))
+
+    def _box(self) -> tuple:
+        """Per base dim, the (first, stop) of the base indices this view's indices take."""
+        out = []
+        for view_dim, start, step in self.dims:
+            if view_dim is None:
+                out.append((start, start + 1))
+                continue
+            if not self.shape[view_dim]:
+                out.append((start, start))
+                continue
+            last = start + step * (self.shape[view_dim] - 1)
+            out.append((min(start, last), max(start, last) + 1))
+        return tuple(out)
 
     @staticmethod
     def of(base, idx, shape) -> Window | None:
@@ -89,7 +132,7 @@ class Window:
         axes = tuple(range(len(self.shape)))[::-1] if axes is None else tuple(axes)
         where = {a: k for k, a in enumerate(axes)}
         dims = tuple((None if d is None else where[d], s, st) for d, s, st in self.dims)
-        return Window(self.base, dims, tuple(self.shape[a] for a in axes), self.fill)
+        return Window(self.base, dims, tuple(self.shape[a] for a in axes), self.layers)
 
     def then(self, idx, shape) -> Window | None:
         """This window indexed further by ``idx`` (the view being of ``shape``)."""
@@ -103,7 +146,7 @@ class Window:
                 continue
             d, s, st = inner.dims[view_dim]
             dims.append((d, start + step * s, step * st))
-        return Window(self.base, tuple(dims), inner.shape, self.fill)
+        return Window(self.base, tuple(dims), inner.shape, self.layers)
 
     def index(self, view_index: list) -> str:
         """Source of the base's index, ``view_index`` the source of each view dim's index."""
@@ -127,18 +170,22 @@ class Window:
                 parts.append(term if start == 0 else f"{start} + {term}")
         return parts
 
-    def guards(self, view_index: list) -> list[str]:
+    def guards(self, view_index: list, box=None) -> list[str]:
         """Source of the conditions under which the base's index (:meth:`indices`) is inside
-        the base, one per base dim the view's indices may take outside it (a pad's)."""
+        ``box`` (per base dim (first, stop); default: the base), one per base dim the view's
+        indices may take outside it (a pad's)."""
         out = []
-        for (view_dim, start, step), n in zip(self.dims, self.base.shape):
+        box = box or tuple((0, n) for n in self.base.shape)
+        for (view_dim, start, step), (b0, b1) in zip(self.dims, box):
             if view_dim is None:
+                if not b0 <= start < b1:
+                    return ["False"]
                 continue
             last = start + step * (self.shape[view_dim] - 1)
             lo, hi = min(start, last), max(start, last)
-            if lo >= 0 and hi < n:
+            if lo >= b0 and hi < b1:
                 continue
-            first, last = _inside(start, step, self.shape[view_dim], n)
+            first, last = _inside(start - b0, step, self.shape[view_dim], b1 - b0)
             if first > last:
                 return ["False"]  # every index of the view is outside: the fill only
             i = view_index[view_dim]
@@ -146,6 +193,15 @@ class Window:
             above = f" < {last + 1}" if last + 1 < self.shape[view_dim] else ""
             out.append(f"{below}{i}{above}")
         return out
+
+
+def _same(a, b) -> bool:
+    """The same value, bit for bit (0.0 and -0.0 differ; a NaN is itself)."""
+    return np.asarray(a).tobytes() == np.asarray(b).tobytes() and type(a) is type(b)
+
+
+def _overlap(a: tuple, b: tuple) -> tuple:
+    return tuple((max(x0, y0), min(x1, y1)) for (x0, x1), (y0, y1) in zip(a, b))
 
 
 def _inside(start: int, step: int, size: int, n: int) -> tuple[int, int]:
@@ -172,12 +228,8 @@ def read_through(v: Var, windows: dict) -> bool:
 def _window(node, parent: Window) -> Window | None:
     """The window of ``node``'s view of the window ``parent``: a static basic index or a
     permutation of the axes (a transpose); None for other views."""
-    if OPS[node.op].pads:  # of an array that is no view (pads.py)
-        base = node.inputs[0]
-        if parent.base is not base or parent.fill is not None or parent.shape != base.shape:
-            return None
-        w = Window.padding(base, node.attrs["pad_width"])
-        return Window(w.base, w.dims, w.shape, node.attrs["constant_value"])
+    if OPS[node.op].pads:  # (pads.py)
+        return parent.padded(node.attrs["pad_width"], node.attrs["constant_value"])
     if not OPS[node.op].view or len(node.inputs) != 1:
         return None
     if "idx" in node.attrs:

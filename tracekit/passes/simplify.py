@@ -13,6 +13,7 @@ import itertools
 import numpy as np
 
 from ..ir import Graph, Node, Var
+from ..ops import OPS
 from .rewrite import rebuild, resolve
 
 
@@ -201,10 +202,33 @@ class _Producers(dict):
         return super().get(key, default) if isinstance(key, Var) else default
 
 
+_BINARY = ("add", "subtract", "multiply", "divide")
+
+
+def _literal_operands(node, prod):
+    """``x * np.broadcast_to(c, x.shape)`` (a gradient's seed, ``c`` a number) as ``x * c``:
+    the same values where ``x`` has the result's shape and type and the broadcast the
+    result's type (``c`` then a NumPy scalar of that type)."""
+    if node.op not in _BINARY:
+        return node
+    ins = list(node.inputs)
+    for k, x in enumerate(ins):
+        inner = prod.get(x)
+        other = ins[1 - k]
+        if inner is None or not OPS[inner.op].view or not _same_type(node, other):
+            continue
+        c = inner.inputs[0]
+        if isinstance(c, Var) or np.ndim(c) != 0 or x.dtype != node.out.dtype:
+            continue
+        ins[k] = x.dtype.type(c)
+    return node.replace(inputs=tuple(ins))
+
+
 def simplify(graph: Graph) -> Graph:
     mapping, kept, prod = {}, [], _Producers()
     for node in graph.nodes:
         node = node.replace(inputs=tuple(resolve(mapping, x) for x in node.inputs))
+        node = _literal_operands(node, prod)
         rule = RULES.get(node.op)
         res = rule(node, prod) if rule else None
         if not isinstance(res, Var | list):  # a rule may only forward a Var, not a literal
