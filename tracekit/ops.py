@@ -46,8 +46,9 @@ class Reduction:
 
     ``combine`` is the step, one of ``COMBINES``; ``index``: the result is the position of the
     first extreme (argmax, argmin), not its value; ``wide``: floats and complex values
-    accumulate in float64 / complex128 (NumPy's sum and prod of float32 round once per pairwise
-    block, and tracekit's in a wider type); ``complex``: compiled loops may compute it for
+    accumulate in float64 / complex128 (NumPy's sum of float32 rounds once per pairwise block,
+    and tracekit's in a wider type; a product stays in its dtype, so that it overflows where
+    NumPy's does); ``complex``: compiled loops may compute it for
     complex values (NumPy orders complex numbers lexicographically for extrema, and starts a
     complex product from its first element: those stay NumPy calls).
 
@@ -360,7 +361,7 @@ def _reduce_code(name):
 # mean, var and std have no Reduction: backends compute them from sums (backends/lowering.py)
 _REDUCTIONS = {
     "sum": Reduction("add", wide=True, zero=float(np.add.reduce(np.array([-0.0, -0.0])))),
-    "prod": Reduction("multiply", wide=True, complex=False),
+    "prod": Reduction("multiply", complex=False),
     "mean": None,
     "var": None,
     "std": None,

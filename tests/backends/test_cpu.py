@@ -696,6 +696,24 @@ def test_reductions_over_leading_axes(dt, axis):
     _assert_reductions(got, want, x, RED_NAMES[:-2])
 
 
+@pytest.mark.parametrize("axis", [0, 1, None])
+@pytest.mark.parametrize("dt", ["float16", "float32", "float64"])
+def test_products_overflow_where_numpys_do(dt, axis):
+    """A product accumulates in its own dtype, as NumPy's does: where NumPy's overflows to inf
+    before it meets a 0 the answer is NaN, and an overflow that a later factor would bring back
+    into range stays inf (fuzz seed 14100032: a float32 product in float64 gave 0.0)."""
+    big = float(np.finfo(dt).max) / 2
+    rows = [[-1, -4, big, -3, 0, -1, -4, big, -3, 0], [big, 4, 1 / big, 2, 1, 1, 1, 1, 1, 1]]
+    x = np.array(rows, dt)
+
+    def fn(x):
+        return np.prod(x, axis=axis)
+
+    c, t = compiled(fn, x)
+    got, want, _, _ = both(c, t, x)
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("cols", [20, BIG // 40], ids=["serial", "parallel"])
 @pytest.mark.parametrize("dt", ["float32", "float64"])
 def test_softmax_and_norm_over_the_first_axis(dt, cols):
