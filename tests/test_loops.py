@@ -1028,6 +1028,33 @@ def test_the_gradient_of_a_loop_left_by_a_break_is_right_for_its_traced_count(
 
 
 # ---------------------------------------------------------------------- guards in iterations
+def _powers_after_a_branch(x, steps=16):
+    for _ in range(steps):
+        r = np.positive(x) if x.sum() > 0 else np.square(x)
+        x = x**r  # an int to a negative power raises where the branch differs
+    return x
+
+
+@pytest.mark.parametrize("target", ["interpreter", "cpu-rolled", "cuda"])
+def test_an_iteration_failing_on_the_other_branch_reports_the_guard(target, monkeypatch):
+    """In iteration 0, data taking the other branch makes ``x ** r`` fail before the body's
+    guard is checked: the call raises the guard's error naming the iteration, not NumPy's."""
+    monkeypatch.setattr("tracekit.backends.control.UNROLL_AT_MOST", 0)
+    with quiet():
+        t = tk.trace(_powers_after_a_branch, np.ones(3, np.int64))
+        run = (
+            t
+            if target == "interpreter"
+            else tk.compile(t, target=target.split("-")[0], progress=False)
+        )
+    assert any(n.op == "loop" for n in t.graph.nodes)
+    assert_same(run(np.ones(3, np.int64)), _powers_after_a_branch(np.ones(3, np.int64)))
+    with pytest.raises(tk.GuardError, match="gave False on this call") as failed:
+        run(-np.ones(3, np.int64))
+    if target != "cuda":  # (a device kernel raises nothing: its guard is checked after it)
+        assert isinstance(failed.value.__cause__, ValueError)
+
+
 @pytest.mark.parametrize("target", ["interpreter", "cpu", "cpu-rolled", "cuda"])
 def test_a_guard_inside_the_iterations_is_checked_in_every_iteration(target, monkeypatch):
     fn, make = PROGRAMS["halving_while_positive"]

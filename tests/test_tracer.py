@@ -637,6 +637,30 @@ def test_item_of_one_element_guards_that_element(read, at, target):
         run(changed)
 
 
+def _power_after_a_branch(x):
+    r = np.positive(x) if x > 1.3 else np.square(x)  # L:power-branch
+    return x ** r.reshape(1)  # an int to a negative power raises where the branch differs
+
+
+@pytest.mark.parametrize("target", ["interpreter", "cpu", "cuda"])
+def test_a_node_failing_on_the_other_branch_reports_the_guard(target):
+    """Inputs that take the other branch make ``x ** r`` fail (an int to a negative power)
+    before the guard is checked: the call raises the guard's error, not NumPy's (fuzz seed
+    14100021), and tk.jit traces again and gives NumPy's answer."""
+    with pytest.warns(tk.TracerWarning):
+        t = tk.trace(_power_after_a_branch, np.array(2))
+    run = t if target == "interpreter" else tk.compile(t, target=target, progress=False)
+    assert_same(run(np.array(3)), _power_after_a_branch(np.array(3)))
+    with pytest.raises(tk.GuardError, match=f"{HERE}:{line_of('L:power-branch')}") as failed:
+        run(np.array(-1))
+    if target != "cuda":  # (a device kernel raises nothing: its guard is checked after it)
+        assert isinstance(failed.value.__cause__, ValueError)  # NumPy's error, as the cause
+    with pytest.warns(tk.TracerWarning):
+        jitted = tk.jit(_power_after_a_branch)
+        assert_same(jitted(np.array(2)), _power_after_a_branch(np.array(2)))
+        assert_same(jitted(np.array(-1)), _power_after_a_branch(np.array(-1)))
+
+
 def test_guard_survives_optimize_and_json():
     with pytest.warns(tk.TracerWarning):
         t = tk.trace(_branchy, np.ones(3))

@@ -25,6 +25,11 @@ def as_input_value(var: Var, value):
     return value
 
 
+def input_env(graph: Graph, inputs) -> dict:
+    """The values of ``graph.inputs`` by variable, as the op table takes them."""
+    return {v: as_input_value(v, x) for v, x in zip(graph.inputs, inputs)}
+
+
 def run_node(node: Node, env: dict):
     """Run one node, storing its outputs in ``env``; errors name the node's source line."""
     args = [env[x] if isinstance(x, Var) else x for x in node.inputs]
@@ -64,13 +69,19 @@ def run(
     if len(inputs) != len(graph.inputs):
         raise TypeError(f"graph takes {len(graph.inputs)} inputs, got {len(inputs)}")
     env = env_out if env_out is not None else {}
-    env.update({v: as_input_value(v, x) for v, x in zip(graph.inputs, inputs)})
+    env.update(input_env(graph, inputs))
     nodes = graph.nodes if until is None else graph.nodes[:until]
     dead = _dead_after(graph) if drop_dead else ()
-    for k, node in enumerate(nodes):
-        run_node(node, env)
-        for v in dead[k] if dead else ():
-            env.pop(v, None)
+    try:
+        for k, node in enumerate(nodes):
+            run_node(node, env)
+            for v in dead[k] if dead else ():
+                env.pop(v, None)
+    except GuardError:
+        raise
+    except Exception as error:
+        raise_failed_guard(graph, env, error)
+        raise
     return [env.get(o) for o in graph.outputs]
 
 
@@ -109,6 +120,42 @@ def check_guards(graph: Graph, env: dict, where: str = ""):
                 "the graph took the traced path and would compute a wrong result. Trace again "
                 "with these inputs, or use tk.jit, which retraces when a guard fails."
             )
+
+
+def raise_failed_guard(graph: Graph, env: dict, error: Exception, where: str = "", nodes=None):
+    """After ``error`` in a run of ``graph``: raise the ``GuardError`` of a guard that fails
+    on these inputs, if one does, from ``error``; return otherwise.
+
+    Inputs that take another branch than the traced one can make a node after the branch
+    fail (``x ** r`` with ``r`` now negative) before the guard is checked: the guard's error
+    is the true one (and ``tk.jit`` retraces on it). ``env`` holds the inputs and maybe more;
+    what the guards read is computed here, as far as it can be (from ``nodes``: the graph's
+    own, or a loop body's in one iteration).
+    """
+    if not graph.guards:
+        return
+    env = dict(env)
+    for node in _guard_ancestors(graph, graph.nodes if nodes is None else nodes):
+        if any(o not in env for o in node.outputs):
+            try:
+                run_node(node, env)
+            except Exception:
+                break  # what a guard reads fails too: that failure is the program's own
+    try:
+        check_guards(graph, env, where)
+    except GuardError as failed:
+        raise failed from error
+
+
+def _guard_ancestors(graph: Graph, nodes: list) -> list:
+    """The nodes the guards' values are computed from, in graph order."""
+    wanted = {g.var for g in graph.guards if g.how != "layout"}
+    needed = []
+    for node in reversed(nodes):
+        if any(o in wanted for o in node.outputs):
+            needed.append(node)
+            wanted.update(x for x in node.inputs if isinstance(x, Var))
+    return needed[::-1]
 
 
 def _as_guard_value(value, how):

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import pytree
+from ..errors import GuardError
+from ..interpret import input_env, raise_failed_guard
 from ..ops import OPS
 from ..passes import cse, dce, optimize
 from ..pyop import run_workspace, uses_workspace
@@ -258,11 +260,17 @@ class Compiled:
         # kernels writing into an out= buffer that is also an input would read what they have
         # already overwritten: compute into fresh buffers, then copy
         run_outs = None if outs is not None and _overlaps(outs, values) else outs
-        if self._workspace:
-            with run_workspace(g, values):
+        try:
+            if self._workspace:
+                with run_workspace(g, values):
+                    results, guard_values = self.runner.fn(inputs, run_outs, self._pool())
+            else:
                 results, guard_values = self.runner.fn(inputs, run_outs, self._pool())
-        else:
-            results, guard_values = self.runner.fn(inputs, run_outs, self._pool())
+        except GuardError:
+            raise
+        except Exception as error:
+            raise_failed_guard(g, input_env(g, inputs), error)
+            raise
         if g.guards:
             check_guards(g, dict(zip([gd.var for gd in g.guards], guard_values)))
         if outs is not None:

@@ -19,9 +19,9 @@ import time
 import numpy as np
 
 from ..errors import GuardError
-from ..interpret import check_guards
+from ..interpret import check_guards, input_env, raise_failed_guard
 from ..ir import Node, Var
-from ..loops.op import at_iteration, in_iteration, moves, not_converged
+from ..loops.op import at_iteration, body_at, in_iteration, moves, not_converged
 from ..ops import OPS, build_index
 from ..pyop import check_results
 from . import cache
@@ -738,11 +738,20 @@ def compile_body(g, plan, program, disk: bool):
     consts = [g.constants[v] for v, s in zip(g.inputs, g.specs) if s.kind == "const"]
     fn, pool, iteration = runner.fn, {}, runner.iteration
     guarded = [gd.var for gd in g.guards]
+    moving = any(moves(n.attrs) for n in g.nodes)
     weak = [i for i, o in enumerate(g.outputs) if o.weak]  # Python numbers, as the body takes them
 
     def run(values, k, start=0):
         iteration[0], iteration[1] = k, start
-        outs, guard_values = fn(values + consts if consts else values, None, pool)
+        inputs = values + consts if consts else values
+        try:
+            outs, guard_values = fn(inputs, None, pool)
+        except GuardError:
+            raise
+        except Exception as error:
+            nodes = body_at(g, k, start) if moving else None
+            raise_failed_guard(g, input_env(g, inputs), error, in_iteration(g, start + k), nodes)
+            raise
         if guarded:
             check_guards(g, dict(zip(guarded, guard_values)), in_iteration(g, start + k))
         for i in weak:

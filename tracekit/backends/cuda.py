@@ -30,9 +30,10 @@ import time
 import numpy as np
 
 from .. import pytree
-from ..interpret import as_input_value
+from ..errors import GuardError
+from ..interpret import as_input_value, input_env, raise_failed_guard
 from ..ir import Var, at_iteration, moves
-from ..loops.op import in_iteration, iterate
+from ..loops.op import body_at, in_iteration, iterate
 from ..ops import OPS
 from ..pyop import check_results
 from ..traced import check_guards, check_layout_guards, check_value, parameter_names
@@ -718,7 +719,7 @@ class CudaRunner:
             _overlap(_to_numba(o), v) for o in outs if _is_dev(o) for v in dev_inputs
         )
         ctx = _Call(self, compiled._pool(), device_mode, None if aliased else outs)
-        env = self._run(ctx, inputs)
+        env = self._run_guarded(ctx, inputs)
         if g.guards:
             gv = {gd.var: self._host_value(env[gd.var]) for gd in g.guards}
             check_guards(g, gv)
@@ -806,6 +807,23 @@ class CudaRunner:
             buf.reshape(host.size).copy_to_device(host, stream=self.stream)
 
     # -- running
+    def _run_guarded(self, ctx, inputs, where: str = "") -> dict:
+        """:meth:`_run`, whose error becomes a failed guard's where one fails on these inputs
+        (see :func:`~tracekit.interpret.raise_failed_guard`)."""
+        try:
+            return self._run(ctx, inputs)
+        except GuardError:
+            raise
+        except Exception as error:
+            g = self.graph
+            if g.guards:
+                self.stream.synchronize()
+                host = [x.copy_to_host(stream=self.stream) if _is_dev(x) else x for x in inputs]
+                self.stream.synchronize()
+                nodes = body_at(g, ctx.k) if any(moves(n.attrs) for n in g.nodes) else None
+                raise_failed_guard(g, input_env(g, host), error, where, nodes)
+            raise
+
     def _run(self, ctx, inputs) -> dict:
         g = self.graph
         env = {}
@@ -889,7 +907,7 @@ class CudaRunner:
         def run_body(values, k):
             call = _Call(runner, pools[k % 2], True, None)
             call.k = k
-            body_env = runner._run(call, values)
+            body_env = runner._run_guarded(call, values, in_iteration(g, k))
             if g.guards:
                 seen = {gd.var: self._host_value(body_env[gd.var]) for gd in g.guards}
                 check_guards(g, seen, in_iteration(g, k))

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import GuardError
-from ..interpret import as_input_value, check_guards, run_node
+from ..interpret import as_input_value, check_guards, raise_failed_guard, run_node
 from ..ir import Affine, Graph, Node, Var, at_iteration, fmt_value, moves, register_json_loader
 from ..ops import Op, register
 
@@ -135,8 +135,15 @@ def run_loop(*inputs, body: Graph, **attrs):
 
     def run_body(values, k):
         env = {v: as_input_value(v, x) for v, x in zip(body.inputs, values)}
-        for node in body_at(body, k, start) if moving else body.nodes:
-            run_node(node, env)
+        nodes = body_at(body, k, start) if moving else body.nodes
+        try:
+            for node in nodes:
+                run_node(node, env)
+        except GuardError:
+            raise
+        except Exception as error:
+            raise_failed_guard(body, env, error, in_iteration(body, start + k), nodes)
+            raise
         check_guards(body, env, in_iteration(body, start + k))
         return [env[o] for o in body.outputs]
 
