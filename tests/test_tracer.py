@@ -661,6 +661,46 @@ def test_a_node_failing_on_the_other_branch_reports_the_guard(target):
         assert_same(jitted(np.array(-1)), _power_after_a_branch(np.array(-1)))
 
 
+_RNG = np.random.default_rng(5)
+
+
+class _Noisy:
+    def __init__(self):
+        self.noise = np.random.default_rng(6)
+
+    def __call__(self, x):
+        return x - self.noise.standard_normal(x.shape)
+
+
+@pytest.mark.parametrize(
+    "fn, source",
+    [
+        (lambda x: x + np.random.normal(size=x.shape), "np.random"),
+        (lambda x: x * np.random.rand(*x.shape), "np.random"),
+        (lambda x: x * _RNG.random(x.shape), "global:_RNG"),
+        (_Noisy(), "self.noise"),
+    ],
+)
+def test_random_numbers_drawn_while_tracing_are_said_to_be_baked_in(fn, source):
+    """What a generator the function reaches draws is a constant of the graph: every call
+    reuses it. The trace says so, in a warning and in its notes."""
+    with pytest.warns(tk.TracerWarning, match=f"from {re.escape(source)} while it was traced"):
+        t = tk.trace(fn, np.ones(3))
+    assert any("every call reuses them" in n for n in t.notes)
+    assert_same(t(np.zeros(3)), t(np.zeros(3)))  # the same numbers: what the warning says
+
+
+def test_a_seeded_generator_made_inside_the_function_is_not_a_baked_in_draw():
+    def f(x):
+        return x * np.random.default_rng(0).random(x.shape)  # the same numbers every call
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        t = tk.trace(f, np.ones(3))
+    assert t.notes == []
+    assert_same(t(np.ones(3)), f(np.ones(3)))
+
+
 def test_guard_survives_optimize_and_json():
     with pytest.warns(tk.TracerWarning):
         t = tk.trace(_branchy, np.ones(3))

@@ -115,9 +115,10 @@ def _trace(
         else:
             value = leaf
         args.append(ctx.add_input(value, "arg", nm, name=nm, weak=weak))
-    slots: list = []
-    ctx.capture_index = T.scan_captures(fn, slots=slots)
+    slots, generators = [], []
+    ctx.capture_index = T.scan_captures(fn, slots=slots, generators=generators)
     ctx.stop_code = _call_user.__code__
+    draws = T.RandomDraws(generators)
     with _rare_collections():
         try:
             T.install_captures(ctx, slots)
@@ -131,7 +132,7 @@ def _trace(
         )
     ctx._last_where = None  # it holds a frame of the user's, with its locals
     traced = Traced(graph, in_tree, out_tree, ctx.capture_getters, leaves, fn=fn)
-    traced.notes = [str(n) for n in notes]
+    traced.notes = [str(n) for n in notes] + _random_draws(draws.moved(), fn)
     if keep_values:
         traced.values = traced.run_values(*example_args)
     own = _traced_answer(ctx, result, graph, leaves, n_args=len(args)) if answer else None
@@ -357,6 +358,23 @@ def _finish(ctx, result, n_args, name, loops="unroll", max_iterations=None):
 
 def _overlap(a, b) -> bool:
     return isinstance(b, np.ndarray) and np.may_share_memory(a, b)
+
+
+def _random_draws(generators: list, fn) -> list[str]:
+    """A ``TracerWarning`` (and a note) where the traced function drew random numbers."""
+    if not generators:
+        return []
+    said = (
+        f"{_fn_name(fn)} drew random numbers from {', '.join(generators)} while it was traced: "
+        "they are baked into the graph as constants, and every call reuses them. Draw them "
+        "outside the function and pass them in as arguments."
+    )
+    code = getattr(inspect.unwrap(getattr(fn, "__func__", fn)), "__code__", None)
+    if code is None:
+        warnings.warn(said, TracerWarning, stacklevel=4)
+    else:
+        warnings.warn_explicit(said, TracerWarning, code.co_filename, code.co_firstlineno)
+    return [said]
 
 
 def _warn_while_loops(nodes):

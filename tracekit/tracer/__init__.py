@@ -33,11 +33,13 @@ from .array import Buffer, TracedArray, implements, is_python_scalar, iter_deep
 from .captures import install_captures, restore_captures, scan_captures
 from .context import TraceContext, identifier, same_layout_copy
 from .movement import array_from, astype, broadcast_to, copy, reshape
+from .randomness import RandomDraws
 from .scopes import scope
 from .source import is_user_frame, unsupported, user_source
 
 __all__ = [
     "Buffer",
+    "RandomDraws",
     "TraceContext",
     "TracedArray",
     "array_from",

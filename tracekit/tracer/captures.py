@@ -22,15 +22,22 @@ from .array import TracedArray
 from .indexing import conform
 from .source import is_user_frame
 
+RANDOM_GENERATORS = np.random.Generator | np.random.RandomState | np.random.BitGenerator
 
-def scan_captures(fn, depth=4, slots=None) -> dict:
+
+def scan_captures(fn, depth=4, slots=None, generators=None) -> dict:
     """id(array) -> (label, getter) for arrays reachable from ``fn`` without being passed in.
 
-    ``slots`` (a list) receives ``(label, getter, setter, array)`` for each place holding one.
+    ``slots`` (a list) receives ``(label, getter, setter, array)`` for each place holding one;
+    ``generators`` (a list) receives ``(label, generator)`` for NumPy's random generators.
     """
     found, seen = {}, set()
 
     def visit(obj, label, getter, d, setter=None):
+        if isinstance(obj, RANDOM_GENERATORS):
+            if generators is not None and all(g is not obj for _, g in generators):
+                generators.append((label, obj))
+            return
         if isinstance(obj, np.ndarray):
             found.setdefault(id(obj), (label, getter))
             if slots is not None and setter is not None:
