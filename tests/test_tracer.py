@@ -661,6 +661,41 @@ def test_a_node_failing_on_the_other_branch_reports_the_guard(target):
         assert_same(jitted(np.array(-1)), _power_after_a_branch(np.array(-1)))
 
 
+@pytest.mark.parametrize(
+    "expr",
+    [
+        lambda x: (x == 2.0) ** (x == 2.0) * 100 + (x == 2.0) * 100,  # int8 wrapped to -56
+        lambda x: (x == 2.0) + (x == 2.0),  # 2, not True
+        lambda x: (x > 0) - (x > 1),  # NumPy refuses bool subtraction
+        lambda x: -(x > 0),
+        lambda x: ~(x > 0),  # the int -2
+        lambda x: abs(x > 0) * 300,
+        lambda x: (x > 0) % 3 + (x > 1) // 2,
+        lambda x: (x > 0) / 2,
+        lambda x: (x > 0) & (x < 5),  # bool & bool stays a bool
+        lambda x: (x > 0) << 7,
+        lambda x: ((x > 0) + 1) * x,
+        lambda x: 2.0 ** -(x > 0),
+    ],
+)
+@pytest.mark.parametrize("target", ["interpreter", "cpu"])
+def test_python_scalars_compute_as_python_does(expr, target):
+    """Arithmetic on Python scalars (a Python float argument, the bools and ints Python
+    computes from it) has Python's types, as the function has: an int times a float32 array is
+    float32, an int16 array times it int16; ``True ** True`` is the int 1, not int8's."""
+
+    def f(x, a32, a16):
+        y = expr(x)
+        return a32 * y, a16 * y, np.asarray(y) + np.zeros(1, np.float64)
+
+    a32, a16 = np.ones(2, np.float32), np.ones(2, np.int16)
+    t = tk.trace(f, 2.0, a32, a16)
+    run = t if target == "interpreter" else tk.compile(t, target="cpu", progress=False)
+    for x in (2.0, 0.5, -1.5):
+        for got, want in zip(run(x, a32, a16), f(x, a32, a16), strict=True):
+            assert_same(got, want)
+
+
 _RNG = np.random.default_rng(5)
 
 

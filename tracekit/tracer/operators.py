@@ -9,16 +9,21 @@ square (a reciprocal, a square root), and ``a == None`` compares elementwise.
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from .array import TracedArray, is_python_scalar
 from .ufuncs import call_ufunc
 
 _OPERAND = list | tuple | np.ndarray | TracedArray | int | float | complex | bool | np.generic
+_PYTHON_DTYPE = {int: np.dtype(np.int64), float: np.dtype(np.float64)}
+_PYTHON_DTYPE[complex] = np.dtype(np.complex128)
 
 
-def _binary(uf, reflected=False, fast_power=False, with_none=None):
-    """``self <op> other``; ``with_none``: the elementwise result of comparing with None."""
+def _binary(uf, py_op, reflected=False, fast_power=False, with_none=None):
+    """``self <op> other`` (``py_op``: Python's operator, for two Python scalars);
+    ``with_none``: the elementwise result of comparing with None."""
 
     def op(self, other):
         if other is None and with_none is not None:  # NumPy compares elementwise
@@ -27,6 +32,8 @@ def _binary(uf, reflected=False, fast_power=False, with_none=None):
             return self._ctx.emit("full", [], attrs)
         if isinstance(other, _OPERAND):
             a, b = (other, self) if reflected else (self, other)
+            if _python_value(a) is not None and _python_value(b) is not None:
+                return _on_python_scalars(uf, py_op, a, b)
             fast = _fast_power(self, other) if fast_power and not reflected else None
             if fast is not None:
                 return call_ufunc(fast, (self,), {})
@@ -51,6 +58,37 @@ def _fast_power(x, exponent):
     return None
 
 
+def _python_value(x):
+    """The Python scalar ``x`` is (a literal) or stands for (a traced value computed from a
+    Python float argument, a Python value); None for anything else."""
+    v = x._value if isinstance(x, TracedArray) else x
+    return v if type(v) in (bool, int, float, complex) else None
+
+
+def _on_python_scalars(uf, py_op, *operands):
+    """``py_op`` (``ufunc``'s Python operator) of Python scalars, of the type Python gives:
+    ``True + True`` is the int 2 (NumPy's bool loop: True), ``True ** True`` the int 1 (NumPy's:
+    int8), ``2 ** -1`` the float 0.5. The operands are cast to that type's dtype first; the
+    result is weak, as a Python scalar is. Python computes this trace's value first, so its
+    errors (``1 // 0``) are the function's own. (Where Python's type depends on the values,
+    the trace's values decide it: ``k ** n`` and ``x ** y`` keep the type they had.)"""
+    result = py_op(*(_python_value(x) for x in operands))
+    if type(result) is not bool:
+        dtype = _PYTHON_DTYPE[type(result)]
+        operands = [_as_python_type(x, dtype) for x in operands]
+    return call_ufunc(uf, tuple(operands), {}, weak=True)
+
+
+def _as_python_type(x, dtype):
+    """A Python scalar operand as ``dtype``'s Python type (``True`` as the int 1), where that
+    is wider than its own (``abs`` of a complex is a float: its operand stays complex)."""
+    if not isinstance(x, TracedArray):
+        return dtype.type(x).item() if np.can_cast(type(x), dtype) else x
+    if x.dtype == dtype or not np.can_cast(x.dtype, dtype):
+        return x
+    return x._ctx.emit("astype", [x], {"dtype": dtype}, weak=True)
+
+
 def _weak_operand(x) -> bool:
     if type(x) is TracedArray:
         return is_python_scalar(x._value)
@@ -59,9 +97,11 @@ def _weak_operand(x) -> bool:
     return isinstance(x, float | complex | int) and not isinstance(x, bool | np.generic)
 
 
-def _inplace(uf, fast_power=False):
+def _inplace(uf, py_op, fast_power=False):
     def op(self, other):
         if not isinstance(self._value, np.ndarray):  # scalars rebind, as in Python
+            if _python_value(self) is not None and _python_value(other) is not None:
+                return _on_python_scalars(uf, py_op, self, other)
             return call_ufunc(uf, (self, other), {}, weak=self.weak and _weak_operand(other))
         fast = _fast_power(self, other) if fast_power else None
         if fast is not None:
@@ -90,10 +130,10 @@ _ARITHMETIC = {
     "rshift": np.right_shift,
 }
 for _py, _uf in _ARITHMETIC.items():
-    _pow = _py == "pow"
-    setattr(TracedArray, f"__{_py}__", _binary(_uf, fast_power=_pow))
-    setattr(TracedArray, f"__r{_py}__", _binary(_uf, reflected=True))
-    setattr(TracedArray, f"__i{_py}__", _inplace(_uf, fast_power=_pow))
+    _pow, _py_op = _py == "pow", getattr(operator, f"{_py}_" if _py in ("and", "or") else _py)
+    setattr(TracedArray, f"__{_py}__", _binary(_uf, _py_op, fast_power=_pow))
+    setattr(TracedArray, f"__r{_py}__", _binary(_uf, _py_op, reflected=True))
+    setattr(TracedArray, f"__i{_py}__", _inplace(_uf, _py_op, fast_power=_pow))
 
 # -- comparisons
 _COMPARISONS = {
@@ -105,12 +145,23 @@ _COMPARISONS = {
     "ge": (np.greater_equal, None),
 }
 for _py, (_uf, _with_none) in _COMPARISONS.items():
-    setattr(TracedArray, f"__{_py}__", _binary(_uf, with_none=_with_none))
+    _py_op = getattr(operator, _py)
+    setattr(TracedArray, f"__{_py}__", _binary(_uf, _py_op, with_none=_with_none))
+
 
 # -- unary operators
-TracedArray.__neg__ = lambda self: call_ufunc(np.negative, (self,), {}, weak=self.weak)
-TracedArray.__pos__ = lambda self: call_ufunc(np.positive, (self,), {}, weak=self.weak)
-TracedArray.__abs__ = lambda self: call_ufunc(np.absolute, (self,), {}, weak=self.weak)
-TracedArray.__invert__ = lambda self: call_ufunc(np.invert, (self,), {})
+def _unary(uf, py_op):
+    def op(self):
+        if _python_value(self) is not None:  # -True is the int -1
+            return _on_python_scalars(uf, py_op, self)
+        return call_ufunc(uf, (self,), {}, weak=self.weak)
+
+    return op
+
+
+TracedArray.__neg__ = _unary(np.negative, operator.neg)
+TracedArray.__pos__ = _unary(np.positive, operator.pos)
+TracedArray.__abs__ = _unary(np.absolute, operator.abs)
+TracedArray.__invert__ = _unary(np.invert, operator.invert)
 TracedArray.__divmod__ = lambda self, o: (self // o, self % o)
 TracedArray.__rdivmod__ = lambda self, o: (o // self, o % self)
