@@ -572,6 +572,8 @@ class _Gen:
         self.rng = np.random.default_rng([seed, 1])
         # draws of their own for numbers moving with a loop: a seed's other draws stay as they were
         self.moving_rng = np.random.default_rng([seed, 2])
+        # and for Python scalars chosen as an operator's operand (Python's types, not NumPy's)
+        self.python_rng = np.random.default_rng([seed, 3])
         self.seed, self.profile = seed, profile
         self.prog = {"seed": seed, "profile": profile, "inputs": [], "steps": [], "outputs": []}
         self.approx: list[bool] = []
@@ -704,8 +706,10 @@ class _Gen:
         a = self.pick(regs, exact=exact)
         if a is None:
             return None
-        if fn in OPERATORS and type(regs[a]) is float:
-            return None  # Python's own scalar arithmetic (True ** True is an int): see README
+        python = self._python_scalar(regs, exact) if fn in OPERATORS else None
+        a = a if python is None else python
+        if fn == "**" and type(regs[a]) in (bool, int, float):
+            return None  # Python's type depends on the values (README, "Still wrong")
         b = self.operand(regs, a, exact=exact)
         if grad and isinstance(b, dict):
             b = {"t": "float", "v": self.choice([0.5, 1.5, -2.0])}
@@ -724,6 +728,18 @@ class _Gen:
         if fn in NAN_SIGN and _has_nan(sign_from):
             return None
         return st, approx
+
+    def _python_scalar(self, regs, exact):
+        """Now and then, a register holding a Python scalar (a Python float input, the bool
+        Python compares it to, an int from those): its operators compute as Python's do."""
+        python = [
+            i
+            for i, r in enumerate(regs)
+            if type(r) in (bool, int, float) and not (exact and self.approx[i])
+        ]
+        if python and self.python_rng.random() < 0.6:
+            return python[int(self.python_rng.integers(len(python)))]
+        return None
 
     def _inplace(self, regs):
         fn = self.choice(list(INPLACE))
@@ -1302,7 +1318,10 @@ class _Gen:
         if trips == 3:  # a third of the loops (no draw: the programs of a seed stay as they were)
             st["while"] = True
         elif trips == 4 and not self.depth and _kind(regs[c]) in "fiu" and "branch" not in kinds:
-            stop = break_stop(self._carried_sums(st, enclosing))
+            try:
+                stop = break_stop(self._carried_sums(st, enclosing))
+            except Exception:  # a later iteration fails (-1 into a uint8): not a valid loop
+                return None
             if stop is not None:  # a loop of the program (not in a body) left by a break
                 st["stop"] = stop
         return st, approx
@@ -1350,6 +1369,9 @@ class _Gen:
                     d = {"shape": [], "dtype": "pyfloat"}
             d["layout"] = self.choice(["c", "c", "nc", "neg"])
             self.prog["inputs"].append(d)
+            self.approx.append(False)
+        if prof != "grad" and self.python_rng.random() < 0.2:  # Python's scalar arithmetic
+            self.prog["inputs"].append({"shape": [], "dtype": "pyfloat", "layout": "c"})
             self.approx.append(False)
         self.max_size = 400 if prof == "cuda" else 2000
         if prof == "grad":
