@@ -94,6 +94,25 @@ def ident(name: str) -> str:
 
 
 _INT = frozenset({int})
+_INT_SHAPES: dict = {}  # shapes of Vars made so far, each an (equal) tuple of ints
+_DTYPE_CLASSES: set = set()  # the classes of the np.dtype instances met (isinstance is slow)
+
+
+def _int_shape(shape) -> tuple:
+    """``shape`` as a tuple of ints, remembered in ``_INT_SHAPES``."""
+    if type(shape) is not tuple or not _INT.issuperset(map(type, shape)):
+        shape = tuple(int(d) for d in shape)
+    if len(_INT_SHAPES) > 10_000:
+        _INT_SHAPES.clear()
+    _INT_SHAPES[shape] = shape
+    return shape
+
+
+def _as_dtype(dtype) -> np.dtype:
+    if isinstance(dtype, np.dtype):
+        _DTYPE_CLASSES.add(type(dtype))
+        return dtype
+    return np.dtype(dtype)
 
 
 class Var:
@@ -110,11 +129,13 @@ class Var:
     __slots__ = ("name", "shape", "dtype", "weak", "_uid")
 
     def __init__(self, name: str, shape, dtype, weak: bool = False):
-        if type(shape) is not tuple or not _INT.issuperset(map(type, shape)):
-            shape = tuple(int(d) for d in shape)
+        try:  # tracing makes a Var per op: a shape seen before is not checked again
+            shape = _INT_SHAPES[shape]
+        except (KeyError, TypeError):
+            shape = _int_shape(shape)
         _set_name(self, name if type(name) is str else str(name))
         _set_shape(self, shape)
-        _set_dtype(self, dtype if isinstance(dtype, np.dtype) else np.dtype(dtype))
+        _set_dtype(self, dtype if type(dtype) in _DTYPE_CLASSES else _as_dtype(dtype))
         _set_weak(self, weak is True or bool(weak))
         _set_uid(self, next(_ids))
 

@@ -325,7 +325,7 @@ class _Keys:
     shape, dtype and weakness (``types``: made for its producer, read by its readers), and
     the key of each source line and literal, a small int too, by the object's id (a loop's
     iterations share these objects; ``held`` keeps each object alive, so that no other reuses
-    its id)."""
+    its id), with whether a literal is a number."""
 
     __slots__ = ("ids", "types", "held")
 
@@ -365,8 +365,9 @@ def _signature(n: Node, keys: _Keys) -> tuple[int, int]:
         else:
             lit = held.get(id(x))
             if lit is None or lit[0] is not x:
-                lit = held[id(x)] = (x, ids.setdefault(("literal", _literal_key(x)), len(ids)))
-            k, number = lit[1], _is_number(x)
+                key = ids.setdefault(("literal", _literal_key(x)), len(ids))
+                lit = held[id(x)] = (x, key, _is_number(x))
+            _, k, number = lit
             if number and loose is None:
                 loose = ins.copy()
         ins.append(k)
@@ -845,6 +846,8 @@ def _moving_numbers(run, period: int, trips: int):
             if not _is_number(first):
                 continue
             values = [m.inputs[s] for m in run[j::period]]
+            if all(v is first for v in values):  # one literal of the code, every iteration
+                continue
             key = _literal_key(first)
             if all(_literal_key(v) == key for v in values):
                 continue
@@ -979,20 +982,17 @@ def _is_last_row(v: Var, loop: Node, k: int) -> bool:
 def _role(values, locs, j, graph):
     """How body position ``j`` gets one of its inputs, ``values`` in each iteration."""
     first, t_first = values[0], locs[0]
+    trips = len(locs)  # the lists below compare in one C loop each (a loop has thousands)
     if t_first is not None:
         _, at, out = t_first
-        if all(
-            loc is not None and loc[0] == t and loc[1] == at and loc[2] == out
-            for t, loc in enumerate(locs)
-        ):
+        if locs == [(t, at, out) for t in range(trips)]:
             return ("internal", (at, out))
-    if t_first is None and all(v is first for v in values):
+    if t_first is None and values.count(first) == trips:  # a Var equals itself alone
         return ("invariant", first)
-    if t_first is None and all(
-        loc is not None and loc[0] == t - 1 and loc[1:] == locs[1][1:]
-        for t, loc in enumerate(locs[1:], 1)
-    ):
-        return ("carried", locs[1][1:])
+    if t_first is None and locs[1] is not None:
+        _, at, out = locs[1]
+        if locs[1:] == [(t - 1, at, out) for t in range(1, trips)]:
+            return ("carried", (at, out))
     if all(v in graph.constants for v in values) and all(
         _same_constant(graph.constants[first], graph.constants[v]) for v in values
     ):

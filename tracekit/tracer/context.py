@@ -77,8 +77,11 @@ class TraceContext:
         self._scope_counts: dict = {}
         # (user frame, its callers, scopes, their lines, sources, scope path, chains by line)
         self._last_where = None
-        # the frame of emit's caller, then (where(), call chain) of the op emit is recording
-        self._here = None
+        # while emit records an op: the frame of its caller, where the search for the user's
+        # frame starts (None outside emit), and the op's place found from there, once: (where(),
+        # its call chain), or None until the op first needs it (see record)
+        self._caller = None
+        self._place = None
         self._producers: dict = {}  # Var -> the node computing it, for self.nodes[:_n_produced]
         self._n_produced = 0
 
@@ -172,35 +175,33 @@ class TraceContext:
     def record(self, op, inputs, attrs, outputs, where=None):
         """Append the node ``op(inputs, **attrs) -> outputs`` at the user's current line, or at
         ``where`` (source, scope) where a view was taken; its call chain is the current one."""
-        here = self._here
-        if here is None:
+        if self._caller is None:
             src, scope = where or self.where()
             if where is not None:
                 self.where()
             stack = self.last_stack
         else:  # inside emit: one search of the user's frames serves the op and its views
-            if type(here) is not tuple:
-                here = self._here_now()
-            src, scope = where or here[0]
-            stack = here[1]
-        node = Node(op, tuple(inputs), attrs, tuple(outputs), src, scope)
+            place, stack = self._place or self._find_place()
+            src, scope = where or place
+        node = Node(op, inputs, attrs, outputs, src, scope)  # Node makes them tuples
         self.nodes.append(node)
         self.stacks[node] = stack
         return node
 
     def emit(self, op, inputs, attrs=None, *, n_out=1, weak=False, view=False):
         """Compute ``op`` on the real values and record it; returns TracedArray(s)."""
-        outer, self._here = self._here, None  # _emit's, once it has computed the op
-        try:  # an op emitted while another is (lifting a list) finds its own place
+        outer = self._caller, self._place  # an op emitted while another is (lifting a list)
+        self._caller = self._place = None  # finds its own place; _emit sets them
+        try:
             return self._emit(op, inputs, attrs, n_out, weak, view, sys._getframe(1))
         finally:
-            self._here = outer
+            self._caller, self._place = outer
 
-    def _here_now(self) -> tuple:
-        """(``where()``, the call chain) of the op emit is recording, found once per op from
-        the frame of emit's caller that ``_here`` holds until then."""
-        self._here = (self.where(self._here), self.last_stack)
-        return self._here
+    def _find_place(self) -> tuple:
+        """(``where()``, the call chain) of the op emit is recording, searched for once per op
+        from the frame of emit's caller."""
+        self._place = (self.where(self._caller), self.last_stack)
+        return self._place
 
     def _emit(self, op, inputs, attrs, n_out, weak, view, caller):
         attrs = FrozenDict(attrs) if attrs else _NO_ATTRS  # a Node keeps a FrozenDict as it is
@@ -222,12 +223,11 @@ class TraceContext:
             if src is not None:
                 e.add_note(f"tracekit: in {op} at {src} `{src.text}`")
             raise
-        self._here = caller  # where() searches from there when first needed (see record)
+        self._caller = caller  # where() searches from there when first needed (see record)
         if view:
             base = tins[0]
             if self._is_view(op, out, base):
-                here = self._here if type(self._here) is tuple else self._here_now()
-                step = ViewStep(op, attrs, out, here[0])
+                step = ViewStep(op, attrs, out, (self._place or self._find_place())[0])
                 res = TracedArray(self, base._buf, base._chain + (step,), out)
                 self.note_layout_choice(op, attrs, base, res)
                 return res

@@ -37,7 +37,8 @@ def _binary(uf, py_op, reflected=False, fast_power=False, with_none=None):
             fast = _fast_power(self, other) if fast_power and not reflected else None
             if fast is not None:
                 return call_ufunc(fast, (self,), {})
-            weak = _weak_operand(self) and _weak_operand(other)
+            weak = type(self._value) is not np.ndarray and _weak_operand(self)
+            weak = weak and _weak_operand(other)
             return call_ufunc(uf, (a, b), {}, weak=weak)
         return NotImplemented
 
