@@ -32,13 +32,13 @@ def _binary(uf, py_op, reflected=False, fast_power=False, with_none=None):
             return self._ctx.emit("full", [], attrs)
         if isinstance(other, _OPERAND):
             a, b = (other, self) if reflected else (self, other)
-            if _python_value(a) is not None and _python_value(b) is not None:
+            scalar = type(self._value) is not np.ndarray
+            if scalar and _python_value(self) is not None and _python_value(other) is not None:
                 return _on_python_scalars(uf, py_op, a, b)
             fast = _fast_power(self, other) if fast_power and not reflected else None
             if fast is not None:
                 return call_ufunc(fast, (self,), {})
-            weak = type(self._value) is not np.ndarray and _weak_operand(self)
-            weak = weak and _weak_operand(other)
+            weak = scalar and _weak_operand(self) and _weak_operand(other)
             return call_ufunc(uf, (a, b), {}, weak=weak)
         return NotImplemented
 
