@@ -2464,6 +2464,7 @@ def main(argv=None):
     p.add_argument("--profiles", default="full,full,full,grad,cuda")
     p.add_argument("--no-save", action="store_true")
     p.add_argument("--one", type=int, default=None, help="run just this seed and print it")
+    p.add_argument("--chains", action="store_true", help="every program a stencil chain (_Chain)")
     p.add_argument(
         "--force-streams",
         action="store_true",
@@ -2476,7 +2477,7 @@ def main(argv=None):
     profiles = args.profiles.split(",")
     if args.one is not None:
         prof = profiles[args.one % len(profiles)]
-        prog = generate(args.one, prof, chain=chain_chosen(args.one))
+        prog = generate(args.one, prof, chain=args.chains or chain_chosen(args.one))
         print(json.dumps(prog, indent=1))
         f = failing_check(prog, checks_for(prof))
         print("ok" if f is None else f)
@@ -2488,7 +2489,7 @@ def main(argv=None):
     by_check: dict = {}
     while time.time() - t0 < args.seconds:
         prof = profiles[seed % len(profiles)]
-        prog = generate(seed, prof, chain=chain_chosen(seed))
+        prog = generate(seed, prof, chain=args.chains or chain_chosen(seed))
         try:
             stats = check(prog, checks_for(prof))
             ops |= stats["ops"]
