@@ -58,6 +58,23 @@ def test_without_the_budget_every_stage_is_an_array(monkeypatch):
     np.testing.assert_allclose(c(f, coeff), hdiff(f, coeff), rtol=1e-13, atol=1e-13)
 
 
+def scaled_differences(a, c):
+    d = c * (a[:, :-1] - a[:, 1:])  # c: a Python float, weak beside float32 (NEP 50)
+    return d[1:] - d[:-1]
+
+
+def test_a_value_computed_again_with_a_python_float_keeps_its_float32():
+    """The value computed again at each offset is float32 as the traced one was, not float64
+    as a float64 zero in place of the Python float would make it (fuzz seed 15300034: float64
+    differences rounded to float32 once, an ulp from NumPy's)."""
+    a = np.random.default_rng(3).standard_normal((9, 8)).astype(np.float32)
+    c = _compile(scaled_differences, a, 0.3)
+    assert [d.slices for d in c.plan.offsets if d.fused] == [2]
+    assert all(v.dtype == np.float32 for k in c.plan.kernels for n in k.nodes for v in n.outputs)
+    got, want = c(a, 0.3), scaled_differences(a, 0.3)
+    assert got.dtype == np.float32 and np.array_equal(got, want)
+
+
 @pytest.mark.parametrize("budget", [0, 8, 24, 100])
 def test_strided_slices_and_transcendentals_at_every_budget(budget, monkeypatch):
     monkeypatch.setattr(offsets, "MAX_RECOMPUTE", budget)

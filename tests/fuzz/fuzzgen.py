@@ -245,7 +245,8 @@ def run_step(regs, st):
     elif k == "uout":
         getattr(np, st["fn"])(a, _operand(regs, st["b"]), out=regs[st["out"]])
     elif k == "where":
-        regs.append(np.where(regs[st["c"]], a, _operand(regs, st["b"])))
+        b = _operand(regs, st["b"])
+        regs.append(np.where(regs[st["c"]], *((b, a) if st.get("swap") else (a, b))))
     elif k == "clip":
         regs.append(np.clip(a, st["lo"], st["hi"]))
     elif k == "astype":
@@ -581,6 +582,7 @@ class _Gen:
         self.trips = 0  # the trip count of the innermost loop being made
         self.loop_bases: list = []  # per enclosing loop, the registers from before it
         self.enclosing = self.regs  # the registers of the body (or program) being made
+        self.chain = False  # a stencil chain (_Chain) is being made
 
     # -- registers
     def regs(self):
@@ -646,8 +648,8 @@ class _Gen:
             for r, b in zip(regs[: len(self.prog["inputs"])], before):
                 if not _same_snapshot(r, b):
                     return False  # writes into inputs are not differentiated
-            if len(regs) > n and _kind(regs[-1]) != "f":
-                return False
+            if len(regs) > n and _kind(regs[-1]) not in ("fb" if self.chain else "f"):
+                return False  # (a chain's conditions are no results: see _Chain)
             if len(regs) > n and np.size(regs[-1]) > 400:
                 return False
         if len(regs) > n and np.size(regs[-1]) > self.max_size:
@@ -1401,13 +1403,387 @@ class _Gen:
         return self.prog
 
 
-def generate(seed, profile="full", n_steps=None):
+# ---------------------------------------------------------------------- stencil chains
+CHAIN_RATE = 0.15  # the share of the fuzz loop's programs that are stencil chains
+
+
+def chain_chosen(seed) -> bool:
+    """Whether the fuzz loop makes seed ``seed``'s program a stencil chain, from a stream of
+    the seed's own: ``generate(seed, profile)`` stays the program it was."""
+    return bool(np.random.default_rng([seed, 4]).random() < CHAIN_RATE)
+
+
+def shifted_reads(prog) -> int:
+    """How many slices of ``prog`` (not of whole axes) read a value the program computed."""
+    n_in = len(prog["inputs"])
+    part = lambda e: e[0] == "s" and (e[1] not in (None, 0) or e[2] is not None)  # noqa: E731
+    return sum(
+        st["k"] == "getitem" and st["a"] >= n_in and any(part(e) for e in st["idx"])
+        for st in _all_steps(prog["steps"])
+    )
+
+
+class _ChainFailed(Exception):
+    """A step of a stage did not run: the stage is dropped."""
+
+
+class _Chain:
+    """A multi-stage stencil chain (issue 22), drawn from a stream of its own: stages compute
+    values from earlier ones read through slices at constant offsets (a Laplacian, fluxes as
+    differences of it, limiters ``np.where(f * d > 0, 0, f)``, clamps by neighbours' minimum
+    and maximum, quotients, ``exp``), and a final update is returned or written into a region
+    of an array (``out[1:-1, 1:-1] = ...``). Grids are 1-D to 3-D with odd sizes, axes of 1 and
+    2 (empty results too); inputs float32 or float64 in any layout, a broadcast coefficient
+    beside them. Only the final values (now and then one intermediate) are results, so the
+    backends may fuse the stages across their offsets.
+
+    A *field* is a register holding a value over a window of the grid: on axis ``k`` the grid
+    points ``lo[k]`` to ``n[k] - hi[k]``; an axis of 1 where the grid's is longer broadcasts."""
+
+    SIZES = (3, 4, 5, 6, 7, 8, 9, 11, 13, 17, 24, 33)
+    CAP = {"full": 600, "cuda": 160, "grad": 120}  # grid points (finite differences: per input)
+
+    def __init__(self, gen):
+        self.gen, self.grad = gen, gen.profile == "grad"
+        self.rng = np.random.default_rng([gen.seed, 4, 1])
+        gen.chain, gen.max_size = True, self.CAP[gen.profile] * 4
+        self.fields: list = []  # the inputs on the grid, then each stage's value
+        self.coefs: list = []  # broadcast coefficients (fields too)
+
+    def choice(self, seq):
+        return seq[int(self.rng.integers(len(seq)))]
+
+    def chance(self, p) -> bool:
+        return bool(self.rng.random() < p)
+
+    # -- the grid and the inputs
+    def build(self):
+        self.n = self._grid()
+        self.dtype = "float64" if self.grad else self.choice(["float32", "float64"])
+        for _ in range(int(self.rng.integers(1, 3))):
+            self.fields.append(self._input(self.n))
+        if self.chance(0.4):
+            self.coefs.append(self._input(self._coef_shape()))
+        elif not self.grad and self.chance(0.15):
+            self.coefs.append(self._input(None))
+        for i in range(int(self.rng.integers(2, 5))):
+            kinds = ["star", "diff", "mix"] if i == 0 else list(self.STAGES)
+            self._stage(self.choice(kinds))
+        outs = self._final()
+        made = [f["r"] for f in self.fields if f["r"] >= len(self.gen.prog["inputs"])]
+        if made and self.chance(0.25):  # an intermediate value is a result too
+            outs = sorted({*outs, self.choice(made)})
+        prog = self.gen.prog
+        prog["chain"], prog["outputs"] = True, outs
+        prog["approx"] = [bool(self.gen.approx[i]) for i in outs]
+        return prog
+
+    def _grid(self):
+        d = int(self.rng.choice([1, 2, 3], p=[0.25, 0.4, 0.35]))
+        n = []
+        for _ in range(d):
+            r = self.rng.random()
+            n.append(1 if r < 0.07 else 2 if r < 0.15 else int(self.choice(self.SIZES)))
+        while int(np.prod(n)) > self.CAP[self.gen.profile]:
+            k = int(np.argmax(n))
+            n[k] = max(3, n[k] * 2 // 3)
+        return n
+
+    def _coef_shape(self):
+        if self.chance(0.4):  # fewer dims: the last axis
+            return [self.n[-1]]
+        return [m if self.chance(0.4) else 1 for m in self.n]
+
+    def _input(self, shape):
+        """An input (``shape`` None: a Python float) as a field over the whole grid."""
+        g = self.gen
+        if shape is None:
+            d = {"shape": [], "dtype": "pyfloat"}
+        else:
+            dt = (
+                self.dtype if self.grad or self.chance(0.8) else self.choice(["float32", "float64"])
+            )
+            kind = "smooth" if self.grad else self.choice(["normal", "clean"])
+            d = {"shape": shape, "dtype": dt, "kind": kind}
+            d["layout"] = self.choice(["c", "nc", "neg", "t"])
+        g.prog["inputs"].append(d)
+        g.approx.append(False)
+        return self._field(len(g.approx) - 1, [0] * len(self.n), [0] * len(self.n), shape or [])
+
+    @staticmethod
+    def _field(r, lo, hi, shape):
+        return {"r": r, "lo": list(lo), "hi": list(hi), "shape": list(shape)}
+
+    # -- reading fields at offsets
+    def _broadcasts(self, f, k):
+        lead = len(self.n) - len(f["shape"])
+        return k < lead or (f["shape"][k - lead] == 1 and self.n[k] != 1)
+
+    def _window(self, reads):
+        """The window of the grid where every (field, offset) of ``reads`` is defined: (lo,
+        hi); the stage is dropped where it would be shorter than empty."""
+        lo, hi = [], []
+        for k, m in enumerate(self.n):
+            on = [(f, o[k]) for f, o in reads if not self._broadcasts(f, k)]
+            lo.append(max([0] + [f["lo"][k] - o for f, o in on]))
+            hi.append(max([0] + [f["hi"][k] + o for f, o in on]))
+            if m - lo[k] - hi[k] < 0:
+                raise _ChainFailed
+        return lo, hi
+
+    def _index(self, f, off, lo, hi):
+        """Slices of field ``f`` at offset ``off`` over the window (lo, hi), spelled in the
+        ways NumPy code spells them (``a[1:-1]``, ``a[1:J+1]``, ``a[:-2]``, ``a[-3:]``)."""
+        idx, lead = [], len(self.n) - len(f["shape"])
+        for j, m in enumerate(f["shape"]):
+            k = j + lead
+            if self._broadcasts(f, k):
+                idx.append(["s", None, None, None])
+                continue
+            start = lo[k] + off[k] - f["lo"][k]
+            stop = start + self.n[k] - lo[k] - hi[k]
+            if start == 0:
+                start = None if self.chance(0.6) else 0
+            elif start < m and self.chance(0.15):
+                start -= m
+            if stop == m:
+                stop = None if self.chance(0.6) else m
+            elif self.chance(0.7):
+                stop -= m
+            idx.append(["s", start, stop, 1 if self.chance(0.1) else None])
+        return idx
+
+    def _read(self, f, off, win):
+        if not f["shape"]:
+            return f["r"]  # a Python float
+        idx = self._index(f, off, *win)
+        if all(e[1:] == [None, None, None] for e in idx):
+            return f["r"]
+        return self._emit({"k": "getitem", "a": f["r"], "idx": idx}, self.gen.approx[f["r"]])
+
+    def _zero(self):
+        return [0] * len(self.n)
+
+    def _along(self, k, o):
+        off = self._zero()
+        off[k] = o
+        return off
+
+    def _axes_with_room(self, f, width):
+        """Grid axes where ``f`` keeps room for a stencil ``width`` points wide (rarely: one
+        where it becomes empty)."""
+        left = [m - f["lo"][k] - f["hi"][k] for k, m in enumerate(self.n)]
+        axes = [k for k, m in enumerate(left) if m > width]
+        if not axes or self.chance(0.05):
+            axes = [k for k, m in enumerate(left) if m >= width] or axes
+        return axes
+
+    # -- steps
+    def _emit(self, st, approx):
+        if not self.gen.try_step(st, approx):
+            raise _ChainFailed
+        return len(self.gen.approx) - 1
+
+    def _approx(self, *regs):
+        return any(self.gen.approx[r] for r in regs if not isinstance(r, dict))
+
+    def _op(self, fn, a, b, swap=False):
+        st = {"k": "op" if fn in OPERATORS else "binary", "fn": fn, "a": a, "b": b}
+        if swap:
+            st["swap"] = True
+        return self._emit(st, self._approx(a, b))
+
+    def _unary(self, fn, a):
+        return self._emit({"k": "unary", "fn": fn, "a": a}, self._approx(a) or fn == "exp")
+
+    def _number(self, v):
+        if self.grad or self.chance(0.7):
+            return {"t": "float", "v": float(v)}
+        if float(v).is_integer() and self.chance(0.5):
+            return {"t": "int", "v": int(v)}
+        return {"t": self.choice(["float32", "float64"]), "v": float(v)}
+
+    def _coef(self, win):
+        """A coefficient over the window: a number or a broadcast input."""
+        if self.coefs and self.chance(0.6):
+            return self._read(self.choice(self.coefs), self._zero(), win)
+        return self._number(self.choice([0.5, 0.25, 0.1, 2.0, -1.5]))
+
+    # -- stages
+    STAGES = ("star", "diff", "limit", "clamp", "ratio", "expo", "mix")
+
+    def _stage(self, kind):
+        """Append a field made by stage ``kind`` from the latest field (now and then an
+        earlier one); nothing where it cannot be made."""
+        f = self.fields[-1] if self.chance(0.7) else self.choice(self.fields)
+        try:
+            made = getattr(self, f"_{kind}")(f)
+        except _ChainFailed:
+            return
+        if made is not None:
+            self.fields.append(self._field(made[0], *made[1], self._shape_of(made[1])))
+
+    def _shape_of(self, win):
+        lo, hi = win
+        return [m - a - b for m, a, b in zip(self.n, lo, hi)]
+
+    def _star(self, f):
+        """A Laplacian: ``c * f - (f[+1] + f[-1])`` summed over some axes (radius 1 or 2)."""
+        r = 1 if self.chance(0.8) else 2
+        axes = self._axes_with_room(f, 2 * r)
+        if not axes:
+            return None
+        axes = sorted({self.choice(axes) for _ in range(len(axes))})
+        nbrs = [self._along(k, s * r) for k in axes for s in (1, -1)]
+        win = self._window([(f, o) for o in [self._zero(), *nbrs]])
+        c = self._read(f, self._zero(), win)
+        if self.chance(0.6):
+            v = self._op("*", c, self._number(2 * len(axes)), swap=self.chance(0.5))
+            for o in nbrs:
+                v = self._op("-", v, self._read(f, o, win))
+        else:
+            v = self._read(f, nbrs[0], win)
+            for o in nbrs[1:]:
+                v = self._op("+", v, self._read(f, o, win))
+            v = self._op("-", v, self._op("*", c, self._number(2 * len(axes))))
+        return v, win
+
+    def _shifted_pair(self, f):
+        """Two offsets of ``f`` differing along an axis with room (others mixed now and then)."""
+        axes = self._axes_with_room(f, 2)
+        if not axes:
+            return None
+        k = self.choice(axes)
+        o1, o2 = self.choice([(1, 0), (0, -1), (1, -1), (0, 1), (-1, 0), (2, 0), (-2, 1)])
+        a, b = self._along(k, o1), self._along(k, o2)
+        for j in self._axes_with_room(f, 1):
+            if j != k and self.chance(0.25):  # a diagonal: f[1:, :-1] - f[:-1, 1:]
+                a[j] = self.choice([1, -1])
+        return a, b
+
+    def _diff(self, f):
+        """A flux: the difference of ``f`` at two offsets, times a coefficient now and then."""
+        pair = self._shifted_pair(f)
+        if pair is None:
+            return None
+        win = self._window([(f, o) for o in pair])
+        v = self._op("-", self._read(f, pair[0], win), self._read(f, pair[1], win))
+        if self.chance(0.4):
+            v = self._op("*", v, self._coef(win), swap=self.chance(0.3))
+        return v, win
+
+    def _limit(self, f):
+        """A limiter: ``np.where(f * (g[+1] - g[0]) > 0, 0, f)`` with ``g`` a field of exact
+        values (the comparison must not see rounding)."""
+        exact = [g for g in self.fields if not self.gen.approx[g["r"]]]
+        if self.gen.approx[f["r"]] or not exact:
+            return None
+        g = self.choice(exact)
+        pair = self._shifted_pair(g)
+        if pair is None:
+            return None
+        win = self._window([(f, self._zero()), (g, pair[0]), (g, pair[1])])
+        ft = self._read(f, self._zero(), win)
+        dg = self._op("-", self._read(g, pair[0], win), self._read(g, pair[1], win))
+        prod = self._op("*", ft, dg)
+        zero = {"t": "float", "v": 0.0}
+        if self.chance(0.5):
+            cond = self._op("greater", prod, zero)
+            st = {"k": "where", "c": cond, "a": ft, "b": zero, "swap": True}
+        else:
+            cond = self._op("less_equal", prod, zero)
+            st = {"k": "where", "c": cond, "a": ft, "b": zero}
+        return self._emit(st, False), win
+
+    def _clamp(self, f):
+        """``f`` kept between its neighbours' minimum and maximum along an axis."""
+        axes = self._axes_with_room(f, 2)
+        if not axes:
+            return None
+        k = self.choice(axes)
+        offs = [self._along(k, -1), self._along(k, 1), self._zero()]
+        win = self._window([(f, o) for o in offs])
+        a, b, c = (self._read(f, o, win) for o in offs)
+        low, high = self._op("minimum", a, b), self._op("maximum", a, b)
+        return self._op("minimum", self._op("maximum", c, low), high), win
+
+    def _ratio(self, f):
+        """``f / (g * g + c)`` with ``g`` a field at a small offset (``f / g`` now and then)."""
+        g = self.choice(self.fields)
+        off = [
+            self.choice([-1, 0, 1]) if k in self._axes_with_room(g, 1) else 0
+            for k in range(len(self.n))
+        ]
+        win = self._window([(f, self._zero()), (g, off)])
+        ft, gt = self._read(f, self._zero(), win), self._read(g, off, win)
+        if self.grad or self.chance(0.6):
+            den = self._op("+", self._op("*", gt, gt), self._number(self.choice([1.0, 0.5])))
+        else:
+            den = gt
+        return self._op("/", ft, den), win
+
+    def _expo(self, f):
+        """A weight ``exp(-f[o]**2)`` (times ``f`` now and then): rounding from here on."""
+        pair = self._shifted_pair(f)
+        off = pair[0] if pair and self.chance(0.6) else self._zero()
+        win = self._window([(f, off), (f, self._zero())])
+        w = self._unary(
+            "exp", self._unary("negative", self._unary("square", self._read(f, off, win)))
+        )
+        if self.chance(0.5):
+            w = self._op("*", self._read(f, self._zero(), win), w)
+        return w, win
+
+    def _mix(self, f):
+        """``f`` and another field at different offsets, added, multiplied, or compared."""
+        g = self.choice(self.fields)
+        pair = self._shifted_pair(f) or (self._zero(), self._zero())
+        win = self._window([(f, pair[0]), (g, pair[1])])
+        fn = self.choice(["+", "-", "*", "add", "maximum", "minimum"])
+        return self._op(fn, self._read(f, pair[0], win), self._read(g, pair[1], win)), win
+
+    # -- the update
+    def _final(self):
+        """``x[w] - c * v[w]`` for the last field ``v`` and an input ``x``: returned, or written
+        into the window of a copy of ``x``, of zeros, or of ``x`` itself; the results."""
+        x, v = self.choice(self.fields[: self._n_grid_inputs()]), self.fields[-1]
+        if v is x:
+            return [x["r"]]
+        win = self._window([(x, self._zero()), (v, self._zero())])
+        try:
+            upd = self._op("*", self._read(v, self._zero(), win), self._coef(win))
+            new = self._op(self.choice(["-", "+"]), self._read(x, self._zero(), win), upd)
+            mode = self.choice(["return", "copy", "zeros", "into"])
+            if mode == "return" or (mode == "into" and self.grad):
+                return [new]
+            out = (
+                x["r"]
+                if mode == "into"
+                else self._emit(
+                    {"k": "copy", "a": x["r"]}
+                    if mode == "copy"
+                    else {"k": "zeros_like", "fn": "zeros_like", "a": x["r"]},
+                    self.gen.approx[x["r"]],
+                )
+            )
+            idx = self._index(x, self._zero(), *win)
+            self._emit({"k": "setitem", "a": out, "idx": idx, "v": new}, self.gen.approx[new])
+            return [out]
+        except _ChainFailed:
+            return [v["r"]]
+
+    def _n_grid_inputs(self):
+        return sum(f["r"] < len(self.gen.prog["inputs"]) for f in self.fields)
+
+
+def generate(seed, profile="full", n_steps=None, chain=False):
     """A random program (JSON-able dict). ``profile``: "full", "cuda" (small), "grad" (float64,
-    smooth ops, for finite differences)."""
+    smooth ops, for finite differences). ``chain``: a multi-stage stencil chain of that profile
+    instead (``_Chain``; ``n_steps`` does not apply)."""
     rng = np.random.default_rng([seed, 0])
     if n_steps is None:
         n_steps = int(rng.integers(8, 40 if profile == "full" else 20))
-    prog = _Gen(seed, profile).build(n_steps)
+    prog = _Chain(_Gen(seed, profile)).build() if chain else _Gen(seed, profile).build(n_steps)
     prog["names"], prog["captured"] = _pick_names(prog)
     return prog
 
@@ -1606,6 +1982,8 @@ def check(prog, checks=CHECKS, compiled_cache=None):
     tol = (any_zero, narrow or _narrow_floats_inside(t.graph))
     stats["ops"] |= {n.op for n in t.graph.nodes}
     stats["nodes"] = len(t.graph.nodes)
+    if prog.get("chain"):  # (counted with the checks: how many chains ran)
+        stats["checks"].append("stencil-chain")
     if "interp" in checks:
         # NumPy's own float results depend on memory layout (SIMD loops, BLAS or not,
         # pairwise sums), and the trace's intermediates are laid out differently: ``approx``
@@ -2073,7 +2451,8 @@ def failing_check(prog, checks):
 
 def save_regression(prog, failure, note=""):
     os.makedirs(REGRESSIONS, exist_ok=True)
-    name = f"{failure.check}-{prog['profile']}-{prog['seed']}.json"
+    chain = "chain-" if prog.get("chain") else ""
+    name = f"{failure.check}-{prog['profile']}-{chain}{prog['seed']}.json"
     path = os.path.join(REGRESSIONS, name)
     rec = {"program": prog, "failure": str(failure), "note": note}
     with open(path, "w") as f:
@@ -2107,6 +2486,7 @@ def main(argv=None):
     p.add_argument("--profiles", default="full,full,full,grad,cuda")
     p.add_argument("--no-save", action="store_true")
     p.add_argument("--one", type=int, default=None, help="run just this seed and print it")
+    p.add_argument("--chains", action="store_true", help="every program a stencil chain (_Chain)")
     p.add_argument(
         "--force-streams",
         action="store_true",
@@ -2119,7 +2499,7 @@ def main(argv=None):
     profiles = args.profiles.split(",")
     if args.one is not None:
         prof = profiles[args.one % len(profiles)]
-        prog = generate(args.one, prof)
+        prog = generate(args.one, prof, chain=args.chains or chain_chosen(args.one))
         print(json.dumps(prog, indent=1))
         f = failing_check(prog, checks_for(prof))
         print("ok" if f is None else f)
@@ -2131,7 +2511,7 @@ def main(argv=None):
     by_check: dict = {}
     while time.time() - t0 < args.seconds:
         prof = profiles[seed % len(profiles)]
-        prog = generate(seed, prof)
+        prog = generate(seed, prof, chain=args.chains or chain_chosen(seed))
         try:
             stats = check(prog, checks_for(prof))
             ops |= stats["ops"]

@@ -97,3 +97,26 @@ def test_fuzz_reaches_the_tiled_schedule():
     prog = F.generate(948, "full", n_steps=12)
     stats = F.check(prog, ("interp", "cpu"))
     assert "cpu-tiles" in stats["checks"], json.dumps(prog)
+
+
+CHAINS = [("cuda", 6), ("grad", 11), ("full", 9)]
+
+
+@pytest.mark.parametrize("profile,seed", CHAINS, ids=[f"{p}-{s}" for p, s in CHAINS])
+def test_fuzz_runs_stencil_chains(profile, seed):
+    """A stencil chain of each profile (``_Chain``, issue 22) reads values it computed through
+    shifted slices, and passes its profile's checks (the CPU target's, for the ``full`` one)."""
+    prog = F.generate(seed, profile, chain=True)
+    assert prog["chain"] and F.shifted_reads(prog) > 0
+    checks = ("interp", "cpu") if profile == "full" else F.checks_for(profile)
+    stats = F.check(prog, checks)
+    assert {"stencil-chain", *checks} <= set(stats["checks"]), json.dumps(prog)
+
+
+def test_fuzz_loop_draws_stencil_chains_from_a_stream_of_their_own():
+    """About one seed in seven of the fuzz loop is a chain, and a seed's program without one
+    is the program it was before chains (they draw from streams of their own)."""
+    chosen = [s for s in range(1000) if F.chain_chosen(s)]
+    assert 100 <= len(chosen) <= 200
+    assert F.generate(chosen[0], "full") != F.generate(chosen[0], "full", chain=True)
+    assert F.generate(chosen[0], "full") == F.generate(chosen[0], "full", chain=False)

@@ -98,7 +98,8 @@ def random_values(
 
 
 def with_layout(a, layout):
-    """``a``'s values in a contiguous ("c"), strided ("nc") or reversed ("neg") array.
+    """``a``'s values in a contiguous ("c"), strided ("nc"), reversed ("neg") or transposed
+    ("t": the transpose of a contiguous array, Fortran order) array.
 
     Anything but an array of one or more dimensions is returned as it is.
     """
@@ -113,11 +114,15 @@ def with_layout(a, layout):
     if layout == "neg":
         rev = tuple(slice(None, None, -1) for _ in range(a.ndim))
         return np.ascontiguousarray(a[rev])[rev]
+    if layout == "t":
+        return np.ascontiguousarray(a.T).T
     raise ValueError(layout)
 
 
 def layout_of(x) -> str:
-    """The layout :func:`with_layout` would give an array like ``x``: "c", "nc" or "neg"."""
+    """The layout :func:`with_layout` would give an array like ``x``: "c", "nc", "neg" or "t"."""
     if x.ndim == 0 or x.flags.c_contiguous:
         return "c"
-    return "neg" if any(s < 0 for s in x.strides) else "nc"
+    if any(s < 0 for s in x.strides):
+        return "neg"
+    return "t" if x.flags.f_contiguous else "nc"

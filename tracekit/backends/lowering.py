@@ -17,12 +17,17 @@ from ..passes.rewrite import rebuild, resolve
 
 def infer(op: str, inputs, attrs) -> tuple[tuple, np.dtype]:
     """Shape and dtype of ``op(*inputs, **attrs)``, by running it on zero-cost stand-ins."""
-    args = [
-        np.broadcast_to(np.zeros((), x.dtype), x.shape) if isinstance(x, Var) else x for x in inputs
-    ]
+    args = [_stand_in(x) if isinstance(x, Var) else x for x in inputs]
     with np.errstate(all="ignore"):
         out = np.asarray(OPS[op].impl(*args, **attrs))
     return out.shape, out.dtype
+
+
+def _stand_in(x: Var):
+    """A zero like ``x``; a Python number for a weak value, which takes the dtype of the array
+    it meets (NEP 50: a float32 array times a Python float is float32)."""
+    zero = np.zeros((), x.dtype)
+    return zero.item() if x.weak else np.broadcast_to(zero, x.shape)
 
 
 class Builder:
