@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from helpers.run import hypothesis_settings, quiet
+from helpers.stencils import programs
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -348,16 +349,22 @@ def test_the_biharmonic_gradient_without_pads_pushed_is_one_kernel_per_stage(mon
 def test_the_biharmonic_gradient_pushes_pads_through_its_cheap_values_only():
     """The backward of the biharmonic: the loss's gradient scaled (13 op(s) with its pad
     reads) is computed again through its one pad in the stage before it; the stages read at
-    4 and 5 offsets through pads cost more than the budget (a pad read weighs ``PAD_READ``)
-    and stay arrays, saying so. Values equal the interpreter's bit for bit."""
+    5 offsets through pads cost more than the budget (a pad read weighs ``PAD_READ``) and
+    stay arrays, saying so; the one-input ops on top of them (a negation, a scale by 4) are
+    computed again from them at each pad read, so each stage's kernel writes one array.
+    Values equal the interpreter's bit for bit."""
     u = np.random.default_rng(12).standard_normal((30, 21))
     c = _compile(tk.grad(biharmonic_loss), u)
     fused = {d.value.name: d for d in c.plan.offsets if isinstance(d, offsets.OffsetFusion)}
     said = {name: str(d) for name, d in fused.items()}
     assert fused["28"].fused and fused["28"].pads == 1, said
     assert "computed again at 1 offsets, 1 of them through pads: %28" in said["28"]
-    assert not fused["42"].fused and "4 pad(s) x 26 op(s) per element > 24" in said["42"]
-    assert not fused["26"].fused and "5 pad(s) x 11 op(s) per element > 24" in said["26"]
+    assert not fused["42"].fused and "5 pad(s) x 31 op(s) per element > 24" in said["42"]
+    assert not fused["19"].fused and "5 pad(s) x 10 op(s) per element > 24" in said["19"]
+    onto = {name: (d.onto.name, d.pads, d.cost) for name, d in fused.items() if d.onto}
+    assert onto == {"26": ("19", 4, 1), "43": ("42", 1, 1), "44": ("43", 1, 1)}, said
+    assert "4 of them through pads, from %19 read there" in said["26"]
+    assert [len(k.outputs) for k in c.plan.kernels] == [1, 1, 1, 1], str(c.plan)
     assert not [st for st in c.plan.steps if st.kind == "host"], str(c.plan)
     got, want = c(u), tk.trace(tk.grad(biharmonic_loss), u)(u)
     np.testing.assert_array_equal(got, want)
@@ -466,14 +473,7 @@ def test_a_block_written_into_after_its_pad_is_read_keeps_its_values():
 
 
 def laplace3_stages(u):
-    def stage(v):
-        c = v[1:-1, 1:-1, 1:-1]
-        return 6.0 * c - (
-            v[2:, 1:-1, 1:-1] + v[:-2, 1:-1, 1:-1] + v[1:-1, 2:, 1:-1]
-            + v[1:-1, :-2, 1:-1] + v[1:-1, 1:-1, 2:] + v[1:-1, 1:-1, :-2]
-        )  # fmt: skip
-
-    return stage(stage(u))
+    return programs.laplace3_stage(programs.laplace3_stage(u))
 
 
 def mixed_offsets(u):
@@ -634,3 +634,78 @@ def test_gradients_of_stencil_chains_on_the_cuda_simulator(fn, shape):
     want = tk.trace(grad, u, w)(u, w)
     np.testing.assert_allclose(c(u, w), want, rtol=1e-13, atol=1e-14)
     np.testing.assert_array_equal(_compile(grad, u, w)(u, w), want)
+
+
+def scaled_laplacian(u):
+    lap = u[2:, 1:-1] + u[:-2, 1:-1] + u[1:-1, 2:] + u[1:-1, :-2] - 4.0 * u[1:-1, 1:-1]
+    t = -(lap * 3.0)  # one-input ops on top: 7 ops per element, read at 4 offsets
+    return t[2:, 1:-1] * t[:-2, 1:-1] + t[1:-1, 2:] - t[1:-1, :-2]
+
+
+@pytest.mark.parametrize("shape", [(9, 8, 1), (7, 5, 2), (6, 11, 3)])
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_a_value_over_the_budget_is_computed_again_from_its_one_input(shape, target, monkeypatch):
+    """``-(lap * 3.0)`` read at 4 offsets costs 4 x 7 ops, over the budget: its negation alone
+    is computed again at each offset from ``lap * 3.0``, which then fits (4 x 6) and is
+    computed again too; kept whole (``ONE_INPUT`` off), it is a kernel's array. Values
+    equal NumPy's (size-1 and size-2 trailing axes, a reversed and a Fortran-ordered input)
+    on the CPU and the CUDA simulator."""
+    if target == "cuda":
+        pytest.importorskip("numba.cuda")
+        from tracekit.backends.cuda import simulator_active
+
+        if not simulator_active():
+            pytest.skip("runs on the CUDA simulator")
+    u = np.random.default_rng(sum(shape)).standard_normal(shape)
+    with quiet():
+        c = tk.compile(tk.trace(scaled_laplacian, u), target=target, cache=False, progress=False)
+    said = str(c.plan)
+    (first,) = [d for d in c.plan.offsets if d.onto is not None]
+    assert (first.slices, first.cost, first.onto.shape) == (4, 1, first.value.shape), said
+    assert f"4 offsets, from %{first.onto.name} read there" in str(first), said
+    assert all(d.fused for d in c.plan.offsets) and len(c.plan.kernels) == 1, said
+    for x in (u, u[::-1], np.asfortranarray(u)):
+        np.testing.assert_allclose(c(x), scaled_laplacian(x), rtol=1e-13, atol=1e-13)
+    monkeypatch.setattr(offsets, "ONE_INPUT", False)
+    with quiet():
+        whole = tk.compile(
+            tk.trace(scaled_laplacian, u), target=target, cache=False, progress=False
+        )
+    kept = [d for d in whole.plan.offsets if not d.fused]
+    assert [(d.slices, d.cost) for d in kept] == [(4, 7)], str(whole.plan)
+    assert len(whole.plan.kernels) == 2, str(whole.plan)
+
+
+@pytest.mark.parametrize(
+    "name, shapes",
+    [
+        ("hdiff", [(9, 10, 2), (5, 6, 2)]),
+        ("hdiff", [(8, 7, 1), (4, 3, 1)]),
+        ("biharmonic", [(9, 8)]),
+        ("laplace3", [(11, 12, 9)]),  # its last stage 90 elements: not a folded constant
+    ],
+)
+def test_each_backward_stage_of_the_benchmarks_stencils_writes_one_array(name, shapes):
+    """The gradients of ``benchmarks/stencils.py``'s programs: each stage's kernel writes one
+    array, the one-input ops on top of it (negations, scales) computed again from it at each
+    pad read (the plan says from which); the same values as the interpreter's, bit for bit
+    with the signs of zeros (odd sizes, size-1 and size-2 axes, a non-contiguous input)."""
+    fn = getattr(programs, name)
+    rng = np.random.default_rng(len(shapes[0]) + shapes[0][0])
+    args = [rng.standard_normal(s) for s in shapes]
+    w = rng.standard_normal(np.shape(fn(*args)))
+
+    def loss(x, w, *rest):
+        return (fn(x, *rest) * w).sum()
+
+    grad = tk.grad(loss)
+    c = _compile(grad, args[0], w, *args[1:])
+    assert all(len(k.outputs) == 1 for k in c.plan.kernels), str(c.plan)
+    onto = [d for d in c.plan.offsets if getattr(d, "onto", None) is not None]
+    assert onto and all(d.fused and d.pads and d.cost == 1 for d in onto), str(c.plan)
+    assert all(f"from %{d.onto.name} read there" in str(d) for d in onto)
+    x = args[0][::-1].copy()[::-1]  # the same values, a negative stride
+    want = tk.trace(grad, x, w, *args[1:])(x, w, *args[1:])
+    got = c(x, w, *args[1:])
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))

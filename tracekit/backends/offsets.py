@@ -56,6 +56,7 @@ TRANSCENDENTAL = 4  # the weight of a fast-math function (exp, tanh, ...) in tha
 # times per element at weight 0: 156 ms, against 68.7 ms as a kernel per stage)
 PAD_READ = 4
 THROUGH_PADS = True  # False: pads stop at the values they pad (benchmarks/stencils.py's "before")
+ONE_INPUT = True  # False: a value over the budget is kept whole (benchmarks/stencils.py's "before")
 # ops exact at zeros whatever the precision they are computed in: what a pad pushed through
 # them leaves outside its block is computed again in the kernel, and must be the pad's zero.
 # Not divide: a division costs several multiplications (the cost model counts one), and a
@@ -67,6 +68,10 @@ EXACT_AT_ZERO = frozenset(
     "greater greater_equal less less_equal equal not_equal logical_and logical_or logical_not "
     "logical_xor".split()
 )
+# not computed again from their one input alone (``_one_input``): a division per read costs
+# several multiplications (blur3, 2048²: its sum in tiles, then three divisions per element
+# where there was one)
+DIVISIONS = frozenset(("divide", "floor_divide", "remainder", "reciprocal"))
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,7 @@ class OffsetFusion:
     source: object = None  # the Source of the node making the value
     how: str = ""  # fused otherwise than computed again at each offset: in tiles (tiles.py)
     pads: int = 0  # of the offsets, those read through pads (their zeros outside the block)
+    onto: Var | None = None  # computed again from this value alone, its input (kept or fused)
 
     def __str__(self):
         what = f"%{self.value.name}: {self.value.type}"
@@ -90,6 +96,8 @@ class OffsetFusion:
             return f"computed in {self.how}: {what} ({self.reason})"
         if self.fused:
             through = f", {self.pads} of them through pads" if self.pads else ""
+            if self.onto is not None:
+                through += f", from %{self.onto.name} read there (the cone below over budget)"
             return (
                 f"computed again at {self.slices} offsets{through}: {what} ({self.cost} op(s) "
                 f"per element each, no array written and read back)"
@@ -121,6 +129,7 @@ def _candidate(graph: Graph, decisions: dict, through_pads: bool):
             readers.setdefault(x, []).append(n)
     made = {o: n for n in graph.nodes for o in n.outputs}
     kept = set(graph.outputs) | {gd.var for gd in graph.guards}
+    onto = {d.onto for d in decisions.values() if d.onto is not None}
     for n in graph.nodes:
         if not _pushable(n) or n.out in kept:
             continue
@@ -136,24 +145,48 @@ def _candidate(graph: Graph, decisions: dict, through_pads: bool):
         if not users or not all(_is_slice(u, n.out) or OPS[u.op].pads for u in users):
             continue
         cost = _cone(n.out, made)
-        # slices made by a push: the value is part of a producer already decided on
-        follows = all("@" in u.out.name for u in users)
+        # slices made by a push: the value is part of a producer already decided on (but
+        # for one that a value computed again from it alone left: its own decision)
+        follows = all("@" in u.out.name for u in users) and n.out not in onto
         if cost * len(users) > MAX_RECOMPUTE:
+            below = _one_input(n, len(users))
+            if below is None:
+                decisions[n.out.name] = OffsetFusion(
+                    n.out,
+                    len(users),
+                    cost,
+                    False,
+                    f"{_reads(users)} x {cost} op(s) per element > {MAX_RECOMPUTE}",
+                    n.source,
+                )
+                continue
             decisions[n.out.name] = OffsetFusion(
-                n.out,
-                len(users),
-                cost,
-                False,
-                f"{_reads(users)} x {cost} op(s) per element > {MAX_RECOMPUTE}",
-                n.source,
+                n.out, len(users), _weight(n), True, "", n.source, pads=len(pads), onto=below
             )
-            continue
+            return n, users, consts
         if not follows:
             decisions[n.out.name] = OffsetFusion(
                 n.out, len(users), cost, True, "", n.source, pads=len(pads)
             )
         return n, users, consts
     return None
+
+
+def _one_input(n: Node, reads: int) -> Var | None:
+    """The one array ``n`` computes its value from, where computing ``n`` alone again at each
+    of its ``reads`` fits the budget: its slices and pads then read that array instead (one
+    array written either way, its own op computed again), which may be fused in turn."""
+    arrays = list(dict.fromkeys(x for x in n.var_inputs if x.shape))
+    if not ONE_INPUT or len(arrays) != 1 or n.op in DIVISIONS:
+        return None
+    if _weight(n) * reads > MAX_RECOMPUTE:
+        return None
+    return arrays[0]
+
+
+def _weight(n: Node) -> int:
+    """Operations per element of an elementwise node (a fast-math function weighs more)."""
+    return TRANSCENDENTAL if is_fast_math(n) else 1
 
 
 def _reads(users: list) -> str:
@@ -306,7 +339,7 @@ def _cone(v: Var, made: dict) -> int:
         op = OPS[n.op]
         if op.kind == "elementwise":
             seen.add(id(n))
-            total += TRANSCENDENTAL if is_fast_math(n) else 1
+            total += _weight(n)
         elif op.pads:  # read in place, its rows tested: not a plain load
             seen.add(id(n))
             total += PAD_READ
