@@ -15,7 +15,9 @@ under ``jax.jit``; NumPy, numba and torch have no gradient of the same code (the
 are empty); "w/o pads": tracekit with the slices' gradients kept as zeros written into
 (``backends/pads.py`` off), as before pads were read in place; "unpushed": pads read in place
 but not pushed through the values they pad (``offsets.THROUGH_PADS`` off), each backward
-stage then a kernel.
+stage then a kernel; "whole": a value over the budget kept whole, not computed again from the
+one array its last op reads (``offsets.ONE_INPUT`` off), and no pad pushed through divisions
+and functions (``offsets.THROUGH_DIVISIONS`` off).
 
 ``--cold``: each workload's cold compile alone, as a new user meets it: trace, compile and the
 first call in a new process with a new, empty cache directory (numba already imported), the
@@ -113,10 +115,12 @@ def bytes_moved(c) -> tuple[int, int]:
     return least + sum(v.size * v.dtype.itemsize for v in made - ends), least
 
 
-def _compiled(fn, args, fused=True, pads=True, pushed=True):
+def _compiled(fn, args, fused=True, pads=True, pushed=True, whole=False):
     """tracekit's compiled ``fn``; with ``fused=False``, every stage an array (no value
     computed again at offsets, none in tiles, no pad read in place); ``pads=False``: no pad
-    read in place; ``pushed=False``: no pad pushed through the value it pads."""
+    read in place; ``pushed=False``: no pad pushed through the value it pads;
+    ``whole=True``: a value over the budget kept whole (``offsets.ONE_INPUT`` off), no pad
+    pushed through a division or a function (``offsets.THROUGH_DIVISIONS`` off)."""
     from tracekit.backends import offsets, tiles
     from tracekit.backends import pads as pads_module
 
@@ -125,6 +129,7 @@ def _compiled(fn, args, fused=True, pads=True, pushed=True):
     tiles.OPS_PER_BYTE = rate if fused else -1.0
     pads_module.READ_IN_PLACE = pads and fused
     offsets.THROUGH_PADS = pushed
+    offsets.ONE_INPUT = offsets.THROUGH_DIVISIONS = not whole
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -134,6 +139,7 @@ def _compiled(fn, args, fused=True, pads=True, pushed=True):
     finally:
         offsets.MAX_RECOMPUTE, tiles.OPS_PER_BYTE = saved, rate
         pads_module.READ_IN_PLACE = offsets.THROUGH_PADS = True
+        offsets.ONE_INPUT = offsets.THROUGH_DIVISIONS = True
 
 
 def _close(got, want) -> bool:
@@ -183,10 +189,12 @@ def measure_grad(name, budget, peers):
     fused, cold = _compiled(grad, args)
     before, _ = _compiled(grad, args, pads=False)
     unpushed, _ = _compiled(grad, args, pushed=False)
+    whole, _ = _compiled(grad, args, whole=True)
     unfused, _ = _compiled(grad, args, fused=False)
     fns = {
         "tracekit": lambda: fused(*args),
         "tracekit unpushed": lambda: unpushed(*args),
+        "tracekit whole": lambda: whole(*args),
         "tracekit w/o pads": lambda: before(*args),
         "tracekit unfused": lambda: unfused(*args),
     }
@@ -201,6 +209,8 @@ def measure_grad(name, budget, peers):
         **_result(f"{name} grad", med, ok, fused, unfused, cold, colds, ratios),
         "kernels_without_pads": len(before.plan.kernels),
         "kernels_unpushed": len(unpushed.plan.kernels),
+        "kernels_whole": len(whole.plan.kernels),
+        "bytes_moved_whole": bytes_moved(whole),
         "host_steps": sum(st.kind == "host" for st in fused.plan.steps),
         "host_steps_without_pads": sum(st.kind == "host" for st in before.plan.steps),
     }
@@ -362,7 +372,7 @@ def main(argv=None):
         m = r["median_s"]
         cells = [f"{m[k] * 1e3:.3g}" if k in m else "-" for k in
                  ("numpy", "numba", "jax", "torch", "tracekit unfused", "tracekit w/o pads",
-                  "tracekit unpushed", "tracekit")]  # fmt: skip
+                  "tracekit unpushed", "tracekit whole", "tracekit")]  # fmt: skip
         best = r["ratio_vs_best"]
         vs_numpy = f"{m['numpy'] / m['tracekit']:.2f}x" if "numpy" in m else "-"
         rows.append(
@@ -372,9 +382,9 @@ def main(argv=None):
              "yes" if all(r["correct"].values()) else f"NO {r['correct']}"]
         )  # fmt: skip
     head = ["workload", "kernels", "cold s", "numpy ms", "numba ms", "jax ms", "torch ms",
-            "unfused ms", "w/o pads ms", "unpushed ms", "tracekit ms", "vs numpy",
+            "unfused ms", "w/o pads ms", "unpushed ms", "whole ms", "tracekit ms", "vs numpy",
             "vs best peer", "bytes / least", "correct"]  # fmt: skip
-    print(table(head, rows, right=set(range(1, 14))))
+    print(table(head, rows, right=set(range(1, 15))))
     for r in results:
         colds = ", ".join(f"{k} {v:.2f} s" for k, v in r["cold_s_peers"].items())
         print(f"{r['workload']}: cold s: {colds}")
@@ -383,7 +393,8 @@ def main(argv=None):
                 f"{r['workload']}: without pads read in place {r['kernels_without_pads']} "
                 f"kernel(s), {r['host_steps_without_pads']} NumPy call(s); with them "
                 f"{r['kernels']}, {r['host_steps']}; pads not pushed through values "
-                f"{r['kernels_unpushed']} kernel(s)"
+                f"{r['kernels_unpushed']} kernel(s); whole (ONE_INPUT, THROUGH_DIVISIONS off) "
+                f"{r['kernels_whole']} kernel(s), bytes / least {_moved(r['bytes_moved_whole'])}"
             )
         for d in r["offsets"]:
             print(f"{r['workload']}: {d}")

@@ -393,7 +393,7 @@ def test_backward_stages_read_through_pads_say_why_they_stay_arrays(monkeypatch)
 
 def pad_of_a_result(u):
     z = np.zeros((u.shape[0] + 2, u.shape[1]))
-    z[1:-1] = np.sin(u)
+    z[1:-1] = np.cos(u)  # (not pushed through: cos is 0 at no constant 0, -0.0, 1)
     return z, z[2:] * z[:-2]
 
 
@@ -510,6 +510,8 @@ def _weighted(fn):
         (along_rows, (3, 2), False),
         (blur_rows_then_columns, (13, 14), True),
         (blur_rows_then_columns, (5, 3), False),
+        (programs.blur3, (13, 14), True),  # its stages divide: pads through divisions
+        (programs.blur3, (7, 2), False),
     ],
 )
 def test_gradients_push_pads_through_backward_stages(fn, shape, fewer, monkeypatch):
@@ -563,9 +565,21 @@ def pad_of_exp(u):
     return z[1:] + z[:-1]
 
 
-def pad_of_a_division(u):
+def pad_of_a_reciprocal(u):
     z = np.zeros((u.shape[0] + 2, u.shape[1]))
-    z[1:-1] = u / 3.0
+    z[1:-1] = 1.0 / u  # 1 / c is 0 for no constant c but infinities: pads of 0 would give inf
+    return z[1:] + z[:-1]
+
+
+def pad_of_cos(u):
+    z = np.zeros((u.shape[0] + 2, u.shape[1]))
+    z[1:-1] = np.cos(u * 2.0)  # cos is 0 at no constant (0, -0.0, 1)
+    return z[1:] + z[:-1]
+
+
+def pad_of_arctan(u):
+    z = np.zeros((u.shape[0] + 2, u.shape[1]))
+    z[1:-1] = np.arctan(u * 2.0)
     return z[1:] + z[:-1]
 
 
@@ -597,11 +611,13 @@ def pad_of_a_reduced_value(u):
 @pytest.mark.parametrize(
     "fn, why",
     [
-        (pad_of_exp, "exp is not pushed through a pad (not exact at zeros"),
-        (pad_of_a_division, "divide is not pushed through a pad (not exact at zeros, or a"),
+        (pad_of_exp, "exp of no constants (0, -0.0, 1) is its pad's constant"),
+        (pad_of_a_reciprocal, "divide of no constants (0, -0.0, 1) is its pad's constant"),
+        (pad_of_cos, "cos of no constants (0, -0.0, 1) is its pad's constant"),
+        (pad_of_arctan, "arctan is not pushed through a pad (not exact at 0 and 1"),
         (pad_of_broadcast, "an input broadcast to its shape"),
         (pad_of_a_reduced_value, "also read as an array"),
-        (pad_of_ones, "a pad's constant is not zero"),
+        (pad_of_ones, "a pad's constant is not 0 or 1"),
         (pad_of_a_new_axis, "a slice adding an axis"),
     ],
 )
@@ -709,3 +725,55 @@ def test_each_backward_stage_of_the_benchmarks_stencils_writes_one_array(name, s
     got = c(x, w, *args[1:])
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+def quotients_and_exponentials(u, v):
+    z = np.zeros((u.shape[0] + 2, u.shape[1] + 1))
+    z[1:-1, 1:] = u / (1.0 + v * v) + u * np.exp(v)  # pads: u of 0, 1 + v * v and exp(v) of 1
+    return z[1:, :-1] * 0.5 - 1.0
+
+
+def test_pads_are_pushed_through_divisions_and_exp_with_their_identity_constants(monkeypatch):
+    """``pad(u / (1 + v * v) + u * exp(v), 0)``: ``u`` padded with 0, the divisor and the
+    factor ``exp(v)`` with 1 (so ``v`` with 0): outside the block ``0 / 1 + 0 * 1``, which is
+    0, never ``0 / 0`` or ``0 * inf``; inside it the NumPy values, NaN and infinities included
+    (``exp`` overflowing where ``u`` is 0). One kernel; without (``THROUGH_DIVISIONS`` off)
+    the sum is an array written and read back."""
+    rng = np.random.default_rng(21)
+    u, v = rng.standard_normal((7, 5)), rng.standard_normal((7, 5))
+    u[1, 2], u[3, 0], v[1, 2], v[4, 4], v[5, 1] = 0.0, -0.0, 800.0, -800.0, 800.0
+    c = _compile(quotients_and_exponentials, u, v)
+    assert len(c.plan.kernels) == 1, str(c.plan)
+    assert all(d.fused for d in c.plan.offsets), str(c.plan)  # u and v read through pads
+    assert "1 of them through pads: %6" in str(c.plan), str(c.plan)
+    for x, y in [(u, v), (u.T.copy().T, v[::-1].copy()[::-1])]:
+        with np.errstate(all="ignore"):
+            want = quotients_and_exponentials(x, y)
+        got = c(x, y)
+        assert np.isnan(want).any() and np.isinf(want).any()
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    monkeypatch.setattr(offsets, "THROUGH_DIVISIONS", False)
+    before = _compile(quotients_and_exponentials, u, v)
+    assert len(before.plan.kernels) == 2, str(before.plan)
+    assert "divide is not pushed through a pad" in str(before.plan)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_functions_pads_are_pushed_through_are_exact_at_their_constants(dtype):
+    """What ``offsets.EXACT_AT_CONSTANTS`` promises of the compiled kernels (the fast-math
+    functions among them): where NumPy's value at 0, -0.0 or 1 is a pad's constant (0, -0.0,
+    1), in a vectorised loop and its tail, the same bits."""
+    x = np.tile(np.array([0.0, -0.0, 1.0], dtype), 67)
+    for op in sorted(offsets.EXACT_AT_CONSTANTS):
+        f = getattr(np, op)
+        if not isinstance(f, np.ufunc) or f.nin != 1 or op.startswith("logical"):
+            continue
+        c = _compile(lambda a, f=f: f(a * dtype(1.0)), x)
+        with np.errstate(all="ignore"):
+            want = f(x)
+        got = c(x)
+        constant = (want == 0) | (want == 1)  # where a pad's constant may come out of it
+        assert constant[:3].any() and got.dtype == want.dtype, op
+        np.testing.assert_array_equal(got[constant], want[constant], err_msg=op)
+        np.testing.assert_array_equal(np.signbit(got[constant]), np.signbit(want[constant]))

@@ -57,17 +57,17 @@ TRANSCENDENTAL = 4  # the weight of a fast-math function (exp, tanh, ...) in tha
 PAD_READ = 4
 THROUGH_PADS = True  # False: pads stop at the values they pad (benchmarks/stencils.py's "before")
 ONE_INPUT = True  # False: a value over the budget is kept whole (benchmarks/stencils.py's "before")
-# ops exact at zeros whatever the precision they are computed in: what a pad pushed through
-# them leaves outside its block is computed again in the kernel, and must be the pad's zero.
-# Not divide: a division costs several multiplications (the cost model counts one), and a
-# stage ending in one divides again at each pad read (blur3's gradient, 2048², pushed: 82.9
-# and 152 ms against 69.5 and 133 ms, at load averages where one plan measured twice also
-# differed by up to half: not conclusive either way)
-EXACT_AT_ZERO = frozenset(
+# ops exact at 0, -0.0 and 1 whatever the precision they are computed in: what a pad pushed
+# through them leaves outside its block is computed again in the kernel, and must be the pad's
+# constant, bit for bit (``a / b`` pads ``a`` with 0 and ``b`` with 1; ``exp(v)`` padded with
+# 1 pads ``v`` with 0): IEEE's correctly rounded ops, and the fast-math functions, exact there
+# (tests/backends/test_offsets.py checks them in both precisions)
+EXACT_AT_CONSTANTS = frozenset(
     "add subtract multiply negative positive absolute square maximum minimum where "
     "greater greater_equal less less_equal equal not_equal logical_and logical_or logical_not "
-    "logical_xor".split()
+    "logical_xor divide sqrt exp expm1 log log1p sin tanh cos cosh".split()
 )
+THROUGH_DIVISIONS = True  # False: not through divide and those functions (stencils.py's before)
 # not computed again from their one input alone (``_one_input``): a division per read costs
 # several multiplications (blur3, 2048²: its sum in tiles, then three divisions per element
 # where there was one)
@@ -219,8 +219,8 @@ def _through_pads(n: Node, users: list, pads: list, made: dict, through_pads: bo
     others = [u for u in users if not (_is_slice(u, n.out) or OPS[u.op].pads)]
     if not all(_pushable(u) and u.out.shape == n.out.shape for u in others):
         return "also read as an array", None  # (by elementwise ops: in its kernel, not one)
-    if n.op not in EXACT_AT_ZERO:
-        why = "not exact at zeros, or a division: costlier than the one op counted"
+    if n.op not in EXACT_AT_CONSTANTS or not (THROUGH_DIVISIONS or _exact_at_zero(n)):
+        why = "not exact at 0 and 1 in every precision"
         return f"{n.op} is not pushed through a pad ({why})", None
     if any(x.shape != n.out.shape for x in n.var_inputs):
         return "an input broadcast to its shape: its pad would be of another shape", None
@@ -228,12 +228,17 @@ def _through_pads(n: Node, users: list, pads: list, made: dict, through_pads: bo
         why = "an input is a NumPy call's result, a slice adding an axis or of under half an input"
         return why, None
     fills = {_bits(u.attrs["constant_value"]): u.attrs["constant_value"] for u in pads}
-    if any(np.asarray(c).item() != 0 for c in fills.values()):
-        return "a pad's constant is not zero", None
-    consts = {k: _zeros_giving(n, c) for k, c in fills.items()}
+    if any(np.asarray(c).item() not in (0, 1) for c in fills.values()):
+        return "a pad's constant is not 0 or 1", None
+    consts = {k: _constants_giving(n, c, made) for k, c in fills.items()}
     if any(v is None for v in consts.values()):
-        return f"{n.op} of no zeros is its pad's zero (its sign)", None
+        return f"{n.op} of no constants (0, -0.0, 1) is its pad's constant, bit for bit", None
     return None, consts
+
+
+def _exact_at_zero(n: Node) -> bool:
+    """Exact at zeros in any precision, as pads were pushed through before divisions were."""
+    return n.op not in ("divide", "sqrt") and not is_fast_math(n)
 
 
 def _padded_in_place(x: Var, made: dict) -> bool:
@@ -255,26 +260,36 @@ def _bits(x) -> bytes:
     return np.asarray(x).tobytes() + str(np.asarray(x).dtype).encode()
 
 
-def _zeros_giving(n: Node, zero):
-    """``{input: the zero (+0 or -0, False) to pad it with}`` where ``n`` of those is ``zero``,
-    bit for bit; None where no such choice."""
-    ins = [x for x in n.inputs if isinstance(x, Var)]
-    choices = [_zeros(x.dtype) for x in dict.fromkeys(ins)]
-    want = _bits(np.asarray(zero, dtype=n.out.dtype))
+def _constants_giving(n: Node, want, made: dict | None = None):
+    """``{input: the constant (0, -0.0 or 1) to pad it with}`` where ``n`` of those is
+    ``want``, bit for bit (a NaN or an infinity is no choice: ``0 / 0``, ``1 / 0``); None where
+    no such choice. With ``made``, each input's constants its own op can give come first (a
+    factor ``exp(v)`` padded with 1, which ``exp`` of ``v`` padded with 0 gives)."""
+    ins = list(dict.fromkeys(x for x in n.inputs if isinstance(x, Var)))
+    choices = [_ranked(x, made) if made else _constants(x.dtype) for x in ins]
+    target = _bits(np.asarray(want, dtype=n.out.dtype))
     for pick in itertools.product(*choices):
-        at = dict(zip(dict.fromkeys(ins), pick))
+        at = dict(zip(ins, pick))
         args = [at[x] if isinstance(x, Var) else x for x in n.inputs]
         with np.errstate(all="ignore"):
             got = np.asarray(OPS[n.op].impl(*args, **n.attrs)).astype(n.out.dtype)
-        if _bits(got) == want:
+        if _bits(got) == target:
             return {x: x.dtype.type(c) for x, c in at.items()}
     return None
 
 
-def _zeros(dtype) -> list:
+def _ranked(x: Var, made: dict) -> list:
+    """``x``'s constants, those a pad pushed through its producer could be first."""
+    producer = made.get(x)
+    if producer is None or not _pushable(producer) or producer.op not in EXACT_AT_CONSTANTS:
+        return _constants(x.dtype)
+    return sorted(_constants(x.dtype), key=lambda c: _constants_giving(producer, c) is None)
+
+
+def _constants(dtype) -> list:
     if dtype.kind == "f":
-        return [np.array(0.0, dtype), np.array(-0.0, dtype)]
-    return [np.array(0, dtype)]
+        return [np.array(c, dtype) for c in (0.0, -0.0, 1.0)]
+    return [np.array(c, dtype) for c in (0, 1)]
 
 
 def _pushable(n: Node) -> bool:
