@@ -149,7 +149,7 @@ def _candidate(graph: Graph, decisions: dict, through_pads: bool):
         # for one that a value computed again from it alone left: its own decision)
         follows = all("@" in u.out.name for u in users) and n.out not in onto
         if cost * len(users) > MAX_RECOMPUTE:
-            below = _one_input(n, len(users))
+            below = _one_input(n, len(users), made, readers)
             if below is None:
                 decisions[n.out.name] = OffsetFusion(
                     n.out,
@@ -172,14 +172,32 @@ def _candidate(graph: Graph, decisions: dict, through_pads: bool):
     return None
 
 
-def _one_input(n: Node, reads: int) -> Var | None:
+def _one_input(n: Node, reads: int, made: dict, readers: dict) -> Var | None:
     """The one array ``n`` computes its value from, where computing ``n`` alone again at each
-    of its ``reads`` fits the budget: its slices and pads then read that array instead (one
-    array written either way, its own op computed again), which may be fused in turn."""
-    arrays = list(dict.fromkeys(x for x in n.var_inputs if x.shape))
-    if not ONE_INPUT or len(arrays) != 1 or n.op in DIVISIONS:
+    of its ``reads`` fits the budget and saves an array: its slices and pads then read that
+    array instead, which is then computed again itself (it fits), or is an array already (its
+    chain of one-input ops down to one read by others too: ``-x`` and ``6 * x``, the two
+    values a backward stage gives the one before it, are one array ``x``)."""
+    x = _single_input(n)
+    if not ONE_INPUT or x is None or _weight(n) * reads > MAX_RECOMPUTE:
         return None
-    if _weight(n) * reads > MAX_RECOMPUTE:
+    if _cone(x, made) * reads <= MAX_RECOMPUTE:
+        return x
+    v, chain = x, {id(n)}
+    while v in made and OPS[made[v].op].kind == "elementwise":
+        if any(id(r) not in chain for r in readers.get(v, [])):
+            return x  # read by others: an array either way
+        chain.add(id(made[v]))
+        v = _single_input(made[v])
+        if v is None:
+            return None
+    return x  # a graph input or a materialised value
+
+
+def _single_input(n: Node) -> Var | None:
+    """The one array input of an elementwise op that is not a division, or None."""
+    arrays = list(dict.fromkeys(x for x in n.var_inputs if x.shape))
+    if len(arrays) != 1 or n.op in DIVISIONS or OPS[n.op].kind != "elementwise":
         return None
     return arrays[0]
 
