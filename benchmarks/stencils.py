@@ -16,8 +16,8 @@ are empty); "w/o pads": tracekit with the slices' gradients kept as zeros writte
 (``backends/pads.py`` off), as before pads were read in place; "unpushed": pads read in place
 but not pushed through the values they pad (``offsets.THROUGH_PADS`` off), each backward
 stage then a kernel; "whole": a value over the budget kept whole, not computed again from the
-one array its last op reads (``offsets.ONE_INPUT`` off), and no pad pushed through divisions
-and functions (``offsets.THROUGH_DIVISIONS`` off).
+one array its last op reads (``offsets.ONE_INPUT`` off) and no pad pushed through divisions
+(``offsets.THROUGH_DIVISIONS``: off by default; ``--divisions`` on).
 
 ``--cold``: each workload's cold compile alone, as a new user meets it: trace, compile and the
 first call in a new process with a new, empty cache directory (numba already imported), the
@@ -120,16 +120,16 @@ def _compiled(fn, args, fused=True, pads=True, pushed=True, whole=False):
     computed again at offsets, none in tiles, no pad read in place); ``pads=False``: no pad
     read in place; ``pushed=False``: no pad pushed through the value it pads;
     ``whole=True``: a value over the budget kept whole (``offsets.ONE_INPUT`` off), no pad
-    pushed through a division or a function (``offsets.THROUGH_DIVISIONS`` off)."""
+    pushed through a division (``offsets.THROUGH_DIVISIONS`` off, its default)."""
     from tracekit.backends import offsets, tiles
     from tracekit.backends import pads as pads_module
 
-    saved, rate = offsets.MAX_RECOMPUTE, tiles.OPS_PER_BYTE
+    saved, rate, divisions = offsets.MAX_RECOMPUTE, tiles.OPS_PER_BYTE, offsets.THROUGH_DIVISIONS
     offsets.MAX_RECOMPUTE = saved if fused else 0
     tiles.OPS_PER_BYTE = rate if fused else -1.0
     pads_module.READ_IN_PLACE = pads and fused
-    offsets.THROUGH_PADS = pushed
-    offsets.ONE_INPUT = offsets.THROUGH_DIVISIONS = not whole
+    offsets.THROUGH_PADS, offsets.ONE_INPUT = pushed, not whole
+    offsets.THROUGH_DIVISIONS = divisions and not whole
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -138,8 +138,8 @@ def _compiled(fn, args, fused=True, pads=True, pushed=True, whole=False):
             return c, time.perf_counter() - start
     finally:
         offsets.MAX_RECOMPUTE, tiles.OPS_PER_BYTE = saved, rate
-        pads_module.READ_IN_PLACE = offsets.THROUGH_PADS = True
-        offsets.ONE_INPUT = offsets.THROUGH_DIVISIONS = True
+        pads_module.READ_IN_PLACE = offsets.THROUGH_PADS = offsets.ONE_INPUT = True
+        offsets.THROUGH_DIVISIONS = divisions
 
 
 def _close(got, want) -> bool:
@@ -342,6 +342,7 @@ def main(argv=None):
     ap.add_argument("--cold", action="store_true", help="cold compiles in new processes")
     ap.add_argument("--repeats", type=int, default=3, help="--cold: processes per figure")
     ap.add_argument("--tracekit", action="append", help="--cold: a checkout (repeatable)")
+    ap.add_argument("--divisions", action="store_true", help="pads through divisions")
     ap.add_argument("--cold-child", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.cold_child:
@@ -360,6 +361,9 @@ def main(argv=None):
         print(table(["workload", *(f"cold s: {r}" for r in roots)], rows, right={1, 2, 3}))
         return None
     peers = set(a.peers.split(","))
+    from tracekit.backends import offsets
+
+    offsets.THROUGH_DIVISIONS = a.divisions
     budget = 0.3 if a.quick else a.budget
     print(f"load average {load_average()}")
     rows, results = [], []

@@ -67,7 +67,10 @@ EXACT_AT_CONSTANTS = frozenset(
     "greater greater_equal less less_equal equal not_equal logical_and logical_or logical_not "
     "logical_xor divide sqrt exp expm1 log log1p sin tanh cos cosh".split()
 )
-THROUGH_DIVISIONS = True  # False: not through divide and those functions (stencils.py's before)
+# a division per pad read costs several multiplications, which the cost model counts as one:
+# blur3's gradient (2048², pads pushed through its divisions by 3: 3 kernels, not 4) took 201
+# ms against 152 ms with them kept (load average 13; 161 ms without this session's changes)
+THROUGH_DIVISIONS = False
 # not computed again from their one input alone (``_one_input``): a division per read costs
 # several multiplications (blur3, 2048²: its sum in tiles, then three divisions per element
 # where there was one)
@@ -237,8 +240,11 @@ def _through_pads(n: Node, users: list, pads: list, made: dict, through_pads: bo
     others = [u for u in users if not (_is_slice(u, n.out) or OPS[u.op].pads)]
     if not all(_pushable(u) and u.out.shape == n.out.shape for u in others):
         return "also read as an array", None  # (by elementwise ops: in its kernel, not one)
-    if n.op not in EXACT_AT_CONSTANTS or not (THROUGH_DIVISIONS or _exact_at_zero(n)):
+    if n.op not in EXACT_AT_CONSTANTS:
         why = "not exact at 0 and 1 in every precision"
+        return f"{n.op} is not pushed through a pad ({why})", None
+    if n.op in DIVISIONS and not THROUGH_DIVISIONS:
+        why = "a division per pad read: costlier than the one op counted"
         return f"{n.op} is not pushed through a pad ({why})", None
     if any(x.shape != n.out.shape for x in n.var_inputs):
         return "an input broadcast to its shape: its pad would be of another shape", None
@@ -252,11 +258,6 @@ def _through_pads(n: Node, users: list, pads: list, made: dict, through_pads: bo
     if any(v is None for v in consts.values()):
         return f"{n.op} of no constants (0, -0.0, 1) is its pad's constant, bit for bit", None
     return None, consts
-
-
-def _exact_at_zero(n: Node) -> bool:
-    """Exact at zeros in any precision, as pads were pushed through before divisions were."""
-    return n.op not in ("divide", "sqrt") and not is_fast_math(n)
 
 
 def _padded_in_place(x: Var, made: dict) -> bool:
