@@ -18,9 +18,15 @@ array and reading it back once per slice. The cost model: the producer's element
 
 Pads (``pads.py``: a slice's gradient, zeros around it) are pushed through the same way on the
 CPU, ``pad(f(a, b), 0) == f(pad(a, c), pad(b, d))`` where ``f(c, d)`` is that zero bit for bit
-(``-a`` pads ``a`` with ``-0.0``), for ops exact at zeros in any precision: each backward
+(``-a`` pads ``a`` with ``-0.0``; ``a * exp(v)`` pads ``exp(v)`` with 1, so ``v`` with 0), the
+constants chosen among 0, -0.0 and 1, for ops exact there in any precision: each backward
 stage of a stencil chain is then computed again in the kernel of the stage before it, where
 the budget allows, as the forward's stages are.
+
+A value over the budget whose last op reads one array (``-x``, ``6.0 * x``) is computed
+again from that array at its offsets where that saves an array: the array then fits the
+budget, or is written anyway (a backward stage hands the one before it both ``-x`` and
+``6.0 * x``: one array ``x``, not two).
 
 >>> import numpy as np, tracekit as tk
 >>> def blur_then_diff(a):
@@ -69,7 +75,7 @@ EXACT_AT_CONSTANTS = frozenset(
 )
 # a division per pad read costs several multiplications, which the cost model counts as one:
 # blur3's gradient (2048², pads pushed through its divisions by 3: 3 kernels, not 4) took 201
-# ms against 152 ms with them kept (load average 13; 161 ms without this session's changes)
+# and 210 ms against 152 and 174 ms with them kept (two runs, load averages 11-18)
 THROUGH_DIVISIONS = False
 # not computed again from their one input alone (``_one_input``): a division per read costs
 # several multiplications (blur3, 2048²: its sum in tiles, then three divisions per element
