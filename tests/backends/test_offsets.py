@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from helpers.run import hypothesis_settings, quiet
+from helpers.stencils import programs
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -365,16 +366,22 @@ def test_the_biharmonic_gradient_without_pads_pushed_is_one_kernel_per_stage(mon
 def test_the_biharmonic_gradient_pushes_pads_through_its_cheap_values_only():
     """The backward of the biharmonic: the loss's gradient scaled (13 op(s) with its pad
     reads) is computed again through its one pad in the stage before it; the stages read at
-    4 and 5 offsets through pads cost more than the budget (a pad read weighs ``PAD_READ``)
-    and stay arrays, saying so. Values equal the interpreter's bit for bit."""
+    5 offsets through pads cost more than the budget (a pad read weighs ``PAD_READ``) and
+    stay arrays, saying so; the one-input ops over the last (a negation, a scale by 4, read
+    at one pad) are computed again from it, so each stage's kernel writes one array.
+    Values equal the interpreter's bit for bit."""
     u = np.random.default_rng(12).standard_normal((30, 21))
     c = _compile(tk.grad(biharmonic_loss), u)
     fused = {d.value.name: d for d in c.plan.offsets if isinstance(d, offsets.OffsetFusion)}
     said = {name: str(d) for name, d in fused.items()}
     assert fused["28"].fused and fused["28"].pads == 1, said
     assert "computed again at 1 offsets, 1 of them through pads: %28" in said["28"]
-    assert not fused["42"].fused and "4 pad(s) x 26 op(s) per element > 24" in said["42"]
+    assert not fused["42"].fused and "5 pad(s) x 26 op(s) per element > 24" in said["42"]
     assert not fused["26"].fused and "5 pad(s) x 11 op(s) per element > 24" in said["26"]
+    onto = {name: (d.onto.name, d.pads, d.cost) for name, d in fused.items() if d.onto}
+    assert onto == {"43": ("42", 1, 1), "44": ("43", 1, 1)}, said
+    assert "1 of them through pads, from %42 read there" in said["43"]
+    assert [len(k.outputs) for k in c.plan.kernels] == [1, 1, 1, 1], str(c.plan)
     assert not [st for st in c.plan.steps if st.kind == "host"], str(c.plan)
     got, want = c(u), tk.trace(tk.grad(biharmonic_loss), u)(u)
     np.testing.assert_array_equal(got, want)
@@ -403,7 +410,7 @@ def test_backward_stages_read_through_pads_say_why_they_stay_arrays(monkeypatch)
 
 def pad_of_a_result(u):
     z = np.zeros((u.shape[0] + 2, u.shape[1]))
-    z[1:-1] = np.sin(u)
+    z[1:-1] = np.cos(u)  # (not pushed through: cos is 0 at no constant 0, -0.0, 1)
     return z, z[2:] * z[:-2]
 
 
@@ -483,14 +490,7 @@ def test_a_block_written_into_after_its_pad_is_read_keeps_its_values():
 
 
 def laplace3_stages(u):
-    def stage(v):
-        c = v[1:-1, 1:-1, 1:-1]
-        return 6.0 * c - (
-            v[2:, 1:-1, 1:-1] + v[:-2, 1:-1, 1:-1] + v[1:-1, 2:, 1:-1]
-            + v[1:-1, :-2, 1:-1] + v[1:-1, 1:-1, 2:] + v[1:-1, 1:-1, :-2]
-        )  # fmt: skip
-
-    return stage(stage(u))
+    return programs.laplace3_stage(programs.laplace3_stage(u))
 
 
 def mixed_offsets(u):
@@ -527,6 +527,8 @@ def _weighted(fn):
         (along_rows, (3, 2), False),
         (blur_rows_then_columns, (13, 14), True),
         (blur_rows_then_columns, (5, 3), False),
+        (programs.blur3, (13, 14), False),  # its stages divide: no pad pushed through them
+        (programs.blur3, (7, 2), False),
     ],
 )
 def test_gradients_push_pads_through_backward_stages(fn, shape, fewer, monkeypatch):
@@ -580,9 +582,21 @@ def pad_of_exp(u):
     return z[1:] + z[:-1]
 
 
-def pad_of_a_division(u):
+def pad_of_a_reciprocal(u):
     z = np.zeros((u.shape[0] + 2, u.shape[1]))
-    z[1:-1] = u / 3.0
+    z[1:-1] = 1.0 / u  # 1 / c is 0 for no constant c but infinities: pads of 0 would give inf
+    return z[1:] + z[:-1]
+
+
+def pad_of_cos(u):
+    z = np.zeros((u.shape[0] + 2, u.shape[1]))
+    z[1:-1] = np.cos(u * 2.0)  # cos is 0 at no constant (0, -0.0, 1)
+    return z[1:] + z[:-1]
+
+
+def pad_of_arctan(u):
+    z = np.zeros((u.shape[0] + 2, u.shape[1]))
+    z[1:-1] = np.arctan(u * 2.0)
     return z[1:] + z[:-1]
 
 
@@ -614,11 +628,13 @@ def pad_of_a_reduced_value(u):
 @pytest.mark.parametrize(
     "fn, why",
     [
-        (pad_of_exp, "exp is not pushed through a pad (not exact at zeros"),
-        (pad_of_a_division, "divide is not pushed through a pad (not exact at zeros, or a"),
+        (pad_of_exp, "exp of no constants (0, -0.0, 1) is its pad's constant"),
+        (pad_of_a_reciprocal, "divide is not pushed through a pad (a division per pad read"),
+        (pad_of_cos, "cos of no constants (0, -0.0, 1) is its pad's constant"),
+        (pad_of_arctan, "arctan is not pushed through a pad (not exact at 0 and 1"),
         (pad_of_broadcast, "an input broadcast to its shape"),
         (pad_of_a_reduced_value, "also read as an array"),
-        (pad_of_ones, "a pad's constant is not zero"),
+        (pad_of_ones, "a pad's constant is not 0 or 1"),
         (pad_of_a_new_axis, "a slice adding an axis"),
     ],
 )
@@ -651,3 +667,135 @@ def test_gradients_of_stencil_chains_on_the_cuda_simulator(fn, shape):
     want = tk.trace(grad, u, w)(u, w)
     np.testing.assert_allclose(c(u, w), want, rtol=1e-13, atol=1e-14)
     np.testing.assert_array_equal(_compile(grad, u, w)(u, w), want)
+
+
+def scaled_laplacian(u):
+    lap = u[2:, 1:-1] + u[:-2, 1:-1] + u[1:-1, 2:] + u[1:-1, :-2] - 4.0 * u[1:-1, 1:-1]
+    t = -(lap * 3.0)  # one-input ops on top: 7 ops per element, read at 4 offsets
+    return t[2:, 1:-1] * t[:-2, 1:-1] + t[1:-1, 2:] - t[1:-1, :-2]
+
+
+@pytest.mark.parametrize("shape", [(9, 8, 1), (7, 5, 2), (6, 11, 3)])
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_a_value_over_the_budget_is_computed_again_from_its_one_input(shape, target, monkeypatch):
+    """``-(lap * 3.0)`` read at 4 offsets costs 4 x 7 ops, over the budget: its negation alone
+    is computed again at each offset from ``lap * 3.0``, which then fits (4 x 6) and is
+    computed again too; kept whole (``ONE_INPUT`` off), it is a kernel's array. Values
+    equal NumPy's (size-1 and size-2 trailing axes, a reversed and a Fortran-ordered input)
+    on the CPU and the CUDA simulator."""
+    if target == "cuda":
+        pytest.importorskip("numba.cuda")
+        from tracekit.backends.cuda import simulator_active
+
+        if not simulator_active():
+            pytest.skip("runs on the CUDA simulator")
+    u = np.random.default_rng(sum(shape)).standard_normal(shape)
+    with quiet():
+        c = tk.compile(tk.trace(scaled_laplacian, u), target=target, cache=False, progress=False)
+    said = str(c.plan)
+    (first,) = [d for d in c.plan.offsets if d.onto is not None]
+    assert (first.slices, first.cost, first.onto.shape) == (4, 1, first.value.shape), said
+    assert f"4 offsets, from %{first.onto.name} read there" in str(first), said
+    assert all(d.fused for d in c.plan.offsets) and len(c.plan.kernels) == 1, said
+    for x in (u, u[::-1], np.asfortranarray(u)):
+        np.testing.assert_allclose(c(x), scaled_laplacian(x), rtol=1e-13, atol=1e-13)
+    monkeypatch.setattr(offsets, "ONE_INPUT", False)
+    with quiet():
+        whole = tk.compile(
+            tk.trace(scaled_laplacian, u), target=target, cache=False, progress=False
+        )
+    kept = [d for d in whole.plan.offsets if not d.fused]
+    assert [(d.slices, d.cost) for d in kept] == [(4, 7)], str(whole.plan)
+    assert len(whole.plan.kernels) == 2, str(whole.plan)
+
+
+@pytest.mark.parametrize(
+    "name, shapes",
+    [
+        ("hdiff", [(9, 10, 2), (5, 6, 2)]),
+        ("hdiff", [(8, 7, 1), (4, 3, 1)]),
+        ("biharmonic", [(9, 8)]),
+        ("laplace3", [(11, 12, 9)]),  # its last stage 90 elements: not a folded constant
+    ],
+)
+def test_each_backward_stage_of_the_benchmarks_stencils_writes_one_array(name, shapes):
+    """The gradients of ``benchmarks/stencils.py``'s programs: each stage's kernel writes one
+    array, the one-input ops on top of it (negations, scales) computed again from it at each
+    pad read (the plan says from which); the same values as the interpreter's, bit for bit
+    with the signs of zeros (odd sizes, size-1 and size-2 axes, a non-contiguous input)."""
+    fn = getattr(programs, name)
+    rng = np.random.default_rng(len(shapes[0]) + shapes[0][0])
+    args = [rng.standard_normal(s) for s in shapes]
+    w = rng.standard_normal(np.shape(fn(*args)))
+
+    def loss(x, w, *rest):
+        return (fn(x, *rest) * w).sum()
+
+    grad = tk.grad(loss)
+    c = _compile(grad, args[0], w, *args[1:])
+    assert all(len(k.outputs) == 1 for k in c.plan.kernels), str(c.plan)
+    onto = [d for d in c.plan.offsets if getattr(d, "onto", None) is not None]
+    assert onto and all(d.fused and d.pads and d.cost == 1 for d in onto), str(c.plan)
+    assert all(f"from %{d.onto.name} read there" in str(d) for d in onto)
+    x = args[0][::-1].copy()[::-1]  # the same values, a negative stride
+    want = tk.trace(grad, x, w, *args[1:])(x, w, *args[1:])
+    got = c(x, w, *args[1:])
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+def quotients_and_exponentials(u, v):
+    z = np.zeros((u.shape[0] + 2, u.shape[1] + 1))
+    z[1:-1, 1:] = u / (1.0 + v * v) + u * np.exp(v)  # pads: u of 0, 1 + v * v and exp(v) of 1
+    return z[1:, :-1] * 0.5 - 1.0
+
+
+def test_pads_are_pushed_through_divisions_and_exp_with_their_identity_constants(monkeypatch):
+    """``pad(u / (1 + v * v) + u * exp(v), 0)``, divisions allowed (``THROUGH_DIVISIONS``):
+    ``u`` padded with 0, the divisor and the factor ``exp(v)`` with 1 (so ``v`` with 0):
+    outside the block ``0 / 1 + 0 * 1``, which is 0, never ``0 / 0`` or ``0 * inf``; inside it
+    the NumPy values, NaN and infinities included (``exp`` overflowing where ``u`` is 0). One
+    kernel; ``1 / u`` is not pushed (no constant gives 0 but infinities). By default the
+    division is not pushed, saying why: the sum is an array written and read back."""
+    rng = np.random.default_rng(21)
+    u, v = rng.standard_normal((7, 5)), rng.standard_normal((7, 5))
+    u[1, 2], u[3, 0], v[1, 2], v[4, 4], v[5, 1] = 0.0, -0.0, 800.0, -800.0, 800.0
+    before = _compile(quotients_and_exponentials, u, v)
+    assert len(before.plan.kernels) == 2, str(before.plan)
+    assert "divide is not pushed through a pad (a division per pad read" in str(before.plan)
+    monkeypatch.setattr(offsets, "THROUGH_DIVISIONS", True)
+    c = _compile(quotients_and_exponentials, u, v)
+    assert len(c.plan.kernels) == 1, str(c.plan)
+    assert all(d.fused for d in c.plan.offsets), str(c.plan)  # u and v read through pads
+    assert "1 of them through pads: %6" in str(c.plan), str(c.plan)
+    for x, y in [(u, v), (u.T.copy().T, v[::-1].copy()[::-1])]:
+        with np.errstate(all="ignore"):
+            want = quotients_and_exponentials(x, y)
+        got = c(x, y)
+        assert np.isnan(want).any() and np.isinf(want).any()
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    reciprocal = _compile(pad_of_a_reciprocal, u)
+    assert "divide of no constants (0, -0.0, 1) is its pad's constant" in str(reciprocal.plan)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(reciprocal(u), pad_of_a_reciprocal(u))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_functions_pads_are_pushed_through_are_exact_at_their_constants(dtype):
+    """What ``offsets.EXACT_AT_CONSTANTS`` promises of the compiled kernels (the fast-math
+    functions among them): where NumPy's value at 0, -0.0 or 1 is a pad's constant (0, -0.0,
+    1), in a vectorised loop and its tail, the same bits."""
+    x = np.tile(np.array([0.0, -0.0, 1.0], dtype), 67)
+    for op in sorted(offsets.EXACT_AT_CONSTANTS):
+        f = getattr(np, op)
+        if not isinstance(f, np.ufunc) or f.nin != 1 or op.startswith("logical"):
+            continue
+        c = _compile(lambda a, f=f: f(a * dtype(1.0)), x)
+        with np.errstate(all="ignore"):
+            want = f(x)
+        got = c(x)
+        constant = (want == 0) | (want == 1)  # where a pad's constant may come out of it
+        assert constant[:3].any() and got.dtype == want.dtype, op
+        np.testing.assert_array_equal(got[constant], want[constant], err_msg=op)
+        np.testing.assert_array_equal(np.signbit(got[constant]), np.signbit(want[constant]))

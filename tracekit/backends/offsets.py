@@ -18,9 +18,15 @@ array and reading it back once per slice. The cost model: the producer's element
 
 Pads (``pads.py``: a slice's gradient, zeros around it) are pushed through the same way on the
 CPU, ``pad(f(a, b), 0) == f(pad(a, c), pad(b, d))`` where ``f(c, d)`` is that zero bit for bit
-(``-a`` pads ``a`` with ``-0.0``), for ops exact at zeros in any precision: each backward
+(``-a`` pads ``a`` with ``-0.0``; ``a * exp(v)`` pads ``exp(v)`` with 1, so ``v`` with 0), the
+constants chosen among 0, -0.0 and 1, for ops exact there in any precision: each backward
 stage of a stencil chain is then computed again in the kernel of the stage before it, where
 the budget allows, as the forward's stages are.
+
+A value over the budget whose last op reads one array (``-x``, ``6.0 * x``) is computed
+again from that array at its offsets where that saves an array: the array then fits the
+budget, or is written anyway (a backward stage hands the one before it both ``-x`` and
+``6.0 * x``: one array ``x``, not two).
 
 >>> import numpy as np, tracekit as tk
 >>> def blur_then_diff(a):
@@ -56,17 +62,25 @@ TRANSCENDENTAL = 4  # the weight of a fast-math function (exp, tanh, ...) in tha
 # times per element at weight 0: 156 ms, against 68.7 ms as a kernel per stage)
 PAD_READ = 4
 THROUGH_PADS = True  # False: pads stop at the values they pad (benchmarks/stencils.py's "before")
-# ops exact at zeros whatever the precision they are computed in: what a pad pushed through
-# them leaves outside its block is computed again in the kernel, and must be the pad's zero.
-# Not divide: a division costs several multiplications (the cost model counts one), and a
-# stage ending in one divides again at each pad read (blur3's gradient, 2048², pushed: 82.9
-# and 152 ms against 69.5 and 133 ms, at load averages where one plan measured twice also
-# differed by up to half: not conclusive either way)
-EXACT_AT_ZERO = frozenset(
+ONE_INPUT = True  # False: a value over the budget is kept whole (benchmarks/stencils.py's "before")
+# ops exact at 0, -0.0 and 1 whatever the precision they are computed in: what a pad pushed
+# through them leaves outside its block is computed again in the kernel, and must be the pad's
+# constant, bit for bit (``a / b`` pads ``a`` with 0 and ``b`` with 1; ``exp(v)`` padded with
+# 1 pads ``v`` with 0): IEEE's correctly rounded ops, and the fast-math functions, exact there
+# (tests/backends/test_offsets.py checks them in both precisions)
+EXACT_AT_CONSTANTS = frozenset(
     "add subtract multiply negative positive absolute square maximum minimum where "
     "greater greater_equal less less_equal equal not_equal logical_and logical_or logical_not "
-    "logical_xor".split()
+    "logical_xor divide sqrt exp expm1 log log1p sin tanh cos cosh".split()
 )
+# a division per pad read costs several multiplications, which the cost model counts as one:
+# blur3's gradient (2048², pads pushed through its divisions by 3: 3 kernels, not 4) took 201
+# and 210 ms against 152 and 174 ms with them kept (two runs, load averages 11-18)
+THROUGH_DIVISIONS = False
+# not computed again from their one input alone (``_one_input``): a division per read costs
+# several multiplications (blur3, 2048²: its sum in tiles, then three divisions per element
+# where there was one)
+DIVISIONS = frozenset(("divide", "floor_divide", "remainder", "reciprocal"))
 
 
 @dataclass(frozen=True)
@@ -81,6 +95,7 @@ class OffsetFusion:
     source: object = None  # the Source of the node making the value
     how: str = ""  # fused otherwise than computed again at each offset: in tiles (tiles.py)
     pads: int = 0  # of the offsets, those read through pads (their zeros outside the block)
+    onto: Var | None = None  # computed again from this value alone, its input (kept or fused)
 
     def __str__(self):
         what = f"%{self.value.name}: {self.value.type}"
@@ -90,6 +105,8 @@ class OffsetFusion:
             return f"computed in {self.how}: {what} ({self.reason})"
         if self.fused:
             through = f", {self.pads} of them through pads" if self.pads else ""
+            if self.onto is not None:
+                through += f", from %{self.onto.name} read there (the cone below over budget)"
             return (
                 f"computed again at {self.slices} offsets{through}: {what} ({self.cost} op(s) "
                 f"per element each, no array written and read back)"
@@ -121,6 +138,7 @@ def _candidate(graph: Graph, decisions: dict, through_pads: bool):
             readers.setdefault(x, []).append(n)
     made = {o: n for n in graph.nodes for o in n.outputs}
     kept = set(graph.outputs) | {gd.var for gd in graph.guards}
+    onto = {d.onto for d in decisions.values() if d.onto is not None}
     for n in graph.nodes:
         if not _pushable(n) or n.out in kept:
             continue
@@ -136,24 +154,66 @@ def _candidate(graph: Graph, decisions: dict, through_pads: bool):
         if not users or not all(_is_slice(u, n.out) or OPS[u.op].pads for u in users):
             continue
         cost = _cone(n.out, made)
-        # slices made by a push: the value is part of a producer already decided on
-        follows = all("@" in u.out.name for u in users)
+        # slices made by a push: the value is part of a producer already decided on (but
+        # for one that a value computed again from it alone left: its own decision)
+        follows = all("@" in u.out.name for u in users) and n.out not in onto
         if cost * len(users) > MAX_RECOMPUTE:
+            below = _one_input(n, len(users), made, readers)
+            if below is None:
+                decisions[n.out.name] = OffsetFusion(
+                    n.out,
+                    len(users),
+                    cost,
+                    False,
+                    f"{_reads(users)} x {cost} op(s) per element > {MAX_RECOMPUTE}",
+                    n.source,
+                )
+                continue
             decisions[n.out.name] = OffsetFusion(
-                n.out,
-                len(users),
-                cost,
-                False,
-                f"{_reads(users)} x {cost} op(s) per element > {MAX_RECOMPUTE}",
-                n.source,
+                n.out, len(users), _weight(n), True, "", n.source, pads=len(pads), onto=below
             )
-            continue
+            return n, users, consts
         if not follows:
             decisions[n.out.name] = OffsetFusion(
                 n.out, len(users), cost, True, "", n.source, pads=len(pads)
             )
         return n, users, consts
     return None
+
+
+def _one_input(n: Node, reads: int, made: dict, readers: dict) -> Var | None:
+    """The one array ``n`` computes its value from, where computing ``n`` alone again at each
+    of its ``reads`` fits the budget and saves an array: its slices and pads then read that
+    array instead, which is then computed again itself (it fits), or is an array already (its
+    chain of one-input ops down to one read by others too: ``-x`` and ``6 * x``, the two
+    values a backward stage gives the one before it, are one array ``x``)."""
+    x = _single_input(n)
+    if not ONE_INPUT or x is None or _weight(n) * reads > MAX_RECOMPUTE:
+        return None
+    if _cone(x, made) * reads <= MAX_RECOMPUTE:
+        return x
+    v, chain = x, {id(n)}
+    while v in made and OPS[made[v].op].kind == "elementwise":
+        if any(id(r) not in chain for r in readers.get(v, [])):
+            return x  # read by others: an array either way
+        chain.add(id(made[v]))
+        v = _single_input(made[v])
+        if v is None:
+            return None
+    return x  # a graph input or a materialised value
+
+
+def _single_input(n: Node) -> Var | None:
+    """The one array input of an elementwise op that is not a division, or None."""
+    arrays = list(dict.fromkeys(x for x in n.var_inputs if x.shape))
+    if len(arrays) != 1 or n.op in DIVISIONS or OPS[n.op].kind != "elementwise":
+        return None
+    return arrays[0]
+
+
+def _weight(n: Node) -> int:
+    """Operations per element of an elementwise node (a fast-math function weighs more)."""
+    return TRANSCENDENTAL if is_fast_math(n) else 1
 
 
 def _reads(users: list) -> str:
@@ -186,8 +246,11 @@ def _through_pads(n: Node, users: list, pads: list, made: dict, through_pads: bo
     others = [u for u in users if not (_is_slice(u, n.out) or OPS[u.op].pads)]
     if not all(_pushable(u) and u.out.shape == n.out.shape for u in others):
         return "also read as an array", None  # (by elementwise ops: in its kernel, not one)
-    if n.op not in EXACT_AT_ZERO:
-        why = "not exact at zeros, or a division: costlier than the one op counted"
+    if n.op not in EXACT_AT_CONSTANTS:
+        why = "not exact at 0 and 1 in every precision"
+        return f"{n.op} is not pushed through a pad ({why})", None
+    if n.op in DIVISIONS and not THROUGH_DIVISIONS:
+        why = "a division per pad read: costlier than the one op counted"
         return f"{n.op} is not pushed through a pad ({why})", None
     if any(x.shape != n.out.shape for x in n.var_inputs):
         return "an input broadcast to its shape: its pad would be of another shape", None
@@ -195,11 +258,11 @@ def _through_pads(n: Node, users: list, pads: list, made: dict, through_pads: bo
         why = "an input is a NumPy call's result, a slice adding an axis or of under half an input"
         return why, None
     fills = {_bits(u.attrs["constant_value"]): u.attrs["constant_value"] for u in pads}
-    if any(np.asarray(c).item() != 0 for c in fills.values()):
-        return "a pad's constant is not zero", None
-    consts = {k: _zeros_giving(n, c) for k, c in fills.items()}
+    if any(np.asarray(c).item() not in (0, 1) for c in fills.values()):
+        return "a pad's constant is not 0 or 1", None
+    consts = {k: _constants_giving(n, c, made) for k, c in fills.items()}
     if any(v is None for v in consts.values()):
-        return f"{n.op} of no zeros is its pad's zero (its sign)", None
+        return f"{n.op} of no constants (0, -0.0, 1) is its pad's constant, bit for bit", None
     return None, consts
 
 
@@ -222,26 +285,36 @@ def _bits(x) -> bytes:
     return np.asarray(x).tobytes() + str(np.asarray(x).dtype).encode()
 
 
-def _zeros_giving(n: Node, zero):
-    """``{input: the zero (+0 or -0, False) to pad it with}`` where ``n`` of those is ``zero``,
-    bit for bit; None where no such choice."""
-    ins = [x for x in n.inputs if isinstance(x, Var)]
-    choices = [_zeros(x.dtype) for x in dict.fromkeys(ins)]
-    want = _bits(np.asarray(zero, dtype=n.out.dtype))
+def _constants_giving(n: Node, want, made: dict | None = None):
+    """``{input: the constant (0, -0.0 or 1) to pad it with}`` where ``n`` of those is
+    ``want``, bit for bit (a NaN or an infinity is no choice: ``0 / 0``, ``1 / 0``); None where
+    no such choice. With ``made``, each input's constants its own op can give come first (a
+    factor ``exp(v)`` padded with 1, which ``exp`` of ``v`` padded with 0 gives)."""
+    ins = list(dict.fromkeys(x for x in n.inputs if isinstance(x, Var)))
+    choices = [_ranked(x, made) if made else _constants(x.dtype) for x in ins]
+    target = _bits(np.asarray(want, dtype=n.out.dtype))
     for pick in itertools.product(*choices):
-        at = dict(zip(dict.fromkeys(ins), pick))
+        at = dict(zip(ins, pick))
         args = [at[x] if isinstance(x, Var) else x for x in n.inputs]
         with np.errstate(all="ignore"):
             got = np.asarray(OPS[n.op].impl(*args, **n.attrs)).astype(n.out.dtype)
-        if _bits(got) == want:
+        if _bits(got) == target:
             return {x: x.dtype.type(c) for x, c in at.items()}
     return None
 
 
-def _zeros(dtype) -> list:
+def _ranked(x: Var, made: dict) -> list:
+    """``x``'s constants, those a pad pushed through its producer could be first."""
+    producer = made.get(x)
+    if producer is None or not _pushable(producer) or producer.op not in EXACT_AT_CONSTANTS:
+        return _constants(x.dtype)
+    return sorted(_constants(x.dtype), key=lambda c: _constants_giving(producer, c) is None)
+
+
+def _constants(dtype) -> list:
     if dtype.kind == "f":
-        return [np.array(0.0, dtype), np.array(-0.0, dtype)]
-    return [np.array(0, dtype)]
+        return [np.array(c, dtype) for c in (0.0, -0.0, 1.0)]
+    return [np.array(c, dtype) for c in (0, 1)]
 
 
 def _pushable(n: Node) -> bool:
@@ -306,7 +379,7 @@ def _cone(v: Var, made: dict) -> int:
         op = OPS[n.op]
         if op.kind == "elementwise":
             seen.add(id(n))
-            total += TRANSCENDENTAL if is_fast_math(n) else 1
+            total += _weight(n)
         elif op.pads:  # read in place, its rows tested: not a plain load
             seen.add(id(n))
             total += PAD_READ
