@@ -24,7 +24,7 @@ from helpers.run import both, compiled, quiet
 from helpers.values import DTYPES, random_values, seed_of, with_layout
 
 import tracekit as tk
-from tracekit.backends import emit_cpu
+from tracekit.backends import cache, emit_cpu
 from tracekit.ops import BINARY_UFUNCS, UNARY_UFUNCS
 
 pytestmark = [
@@ -410,6 +410,42 @@ def test_chained_transcendentals_interleave_at_default_settings(dt, shape, monke
     for layout in LAYOUTS:
         got, want, _, _ = both(c, t, with_layout(x, layout), with_layout(y, layout), 0.25)
         tol = 1e-5 if dt == "float32" else 1e-13  # a few ulp per function, five in a row
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=layout)
+        np.testing.assert_array_equal(got, plain(with_layout(x, layout), y, 0.25))
+
+
+def _segment_asm(c) -> list:
+    """The instructions of ``c``'s kernel, their operands' symbols and labels left out."""
+    asm = "".join(c.runner.ns["segment0"].inspect_asm().values())  # (the one c calls)
+    code = [ln for ln in asm.splitlines() if ln.startswith("\t") and not ln.startswith("\t.")]
+    return [re.sub(r"\b_ZN\w+|\.L[\w.]+", "", ln) for ln in code]
+
+
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_chained_transcendentals_without_streams_interleave_vector_iterations(dt, monkeypatch):
+    """A kernel of chained fast-math calls that writes no streams (here: too few elements) has
+    LLVM interleave its vector iterations: the option is in its cache key and set while it
+    compiles, and only then (its machine code differs from the plain kernel's, and the plain
+    kernel compiled again after it is what it was); results are the interpreter's and bit for
+    bit the plain kernel's, with a tail after the last whole vector iteration."""
+    rng = np.random.default_rng(seed_of("interleave", dt))
+    x, y = values(rng, (3, 345), dt), values(rng, (345,), dt)
+    with monkeypatch.context() as m:
+        m.setattr(emit_cpu, "INTERLEAVE", 0)
+        plain, _ = compiled(_tanh_chain, x, y, 0.25, cache=False)
+    (kernel,) = plain.program.kernel_modules.values()
+    assert kernel.interleave == 0 and "_TRACEKIT_INTERLEAVE" not in kernel.source
+    c, t = compiled(_tanh_chain, x, y, 0.25, cache=False)
+    (kernel,) = c.program.kernel_modules.values()
+    assert kernel.interleave == emit_cpu.INTERLEAVE > 1 and "_i0_1 = " not in c.source
+    assert f"_TRACEKIT_INTERLEAVE = {emit_cpu.INTERLEAVE}" in kernel.source
+    monkeypatch.setattr(emit_cpu, "INTERLEAVE", 0)
+    monkeypatch.setattr(cache, "_modules", type(cache._modules)())  # compile it again
+    again, _ = compiled(_tanh_chain, x, y, 0.25, cache=False)
+    assert _segment_asm(c) != _segment_asm(plain) == _segment_asm(again)
+    for layout in LAYOUTS:
+        got, want, _, _ = both(c, t, with_layout(x, layout), with_layout(y, layout), 0.25)
+        tol = 1e-5 if dt == "float32" else 1e-13
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=layout)
         np.testing.assert_array_equal(got, plain(with_layout(x, layout), y, 0.25))
 
