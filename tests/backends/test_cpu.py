@@ -775,6 +775,33 @@ def test_softmax_and_norm_over_the_first_axis(dt, cols):
         np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("cols", [20, BIG // 40], ids=["serial", "parallel"])
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_column_norm_computes_cheap_values_again_in_its_last_pass(dt, cols):
+    """A column kernel computes a few arithmetic ops of its inputs again in the pass that reads
+    them (``x ** 3``, ``x * y + 1``) rather than storing them in the first pass and loading them
+    (here it would store them in its result); a value of its inputs alone that only the last
+    pass reads (``y ** 4``) is computed there, however few its rows; a function call (``exp``)
+    is stored, not computed twice. The interpreter's results either way."""
+    rng = np.random.default_rng(seed_of("recompute", dt, cols))
+    x, y = rng.uniform(-2, 2, (2, 40, cols)).astype(dt)
+
+    def fn(x, y):
+        c, e = x**3, np.exp(y)
+        s = np.sum(c * c + e, axis=0, keepdims=True)
+        return c / np.sqrt(s + 1e-5) + 4.0 * y**4 + e * (x * y + 1.0)
+
+    c, t = compiled(fn, x, y)
+    assert _column_kernel(c)
+    _, first, last = re.split(r"_j0 in range\(", c.source)  # the kernel's two passes
+    assert "fm_exp" in first and "fm_exp" not in last
+    assert "fm_power_const" not in first and "fm_power_const" in last
+    assert len(re.findall(r"_b_\w+ = ", last)) == 1  # exp(y) loaded, x ** 3 computed again
+    got, want, _, _ = both(c, t, x, y)
+    tol = 1e-5 if dt == "float32" else 1e-12  # (terms of either sign: relative to the largest)
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.max(np.abs(want)))
+
+
 @pytest.mark.parametrize("dt", ["float64", "int64", "bool", "float32"])
 def test_large_reductions_run_in_parallel_chunks(dt):
     rng = np.random.default_rng(3)
