@@ -24,7 +24,7 @@ from helpers.run import both, compiled, quiet
 from helpers.values import DTYPES, random_values, seed_of, with_layout
 
 import tracekit as tk
-from tracekit.backends import emit_cpu
+from tracekit.backends import cache, emit_cpu
 from tracekit.ops import BINARY_UFUNCS, UNARY_UFUNCS
 
 pytestmark = [
@@ -414,6 +414,42 @@ def test_chained_transcendentals_interleave_at_default_settings(dt, shape, monke
         np.testing.assert_array_equal(got, plain(with_layout(x, layout), y, 0.25))
 
 
+def _segment_asm(c) -> list:
+    """The instructions of ``c``'s kernel, their operands' symbols and labels left out."""
+    asm = "".join(c.runner.ns["segment0"].inspect_asm().values())  # (the one c calls)
+    code = [ln for ln in asm.splitlines() if ln.startswith("\t") and not ln.startswith("\t.")]
+    return [re.sub(r"\b_ZN\w+|\.L[\w.]+", "", ln) for ln in code]
+
+
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_chained_transcendentals_without_streams_interleave_vector_iterations(dt, monkeypatch):
+    """A kernel of chained fast-math calls that writes no streams (here: too few elements) has
+    LLVM interleave its vector iterations: the option is in its cache key and set while it
+    compiles, and only then (its machine code differs from the plain kernel's, and the plain
+    kernel compiled again after it is what it was); results are the interpreter's and bit for
+    bit the plain kernel's, with a tail after the last whole vector iteration."""
+    rng = np.random.default_rng(seed_of("interleave", dt))
+    x, y = values(rng, (3, 345), dt), values(rng, (345,), dt)
+    with monkeypatch.context() as m:
+        m.setattr(emit_cpu, "INTERLEAVE", 0)
+        plain, _ = compiled(_tanh_chain, x, y, 0.25, cache=False)
+    (kernel,) = plain.program.kernel_modules.values()
+    assert kernel.interleave == 0 and "_TRACEKIT_INTERLEAVE" not in kernel.source
+    c, t = compiled(_tanh_chain, x, y, 0.25, cache=False)
+    (kernel,) = c.program.kernel_modules.values()
+    assert kernel.interleave == emit_cpu.INTERLEAVE > 1 and "_i0_1 = " not in c.source
+    assert f"_TRACEKIT_INTERLEAVE = {emit_cpu.INTERLEAVE}" in kernel.source
+    monkeypatch.setattr(emit_cpu, "INTERLEAVE", 0)
+    monkeypatch.setattr(cache, "_modules", type(cache._modules)())  # compile it again
+    again, _ = compiled(_tanh_chain, x, y, 0.25, cache=False)
+    assert _segment_asm(c) != _segment_asm(plain) == _segment_asm(again)
+    for layout in LAYOUTS:
+        got, want, _, _ = both(c, t, with_layout(x, layout), with_layout(y, layout), 0.25)
+        tol = 1e-5 if dt == "float32" else 1e-13
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=layout)
+        np.testing.assert_array_equal(got, plain(with_layout(x, layout), y, 0.25))
+
+
 def _trig_chain(x, y):
     return np.sin(x * 3.0) + np.cos(x) * np.tan(x - y)
 
@@ -737,6 +773,33 @@ def test_softmax_and_norm_over_the_first_axis(dt, cols):
     tol = 1e-5 if dt == "float32" else 1e-12
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("cols", [20, BIG // 40], ids=["serial", "parallel"])
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_column_norm_computes_cheap_values_again_in_its_last_pass(dt, cols):
+    """A column kernel computes a few arithmetic ops of its inputs again in the pass that reads
+    them (``x ** 3``, ``x * y + 1``) rather than storing them in the first pass and loading them
+    (here it would store them in its result); a value of its inputs alone that only the last
+    pass reads (``y ** 4``) is computed there, however few its rows; a function call (``exp``)
+    is stored, not computed twice. The interpreter's results either way."""
+    rng = np.random.default_rng(seed_of("recompute", dt, cols))
+    x, y = rng.uniform(-2, 2, (2, 40, cols)).astype(dt)
+
+    def fn(x, y):
+        c, e = x**3, np.exp(y)
+        s = np.sum(c * c + e, axis=0, keepdims=True)
+        return c / np.sqrt(s + 1e-5) + 4.0 * y**4 + e * (x * y + 1.0)
+
+    c, t = compiled(fn, x, y)
+    assert _column_kernel(c)
+    _, first, last = re.split(r"_j0 in range\(", c.source)  # the kernel's two passes
+    assert "fm_exp" in first and "fm_exp" not in last
+    assert "fm_power_const" not in first and "fm_power_const" in last
+    assert len(re.findall(r"_b_\w+ = ", last)) == 1  # exp(y) loaded, x ** 3 computed again
+    got, want, _, _ = both(c, t, x, y)
+    tol = 1e-5 if dt == "float32" else 1e-12  # (terms of either sign: relative to the largest)
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.max(np.abs(want)))
 
 
 @pytest.mark.parametrize("dt", ["float64", "int64", "bool", "float32"])

@@ -105,13 +105,13 @@ def run_code(t, *args):
     return fn(*leaves[:n_args], **kw)
 
 
-def compiled(fn, *args, math="fast"):
+def compiled(fn, *args, math="fast", cache=True):
     """(Compiled, Traced) of ``fn`` traced on ``args``, compiled for the CPU."""
     import tracekit as tk
 
     with quiet():
         t = tk.trace(fn, *args)
-    return tk.compile(t, target="cpu", math=math, progress=False), t
+    return tk.compile(t, target="cpu", math=math, progress=False, cache=cache), t
 
 
 def both(c, t, *args):

@@ -99,7 +99,7 @@ class CpuProgram:
         min_parallel = PARALLEL_MIN_WORK_BESIDE_BLAS if blas else PARALLEL_MIN_WORK
         views = frozenset(o for st in plan.steps if st.kind == "view" for o in st.outputs)
         windows = {**view_windows(plan), **(out_windows or {})}
-        segment_lines = {}
+        segment_lines, interleave = {}, {}
         self.windows = windows
         for k, (first, steps) in enumerate(_segments(plan)):
             name = f"segment{k}"
@@ -125,6 +125,7 @@ class CpuProgram:
             parts.append("\n\n" + "\n".join(lines) + "\n")
             self.segments.append((name, first, steps, srcs))
             segment_lines[name] = lines
+            interleave[name] = max(ks.interleave for ks in srcs)
         self.pyops = {
             S.pyop_name(n): n.attrs["pyop"].fn
             for ks in self.kernel_sources.values()
@@ -137,7 +138,8 @@ class CpuProgram:
         )
         parts[1] = _helper_imports(body) + _fastmath_imports(body) + pyops
         self.kernel_modules = {
-            name: KernelModule(lines, name, self.pyops) for name, lines in segment_lines.items()
+            name: KernelModule(lines, name, self.pyops, interleave[name])
+            for name, lines in segment_lines.items()
         }
         self.source = "\n".join(parts)
         self.module = None
@@ -202,7 +204,8 @@ class CpuProgram:
             )
             known, hits = len(disp.overloads), sum(disp.stats.cache_hits.values())
             try:
-                disp.compile(sig)
+                with S.interleaved_loops(self.kernel_modules[name].interleave):
+                    disp.compile(sig)
             except Exception as e:
                 source, names = (kernel.source, kernel.original) if kernel else (self.source, {})
                 raise CompileError(_describe_failure(name, steps, e, source, names)) from e
@@ -241,9 +244,12 @@ class KernelModule:
     ``segment``, its kernel-local names numbered by first use, its comments (which name the
     user's lines) dropped. Another graph, or an edit of this one, that makes the same segment
     reuses its machine code, in this process or from the disk cache, and an edit recompiles
-    only the segments it changed. numba's cache keys the machine code by the argument types."""
+    only the segments it changed. numba's cache keys the machine code by the argument types.
+    ``interleave``: the vector iterations LLVM interleaves in its loops (``KernelSource.
+    interleave``), written into the source so that it is part of the cache key."""
 
-    def __init__(self, lines: list, name: str, pyops: dict):
+    def __init__(self, lines: list, name: str, pyops: dict, interleave: int = 0):
+        self.interleave = interleave
         names: dict = {}
 
         def canonical(m):
@@ -259,6 +265,8 @@ class KernelModule:
             if re.search(rf"\b{p}\(", text)
         )
         header = _helper_imports(text) + _fastmath_imports(text) + bound
+        if interleave:
+            header += f"_TRACEKIT_INTERLEAVE = {interleave}  # LLVM's, set while it compiles\n"
         self.source = f"{MODULE_HEADER}\n{header}\n\n{text}"
 
 

@@ -45,6 +45,14 @@ LANES = 16
 STREAM_MIN_WORK = PARALLEL_MIN_WORK
 STREAM_MIN_FAST_MATH = 2
 STREAM_BUDGET = 64
+# Where a kernel calls STREAM_MIN_FAST_MATH fast-math functions or more per element and no
+# streams are written (too many statements, too few elements), LLVM's vectoriser interleaves
+# this many vector iterations of its loops instead (see KernelSource.interleave)
+INTERLEAVE = 4
+# A column kernel computes a value of at most this many arithmetic ops on its inputs again in
+# a later pass that reads it, rather than storing it in a pass and loading it in that one (see
+# KernelSource._recomputed)
+RECOMPUTE_OPS = 4
 SHORT_ROW = 64  # rows up to this long loop to a bound LLVM cannot see (see _row_end)
 
 
@@ -107,6 +115,8 @@ class KernelSource:
         self._farc = f"{self.p}farc"  # ... in a parallel chunk of a reduction (one update each)
         self.far_into = self._farc  # the count a reduction's row or element adds its tests to
         self.far_terms: list = []  # the element's tests (numba allows one update per loop)
+        self.streamed = False  # some loop interleaves streams (see _streams)
+        self.recompute: dict = {}  # values later passes compute again (see _recomputed)
 
     # -- naming
     def arg(self, v: Var) -> str:
@@ -232,17 +242,12 @@ class KernelSource:
 
     def _reduction(self, rare: bool):
         """A kernel with reductions; ``rare``: serial (see ``_near_first``)."""
-        keep = self.min_parallel
-        self.min_parallel = 1 << 62 if rare else keep
-        try:
-            if self._columns_fit():
-                self._columns()
-            elif self.layout.kept:
-                self._rows()
-            else:
-                self._whole()
-        finally:
-            self.min_parallel = keep
+        if self._columns_fit():
+            self._columns(serial=rare)
+        elif self.layout.kept:
+            self._rows(serial=rare)
+        else:
+            self._whole(serial=rare)
 
     def _loops(self, dims, depth, parallel) -> int:
         for k, c in enumerate(dims):
@@ -366,6 +371,7 @@ class KernelSource:
         L = self.layout
         outer, inner = L.kept[:-1], L.kept[-1]
         i, size = L.names[inner], L.sizes[inner]
+        self.streamed = True
         width = streams * LANES
         full = size // width * width
         parallel = self._parallel()
@@ -443,6 +449,19 @@ class KernelSource:
             return 1
         return streams
 
+    @property
+    def interleave(self) -> int:
+        """The count of vector iterations LLVM's vectoriser interleaves in this kernel's loops
+        (0: its own choice, which is 1 for long loop bodies). Where each element calls a chain
+        of fast-math functions, one vector iteration is a dependency chain too long for the CPU
+        to overlap the next one with it: interleaved iterations, as streams do in the source
+        (``_streams``), keep its units busy (a float64 chain of 10 functions: 80 ns an element,
+        27 interleaved by 4; a float32 chain of 5 tanh as fast as in 4 streams)."""
+        if self.streamed:
+            return 0
+        heavy = sum(S.is_fast_math(n, self.math) for n in self.group.nodes)
+        return INTERLEAVE if heavy >= STREAM_MIN_FAST_MATH else 0
+
     def _scan(self):
         (node,) = self.group.nodes
         x = node.inputs[0]
@@ -466,7 +485,7 @@ class KernelSource:
         (a ``sin(x)`` added to a layer norm's result): that one is computed in the first pass
         that reads it, from the inputs read again, instead of being kept in a scratch row
         from an earlier pass (a store and a load more per element, and more work in a pass
-        that may be a reduction's); not in short rows (see below)."""
+        that may be a reduction's); not in short rows of a row kernel (see below)."""
         g, L, phase = self.group, self.layout, {}
         for n in g.nodes:
             p = max([phase.get(x, 0) for x in n.var_inputs] or [0])
@@ -478,9 +497,10 @@ class KernelSource:
             for x in n.var_inputs:
                 readers.setdefault(x, []).append(n)
         free = set()  # full values of inputs and row values only, computable in any pass
-        if L.red and L.sizes[L.red[-1]] <= SHORT_ROW:
+        if L.red and L.sizes[L.red[-1]] <= SHORT_ROW and not self._columns_fit():
             return phase  # (rows of 64: a float32 RMS norm with a log and an exp2 moved to its
-            # last pass ran 1.6x slower, 185 us against 116)
+            # last pass ran 1.6x slower, 185 us against 116; a column kernel's inner loop is
+            # over its block of columns, however few the rows)
         for n in g.nodes:
             if not is_reduction(n) and len(n.outputs) == 1 and g.role.get(n.out) != "row":
                 if all(x not in made or g.role.get(x) == "row" or x in free for x in n.var_inputs):
@@ -499,14 +519,14 @@ class KernelSource:
             [phase[n.out] for n in full] + [phase.get(r.inputs[0], 0) for r in self.reduces]
         )
 
-    def _rows(self):
+    def _rows(self, serial: bool = False):
         L = self.layout
         phase = self._phases()
         passes = self._passes(phase)
         scratch = self._scratch(phase)
         outer, rest = L.kept[0], L.kept[1:]
         n_outer = L.sizes[outer]
-        parallel = self._work() >= self.min_parallel and n_outer > 1
+        parallel = not serial and self._parallel() and n_outer > 1
         nch = min(n_outer, CHUNKS) if parallel else 1
         chunk = -(-n_outer // nch)
         i0, ch = L.names[outer], f"{self.p}ch"
@@ -551,6 +571,7 @@ class KernelSource:
         streams = self._pass_streams(p, phase, reds)
         start = 0
         if streams > 1:
+            self.streamed = True
             width = streams * LANES
             blocks, start = n // width, n // width * width
             self.emit(f"for {j}s in range({blocks}):", depth)
@@ -617,7 +638,7 @@ class KernelSource:
             and not any(accumulation(r).index for r in self.reduces)
         )
 
-    def _columns(self):
+    def _columns(self, serial: bool = False):
         """The passes of ``_rows`` over a block of COLUMNS kept elements at a time: each pass
         loops over the reduced dims outside and the block's columns inside (unit stride,
         vectorised), with one accumulator per column; row values (reductions' results and
@@ -631,7 +652,7 @@ class KernelSource:
         nblocks = -(-n // COLUMNS)
         b, c, width = f"{self.p}cb", f"{self.p}c", f"{self.p}cn"
         depth = 1
-        if self._work() >= self.min_parallel and nblocks > 1:
+        if not serial and self._parallel() and nblocks > 1:
             self._prange(b, nblocks, depth)
         else:
             self.emit(f"for {b} in range({nblocks}):", depth)
@@ -734,14 +755,14 @@ class KernelSource:
             self.emit(f"{a} = {a} + {S.cast(f'{a}_b', _block_dtype(r), acc)}", depth)
         self.blocked = []
 
-    def _whole(self):
+    def _whole(self, serial: bool = False):
         """A reduction over every dimension: parallel chunks, then an ordered combine of the
-        chunks' partial results."""
+        chunks' partial results (one chunk where ``serial``)."""
         L = self.layout
         phase = self._phases()
         passes = self._passes(phase)
         total = L.red_total
-        nch = max(1, min(CHUNKS, total // (self.min_parallel // 4)))
+        nch = 1 if serial else max(1, min(CHUNKS, total // (self.min_parallel // 4)))
         chunk = -(-total // nch)
         nch = -(-total // chunk)
         scratch = self._scratch(phase)
@@ -801,8 +822,11 @@ class KernelSource:
         (softmax keeps ``exp(x - max)`` in the output row), else in a per-chunk buffer.
         """
         g, need, last = self.group, [], {}
+        self.recompute = self._recomputed()
         for n in g.nodes:
             for x in n.var_inputs:
+                if x in self.recompute:
+                    continue
                 if g.role.get(x) == "full" and phase[x] < self._use_phase(n, phase):
                     last[x] = max(last.get(x, 0), self._use_phase(n, phase))
                     if x not in self.outputs and x not in need:
@@ -824,6 +848,43 @@ class KernelSource:
                     break
         return need
 
+    def _recomputed(self) -> dict:
+        """``{value: its node}``: in a column kernel, the full values that a pass reading them
+        from an earlier one computes again from the kernel's inputs and row values, rather
+        than loading them from where that pass stored them (a scratch block, or the result's
+        row: a store and a load of each element, past the caches for a large result). Those
+        of at most RECOMPUTE_OPS plain arithmetic ops, no function calls, that are not
+        results (a float64 column norm of ``x ** 3``: 1.70 ms against 1.93 a call)."""
+        g = self.group
+        if not self._columns_fit():
+            return {}
+        made = {o: n for n in g.nodes for o in n.outputs}
+        ops: dict = {}  # value -> the nodes computing it again
+        for n in g.nodes:
+            if len(n.outputs) != 1 or g.role.get(n.out) != "full" or n.out in self.outputs:
+                continue
+            if is_reduction(n) or OPS[n.op].keeps_order or S.element_cost(n, self.math):
+                continue
+            if OPS[n.op].kind != "elementwise":
+                continue
+            chain = {n}
+            for x in n.var_inputs:
+                if x in made and g.role.get(x) != "row":
+                    if x not in ops:
+                        break
+                    chain |= ops[x]
+            else:
+                if len(chain) <= RECOMPUTE_OPS:
+                    ops[n.out] = chain
+        return {v: made[v] for v in ops}
+
+    def _recompute(self, x, depth):
+        """Emit the statements computing ``x`` again (``_recomputed``), its inputs first."""
+        for v in self.recompute[x].var_inputs:
+            if v in self.recompute and v not in self.local:
+                self._recompute(v, depth)
+        self.compute(self.recompute[x], depth)
+
     def _use_phase(self, n, phase):
         if is_reduction(n):
             return phase.get(n.inputs[0], 0)
@@ -841,6 +902,9 @@ class KernelSource:
         for n in now:  # full values of earlier passes are read back first
             for x in n.var_inputs:
                 if g.role.get(x) == "full" and phase[x] < p and x not in self.local:
+                    if x in self.recompute:
+                        self._recompute(x, depth)
+                        continue
                     src = self._scratch_at(x, flat) if x in scratch else self.at(x)
                     self.emit(f"{self.p}b_{x.ident} = {src}", depth)
                     self.local[x] = f"{self.p}b_{x.ident}"

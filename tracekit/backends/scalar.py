@@ -9,6 +9,7 @@ target's helpers are in ``cpu_helpers.py``).
 
 from __future__ import annotations
 
+import contextlib
 import math as _math
 
 import numpy as np
@@ -301,6 +302,25 @@ def _allow_alias_checks():
         "memory-check-merge-threshold",
     ):
         llvm.set_option("tracekit", f"-{option}={ALIAS_CHECKS}")
+
+
+@contextlib.contextmanager
+def interleaved_loops(count: int):
+    """Inside the block, LLVM's loop vectoriser interleaves ``count`` vector iterations of each
+    loop it vectorises (``count`` 0: its own choice). LLVM's options are the process's: the
+    block holds numba's compiler lock, so no other compile runs under the option."""
+    if not count:
+        yield
+        return
+    import llvmlite.binding as llvm
+    from numba.core.compiler_lock import global_compiler_lock
+
+    with global_compiler_lock:
+        llvm.set_option("tracekit", f"-force-vector-interleave={count}")
+        try:
+            yield
+        finally:
+            llvm.set_option("tracekit", "-force-vector-interleave=0")
 
 
 def __getattr__(name):  # the intrinsics are built on first use (numba imports are slow)
