@@ -305,14 +305,13 @@ class KernelSource:
         d = view_dim + len(L.shape) - v.ndim
         return next((c for c, dims in enumerate(L.dims) if d in dims), None)
 
-    def _parallel_loop(self, name, n, depth, dim, grain=1):
+    def _parallel_loop(self, name, n, depth, dim):
         """A parallel loop of ``n`` trips over ``dim``: ``prange``, or in a chunk kernel (at the
-        top level, once) a loop over the chunk ``[lo, hi)`` of it, cut at multiples of
-        ``grain``."""
+        top level, once) a loop over the chunk ``[lo, hi)`` of it."""
         if not (self.chunked and depth == 1 and self.chunk is None):
             self._prange(name, n, depth)
             return
-        self.chunk = (dim, n, grain)
+        self.chunk = (dim, n, 1)
         self.emit(f"for {name} in range({self.lo}, {self.hi}):", depth)
 
     def _in_chunk(self, dim, depth) -> bool:
@@ -410,9 +409,9 @@ class KernelSource:
         depth = self._loops(outer, base, parallel)
         blocks = f"{i}b"
         self.emit(f"# {streams} interleaved streams of {LANES} elements (see _streams)", depth)
-        if parallel and not outer and self.chunked:  # chunks of elements, whole blocks
-            self._parallel_loop(blocks, size, depth, inner, grain=width)
-            self.lines[-1] = self._chunk_blocks(blocks, width, depth)
+        if parallel and not outer and self.chunked:  # chunks of elements, whole blocks each
+            self.chunk = (inner, size, width)
+            self.emit(self._chunk_blocks(blocks, width), depth)
         elif parallel and not outer:
             self._prange(blocks, size // width, depth)
         else:
@@ -427,11 +426,11 @@ class KernelSource:
             self.emit(f"for {i} in range({full}, {size}):", depth)
         self._elementwise_body(depth + 1)
 
-    def _chunk_blocks(self, blocks, width, depth) -> str:
+    def _chunk_blocks(self, blocks, width) -> str:
         """The loop over the whole blocks of ``width`` elements in the chunk (whose ``lo`` is
         a multiple of ``width``)."""
         w = self._bound(width)
-        return "    " * depth + f"for {blocks} in range({self.lo} // {w}, {self.hi} // {w}):"
+        return f"for {blocks} in range({self.lo} // {w}, {self.hi} // {w}):"
 
     def _bound(self, n) -> str:
         """A constant beside the chunk's bounds, of their type."""
