@@ -7,6 +7,7 @@ Run from the repository root::
     .venv/bin/python benchmarks/cold_compile.py --only trig,chain200 --repeats 5
     .venv/bin/python benchmarks/cold_compile.py --tracekit /path/to/other/checkout  # another
     .venv/bin/python benchmarks/cold_compile.py --tracekit /before --tracekit .  # side by side
+    .venv/bin/python benchmarks/cold_compile.py --threads numba,pool  # TRACEKIT_CPU_THREADS
 
 Each figure is the median over ``--repeats`` new processes, each with a new, empty cache
 directory (``TRACEKIT_CACHE_DIR``), of the first call of ``tk.jit(fn, wait=True)``: trace,
@@ -153,8 +154,12 @@ def child(name: str, mode: str) -> dict:
     return {"seconds": seconds, "import_s": import_s}
 
 
-def _run_child(name, mode, cache_dir, tracekit_dir) -> dict:
+def _run_child(name, mode, cache_dir, checkout) -> dict:
+    """``checkout``: a checkout's folder, or ``(folder, TRACEKIT_CPU_THREADS)``."""
+    tracekit_dir, threads = checkout if isinstance(checkout, tuple) else (checkout, None)
     env = dict(os.environ, TRACEKIT_CACHE_DIR=cache_dir, PYTHONPATH=tracekit_dir)
+    if threads:
+        env["TRACEKIT_CPU_THREADS"] = threads
     env.pop("TRACEKIT_DISABLE_DISK_CACHE", None)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", name, mode]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
@@ -182,6 +187,11 @@ def main():
         help="a checkout to import tracekit from (default: this one); given twice or more, the "
         "checkouts' processes alternate and each figure has one row per checkout",
     )
+    ap.add_argument(
+        "--threads",
+        help="comma-separated TRACEKIT_CPU_THREADS settings (numba, pool): each checkout's "
+        "processes alternate between them, one row each",
+    )
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     opts = ap.parse_args()
     if opts.child:
@@ -189,11 +199,16 @@ def main():
         return
     names = opts.only.split(",") if opts.only else [*GRAPHS, "edit"]
     checkouts = opts.tracekit or [str(ROOT)]
+    if opts.threads:
+        checkouts = [(c, t) for c in checkouts for t in opts.threads.split(",")]
     fast_math = {c: _fast_math_cache(c) for c in checkouts}
     for k, c in enumerate(checkouts):
-        installed = glob.glob(os.path.join(c, "tracekit", "backends", "fastmath_cache", "*.nbi"))
+        folder, threads = c if isinstance(c, tuple) else (c, None)
+        pattern = os.path.join(folder, "tracekit", "backends", "fastmath_cache", "*.nbi")
+        installed = glob.glob(pattern)
         said = f"{len(installed)} functions" if installed else "none"
-        print(f"[{k}] tracekit from {c}; fast-math library precompiled at install: {said}")
+        setting = f", TRACEKIT_CPU_THREADS={threads}" if threads else ""
+        print(f"[{k}] tracekit from {folder}{setting}; fast-math library at install: {said}")
     print(f"load average {os.getloadavg()[0]:.2f}")
     tag = len(checkouts) > 1
     print(f"{'graph':{14 if tag else 10}s} " + " ".join(f"{m:>17s}" for m in MODES))

@@ -22,6 +22,7 @@ Results go to ``benchmarks/results/cpu-<date>.json`` (``--json`` to change).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import gc
 import json
@@ -617,6 +618,8 @@ EXTRA_SECTIONS = ("warmstart",)
 # Peers
 
 PEER_GROUPS = ("numpy", "numexpr", "jax", "torch", "numba", "tracekit")
+# not run unless asked for: tracekit's kernels compiled with TRACEKIT_CPU_THREADS=pool
+OPTIONAL_PEERS = ("tracekit-pool",)
 _mods: dict[str, object] = {}
 
 
@@ -735,13 +738,15 @@ def setup_torch(w, args):
     return thunk, tuple(o.numpy() for o in as_tuple(r)), {"first_call_s": t, "cold_s": t}
 
 
-def setup_tracekit(w, args, state, timeout):
+def setup_tracekit(w, args, state, timeout, threads=None):
+    """``threads``: the TRACEKIT_CPU_THREADS the kernels compile with (None: as it is set)."""
     tk = _tk()
     with time_limit(timeout):
         t0 = time.perf_counter()
         traced = tk.trace(w.fn, *args)
         t1 = time.perf_counter()
-        c = tk.compile(traced, target="cpu")
+        with _env("TRACEKIT_CPU_THREADS", threads):
+            c = tk.compile(traced, target="cpu")
         t2 = time.perf_counter()
         r = c(*args)
         t3 = time.perf_counter()
@@ -749,6 +754,21 @@ def setup_tracekit(w, args, state, timeout):
     bd = {"trace": t1 - t0, "compile": t2 - t1, "first_call": t3 - t2}
     thunk = lambda: c(*args)  # noqa: E731
     return thunk, r, {"first_call_s": t3 - t2, "cold_s": t3 - t0, "breakdown": bd}
+
+
+@contextlib.contextmanager
+def _env(name, value):
+    """The environment variable ``name`` set to ``value`` (None: left as it is) in the block."""
+    before = os.environ.get(name)
+    if value is not None:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if value is not None and before is None:
+            os.environ.pop(name, None)
+        elif value is not None:
+            os.environ[name] = before
 
 
 def setup_tracekit_out(w, args, state, ref):
@@ -830,6 +850,8 @@ def peer_names(w: Workload, groups: set[str]) -> list[str]:
         names.extend(["tracekit", "tracekit out="])
         if w.name == "call1k":
             names.append("tracekit jit")
+    if "tracekit-pool" in groups:
+        names.append("tracekit pool")
     return names
 
 
@@ -862,6 +884,8 @@ def run_workload(w: Workload, opts, bandwidth: float, log) -> dict:
                 info = {"first_call_s": t, "cold_s": t, "note": note or ""}
             elif name == "tracekit":
                 thunk, got, info = setup_tracekit(w, args, state, opts.compile_timeout)
+            elif name == "tracekit pool":
+                thunk, got, info = setup_tracekit(w, args, {}, opts.compile_timeout, "pool")
             elif name == "tracekit out=":
                 thunk, got, info = setup_tracekit_out(w, args, state, ref_t)
             elif name == "tracekit jit":
@@ -936,7 +960,7 @@ def run_workload(w: Workload, opts, bandwidth: float, log) -> dict:
 
     # tracekit once more after timing: reused buffers / state must not drift
     for r in results:
-        if r.peer in ("tracekit", "tracekit jit") and r.thunk is not None:
+        if r.peer in ("tracekit", "tracekit jit", "tracekit pool") and r.thunk is not None:
             try:
                 ok, msg, _ = check(r.thunk(), ref_t, w.rtol, atol)
             except Exception as e:  # noqa: BLE001
@@ -1205,6 +1229,7 @@ def print_warm_start(ws: dict, out) -> None:
 
 def print_summary(workloads: list[dict], out) -> None:
     cols = ["numpy", "numexpr", "jax.jit", "torch.compile", "tracekit", "tracekit out="]
+    cols.append("tracekit pool")
     present = [c for c in cols if any(c in {r.peer for r in w["results"]} for w in workloads)]
     rows = []
     for w in workloads:
@@ -1244,7 +1269,8 @@ def parse_args(argv=None):
     ap.add_argument(
         "--peers",
         default=",".join(PEER_GROUPS),
-        help=f"comma-separated peers to run (default: all of {','.join(PEER_GROUPS)})",
+        help=f"comma-separated peers to run (default: all of {','.join(PEER_GROUPS)}; "
+        f"also {','.join(OPTIONAL_PEERS)})",
     )
     ap.add_argument("--budget", type=float, help="seconds of timing per workload")
     ap.add_argument("--min-rounds", type=int, help="fewest interleaved rounds per workload")
@@ -1267,8 +1293,9 @@ def parse_args(argv=None):
         ap.error(f"unknown workload(s) {', '.join(unknown)}; choose from {', '.join(names)}")
     opts.only = only
     groups = {p.strip() for p in opts.peers.split(",") if p.strip()}
-    if groups - set(PEER_GROUPS):
-        ap.error(f"unknown peer(s) {sorted(groups - set(PEER_GROUPS))}; choose from {PEER_GROUPS}")
+    known = PEER_GROUPS + OPTIONAL_PEERS
+    if groups - set(known):
+        ap.error(f"unknown peer(s) {sorted(groups - set(known))}; choose from {known}")
     opts.peer_groups = groups
     if opts.budget is None:
         opts.budget = 0.5 if opts.quick else 8.0

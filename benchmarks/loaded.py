@@ -5,15 +5,18 @@ Run from the repository root::
 
     .venv/bin/python benchmarks/loaded.py              # a busy process on every core
     .venv/bin/python benchmarks/loaded.py --load 0     # the same table on the machine as it is
+    .venv/bin/python benchmarks/loaded.py --pool       # and a column of chunk kernels
 
 While ``--load`` processes (default: one per core) spin, every workload runs as NumPy, as
 tracekit's compiled code (``tk.jit(wait=True)``, numba's threads as configured), and as the
 same compiled code with one numba thread (``numba.set_num_threads(1)`` around the call): the
 third column says what a serial kernel would give; and as tracekit's compiled code with its
 BLAS calls on the library's own thread count (``blas_threads_as_set``: as before tracekit fitted
-them to the free cores). Small kernels (the ones whose parallel regions wait for a descheduled
-thread), products with an epilogue (``benchmarks/random_programs.py``'s programs 83, 181, 56)
-and ``benchmarks/cpu.py``'s workloads at its quick sizes.
+them to the free cores); with ``--pool``, also compiled with ``TRACEKIT_CPU_THREADS=pool``
+(chunk kernels on tracekit's own threads). Small kernels (the ones whose parallel regions
+wait for a descheduled thread), products with an epilogue
+(``benchmarks/random_programs.py``'s programs 83, 181, 56) and ``benchmarks/cpu.py``'s
+workloads at its quick sizes.
 Medians of interleaved rounds; ratios are NumPy's time / the peer's (above 1.0: faster).
 """
 
@@ -127,10 +130,22 @@ def _blas_as_set(fn):
     return call
 
 
+def _compiled_with_pool(fn, args):
+    """``fn`` compiled with chunk kernels on tracekit's own threads, checked."""
+    os.environ["TRACEKIT_CPU_THREADS"] = "pool"
+    try:
+        f = tk.jit(fn, wait=True, progress=False)
+        np.testing.assert_allclose(f(*args), fn(*args), rtol=1e-4, atol=1e-5)
+    finally:
+        del os.environ["TRACEKIT_CPU_THREADS"]
+    return f
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--load", type=int, default=os.cpu_count(), help="busy processes")
     p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--pool", action="store_true", help="also TRACEKIT_CPU_THREADS=pool")
     opts = p.parse_args(argv)
     rng = np.random.default_rng(0)
     cases = small_workloads(rng) + matmul_workloads(rng)
@@ -145,6 +160,8 @@ def main(argv=None) -> int:
             "tracekit 1 thread": _serial(f),
             "tracekit BLAS as set": _blas_as_set(f),
         }
+        if opts.pool:
+            peers[name]["tracekit pool"] = _compiled_with_pool(fn, args)
     stop = multiprocessing.Event()
     load = [multiprocessing.Process(target=_spin, args=(stop,)) for _ in range(opts.load)]
     for proc in load:
@@ -165,6 +182,7 @@ def main(argv=None) -> int:
     print(
         f"{'':13s} {'numpy':>10s} {'tracekit':>10s} {'ratio':>6s} {'1 thread':>10s} {'ratio':>6s}"
         f" {'BLAS as set':>11s} {'ratio':>6s}"
+        + (f" {'pool':>10s} {'ratio':>6s}" if opts.pool else "")
     )
     for name, _, _ in cases:
         med = {peer: statistics.median(t) for peer, t in times[name].items()}
@@ -174,6 +192,11 @@ def main(argv=None) -> int:
             f"{base / med['tracekit']:6.2f} {fmt_time(med['tracekit 1 thread']):>10s} "
             f"{base / med['tracekit 1 thread']:6.2f} {fmt_time(med['tracekit BLAS as set']):>11s} "
             f"{base / med['tracekit BLAS as set']:6.2f}"
+            + (
+                f" {fmt_time(med['tracekit pool']):>10s} {base / med['tracekit pool']:6.2f}"
+                if opts.pool
+                else ""
+            )
         )
     return 0
 

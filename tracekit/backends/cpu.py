@@ -5,6 +5,11 @@ own source and argument types (:class:`KernelModule`), so graphs share kernels a
 recompiles only the kernels it changed. The runner is generated Python too: it allocates outputs
 and temporaries with NumPy (outside the kernels; temporaries are reused across calls, per
 thread), calls BLAS through NumPy for matmuls, and calls the segments.
+
+With ``TRACEKIT_CPU_THREADS=pool`` (not the default), a parallel kernel of a plan without loops
+is a serial ``nogil`` function of a chunk of its parallel loop instead (no parfor pipeline: it
+compiles in a third to two thirds of the time), whose chunks the runner runs on tracekit's own
+threads (``runtime.run_chunks``); whole-array reductions keep numba's parallel loops.
 """
 
 from __future__ import annotations
@@ -36,11 +41,11 @@ from .cpu_loop import (
     prepared_argument,
     trip_count,
 )
-from .emit_cpu import PARALLEL_MIN_WORK, PARALLEL_MIN_WORK_BESIDE_BLAS
+from .emit_cpu import PARALLEL_MIN_WORK, PARALLEL_MIN_WORK_BESIDE_BLAS, POOL_MIN_WORK
 from .offsets import fuse_at_offsets
 from .planner import Plan, blas_out, calls_blas, escaping, handed_over, in_place_updates
 from .planner import plan as make_plan
-from .runtime import blas_may_thread, fitted_blas
+from .runtime import blas_may_thread, fitted_blas, run_chunks
 from .tiles import kernel_source
 from .windows import view_windows
 
@@ -83,11 +88,15 @@ class CpuProgram:
         out_windows: dict | None = None,
         returns: frozenset = frozenset(),
         disk: bool = True,
+        chunked: bool = False,
     ):
         """``out_windows``: kernel results written straight into a region of another array
         (a loop driver's direct stores), ``{result: Window}``; ``returns``: 0-d results a
         segment may return as scalars instead of storing (a loop driver's scalar state; the
-        ones it does are its kernels' ``returned``, in order)."""
+        ones it does are its kernels' ``returned``, in order); ``chunked``: parallel kernels
+        as functions of a chunk of their loop, which the runner runs on Python threads
+        (``runtime.ChunkPool``), in a plan without loops (whose drivers call segments from
+        inside numba)."""
         self.plan, self.math = plan, math
         self.disk = disk  # numba's disk cache, for this program's loops too
         self.compiled_loops: dict = {}  # loop node -> its compiled run, made before load
@@ -101,19 +110,24 @@ class CpuProgram:
         windows = {**view_windows(plan), **(out_windows or {})}
         segment_lines, interleave = {}, {}
         self.windows = windows
+        chunked = chunked and not any(OPS[n.op].kind == "control" for n in plan.graph.nodes)
+        self.chunks = {}  # segment name -> its chunk kernel's KernelSource
         for k, (first, steps) in enumerate(_segments(plan)):
             name = f"segment{k}"
             read_here = {v for s in steps for v in s.inputs}  # stay arrays: read in the segment
-            srcs = [
-                kernel_source(s, math, min_parallel, views, windows, returns - read_here)
-                for s in steps
-            ]
+            args = (math, min_parallel, views, windows, returns - read_here)
+            srcs = [kernel_source(s, *args, chunked) for s in steps]
+            if any(ks.chunk is not None and "prange(" in ks.text for ks in srcs):
+                srcs = [kernel_source(s, *args) for s in steps]  # (a parallel loop left)
             params = [p for ks in srcs for p in ks.params()]
             parallel = any("prange(" in ks.text for ks in srcs)
+            flags = f"parallel={NO_LOOP_FUSION if parallel else False}"
+            if len(srcs) == 1 and srcs[0].chunk is not None:
+                self.chunks[name] = srcs[0]
+                params = [srcs[0].lo, srcs[0].hi, *params]
+                flags = "nogil=True"
             lines = [
-                f"@numba.njit(parallel={NO_LOOP_FUSION if parallel else False}, "
-                "error_model='numpy', "
-                "cache=_TRACEKIT_DISK_CACHE)",
+                f"@numba.njit({flags}, error_model='numpy', cache=_TRACEKIT_DISK_CACHE)",
                 f"def {name}({', '.join(params)}):",
                 "    _wide_vectors()",
             ]
@@ -202,6 +216,8 @@ class CpuProgram:
                 for ks in srcs
                 for _, v, whole, owner in ks.owned_operands()
             )
+            if name in self.chunks:  # the chunk's bounds
+                sig = (_chunk_index(self.chunks[name]),) * 2 + sig
             known, hits = len(disp.overloads), sum(disp.stats.cache_hits.values())
             try:
                 with S.interleaved_loops(self.kernel_modules[name].interleave):
@@ -268,6 +284,13 @@ class KernelModule:
         if interleave:
             header += f"_TRACEKIT_INTERLEAVE = {interleave}  # LLVM's, set while it compiles\n"
         self.source = f"{MODULE_HEADER}\n{header}\n\n{text}"
+
+
+def _chunk_index(ks):
+    """The numba type of chunk kernel ``ks``'s bounds."""
+    import numba
+
+    return numba.uint64 if ks.chunk_unsigned() else numba.int64
 
 
 def _numba_type(v: Var, ks, whole=False):
@@ -413,7 +436,7 @@ class Runner:
                         else:  # an input or a host op's value: a copy only if it is strided
                             args.append(f"_contiguous({names[v]})")
                 self.ns[name] = getattr(program.module, name)
-                lines.append(f"    {name}({', '.join(args)})")
+                lines.append(f"    {self._segment_call(name, args)}")
                 for v in (v for st in steps for v in st.outputs if v.weak):
                     # a weak value is a Python number to the ops reading it (NEP 50)
                     lines.append(f"    {names[v]} = {names[v]}.item()")
@@ -500,6 +523,22 @@ class Runner:
         lines += body
         lines.append(f"    return {outs[0]}")
         return "\n".join(lines) + "\n"
+
+    def _segment_call(self, name, args) -> str:
+        """Source of a call of segment ``name``: a chunk kernel (:attr:`CpuProgram.chunks`)
+        on the pool's threads where its work pays for their wake-up, else over the whole loop
+        as one chunk."""
+        ks = self.program.chunks.get(name)
+        if ks is None:
+            return f"{name}({', '.join(args)})"
+        _, trips, grain = ks.chunk
+        index = np.uint64 if ks.chunk_unsigned() else np.int64
+        if ks.work() >= POOL_MIN_WORK:
+            self.ns["_chunks"], self.ns[f"_index_{name}"] = run_chunks, index
+            operands = "".join(a + ", " for a in args)
+            return f"_chunks({name}, {trips}, {grain}, _index_{name}, ({operands}))"
+        self.ns[f"_whole_{name}"] = (index(0), index(trips))
+        return f"{name}(*_whole_{name}, {', '.join(args)})"
 
     def _alloc(self, v: Var, result_pos) -> str:
         shape, dt = v.shape, f"_dt_{v.ident}"

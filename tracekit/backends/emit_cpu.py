@@ -27,6 +27,9 @@ PARALLEL_MIN_WORK = 1 << 15
 # slowing each other down (measured: matmul 1024² + a parallel gelu epilogue 19 ms, with the
 # epilogue serial 13 ms, the matmul alone 12 ms)
 PARALLEL_MIN_WORK_BESIDE_BLAS = 1 << 22
+# A chunk kernel (KernelSource.chunk) runs on Python threads from this much work; below it, on
+# the calling thread alone: waking a pool's thread costs more than waking numba's
+POOL_MIN_WORK = 4 * PARALLEL_MIN_WORK
 # A parallel loop over at least this many trips keeps its place outermost (see _loop_order)
 LOOP_TRIPS_TO_SHARE = 16
 CHUNKS = 64  # partial results per whole-array reduction
@@ -82,9 +85,14 @@ class KernelSource:
         strided: frozenset = frozenset(),
         windows: dict | None = None,
         returns: frozenset = frozenset(),
+        chunked: bool = False,
     ):
         self.step, self.group, self.math = step, step.group, math
         self.min_parallel = min_parallel
+        # the parallel loop as a serial loop over a chunk [lo, hi) of it, given at each call
+        # (runtime.ChunkPool runs the chunks on threads): ``chunk`` = (its dim, trips, grain)
+        self.chunked, self.chunk = chunked, None
+        self.lo, self.hi = f"{step.group.name}_lo", f"{step.group.name}_hi"
         g = self.group
         self.p = f"{g.name}_"
         self.inputs = list(step.inputs)
@@ -246,14 +254,19 @@ class KernelSource:
             self._columns(serial=rare)
         elif self.layout.kept:
             self._rows(serial=rare)
-        else:
+        else:  # passes with a combine between them: numba's parallel loops
+            self.chunked = False
             self._whole(serial=rare)
 
     def _loops(self, dims, depth, parallel) -> int:
+        if self.chunk is not None and depth == 1 and self.chunk[0] in dims:
+            dims = [self.chunk[0]] + [c for c in dims if c != self.chunk[0]]
         for k, c in enumerate(dims):
             name, size = self.layout.names[c], self.layout.sizes[c]
             if parallel and k == 0:
-                self._prange(name, size, depth)
+                self._parallel_loop(name, size, depth, c)
+            elif k == 0 and self._in_chunk(c, depth):
+                self.emit(f"for {name} in range({self.lo}, {self.hi}):", depth)
             else:
                 self.emit(f"for {name} in range({size}):", depth)
             depth += 1
@@ -297,20 +310,44 @@ class KernelSource:
         d = view_dim + len(L.shape) - v.ndim
         return next((c for c, dims in enumerate(L.dims) if d in dims), None)
 
+    def _parallel_loop(self, name, n, depth, dim):
+        """A parallel loop of ``n`` trips over ``dim``: ``prange``, or in a chunk kernel (at the
+        top level, once) a loop over the chunk ``[lo, hi)`` of it."""
+        if not (self.chunked and depth == 1 and self.chunk is None):
+            self._prange(name, n, depth)
+            return
+        self.chunk = (dim, n, 1)
+        self.emit(f"for {name} in range({self.lo}, {self.hi}):", depth)
+
+    def _in_chunk(self, dim, depth) -> bool:
+        """Whether a serial loop over ``dim`` at ``depth`` covers the chunk only (the same
+        kernel's loops again, through libm: see ``_near_first``)."""
+        return self.chunk is not None and depth == 1 and self.chunk[0] == dim
+
+    def chunk_unsigned(self) -> bool:
+        """Whether the chunk's bounds may be uint64: the chunk loop's index only indexes
+        arrays (an elementwise kernel without windows). numba adds no negative-index
+        wraparound for an unsigned index (with int64 bounds a trig kernel ran 4x slower)."""
+        if self.group.kind != "elementwise" or self.windows:
+            return False
+        return all(
+            OPS[n.op].kind == "elementwise" or OPS[n.op].keeps_order for n in self.group.nodes
+        )
+
     def _prange(self, name, n, depth):
         """A parallel loop: numba compiles its body as a function of its own (see
         ``scalar._make_kernel_intrinsics`` for ``_wide_vectors``)."""
         self.emit(f"for {name} in prange({n}):", depth)
         self.emit("_wide_vectors()", depth + 1)
 
-    def _work(self) -> int:
+    def work(self) -> int:
         """Elements times what one costs: a short chain of transcendental functions over 2k
         elements is worth two threads, 30k additions are not."""
         per_element = 1 + sum(S.element_cost(n, self.math) for n in self.group.nodes)
         return self.layout.total * per_element
 
     def _parallel(self) -> bool:
-        return self._work() >= self.min_parallel
+        return self.work() >= self.min_parallel
 
     def _elementwise(self):
         self._near_first(lambda rare: self._element_loops(1, rare=rare))
@@ -378,7 +415,10 @@ class KernelSource:
         depth = self._loops(outer, base, parallel)
         blocks = f"{i}b"
         self.emit(f"# {streams} interleaved streams of {LANES} elements (see _streams)", depth)
-        if parallel and not outer:
+        if parallel and not outer and self.chunked:  # chunks of elements, whole blocks each
+            self.chunk = (inner, size, width)
+            self.emit(self._chunk_blocks(blocks, width), depth)
+        elif parallel and not outer:
             self._prange(blocks, size // width, depth)
         else:
             self.emit(f"for {blocks} in range({size // width}):", depth)
@@ -386,8 +426,21 @@ class KernelSource:
         if self.near:
             terms = " + ".join(f"{self.p}t_far_{k}" for k in range(streams))
             self.emit(f"{self._far} += {terms}", depth + 2)
-        self.emit(f"for {i} in range({full}, {size}):", depth)
+        if self._in_chunk(inner, depth):  # the chunk's elements past the last whole block
+            self.emit(f"for {i} in range({self._bound(full)}, {self.hi}):", depth)
+        else:
+            self.emit(f"for {i} in range({full}, {size}):", depth)
         self._elementwise_body(depth + 1)
+
+    def _chunk_blocks(self, blocks, width) -> str:
+        """The loop over the whole blocks of ``width`` elements in the chunk (whose ``lo`` is
+        a multiple of ``width``)."""
+        w = self._bound(width)
+        return f"for {blocks} in range({self.lo} // {w}, {self.hi} // {w}):"
+
+    def _bound(self, n) -> str:
+        """A constant beside the chunk's bounds, of their type."""
+        return f"np.uint64({n})" if self.chunk_unsigned() else str(n)
 
     def _interleave(self, body, i, block, streams, depth):
         """Emit the statements ``body`` of the element at ``i`` for the ``streams`` elements
@@ -531,7 +584,9 @@ class KernelSource:
         chunk = -(-n_outer // nch)
         i0, ch = L.names[outer], f"{self.p}ch"
         depth = 1
-        if parallel:
+        if parallel and self.chunked:
+            self.chunk = (outer, n_outer, 1)
+        elif parallel:
             self._prange(ch, nch, depth)
             depth += 1
         chunk_depth = depth
@@ -541,11 +596,12 @@ class KernelSource:
                 self.emit(
                     f"{self.p}s_{v.ident} = np.empty({L.red_total}, {S.ctor(v.dtype)})", depth
                 )
-        lo, hi = (
-            (f"{ch} * {chunk}", f"min({n_outer}, ({ch} + 1) * {chunk})")
-            if parallel
-            else ("0", str(n_outer))
-        )
+        if self._in_chunk(outer, depth):
+            lo, hi = self.lo, self.hi
+        elif parallel:
+            lo, hi = f"{ch} * {chunk}", f"min({n_outer}, ({ch} + 1) * {chunk})"
+        else:
+            lo, hi = "0", str(n_outer)
         self.emit(f"for {i0} in range({lo}, {hi}):", depth)
         depth = self._loops(rest, depth + 1, False)
         self._row_nodes(phase, 0, depth)
@@ -653,7 +709,9 @@ class KernelSource:
         b, c, width = f"{self.p}cb", f"{self.p}c", f"{self.p}cn"
         depth = 1
         if not serial and self._parallel() and nblocks > 1:
-            self._prange(b, nblocks, depth)
+            self._parallel_loop(b, nblocks, depth, "columns")
+        elif self._in_chunk("columns", depth):
+            self.emit(f"for {b} in range({self.lo}, {self.hi}):", depth)
         else:
             self.emit(f"for {b} in range({nblocks}):", depth)
         depth += 1
@@ -987,10 +1045,12 @@ def kernel_source(
     strided=frozenset(),
     windows: dict | None = None,
     returns: frozenset = frozenset(),
+    chunked: bool = False,
 ) -> KernelSource:
     """The kernel of ``step``; ``strided`` inputs are views the plan makes (read in place),
     ``windows`` the views read (or written) through the arrays they slice, ``returns`` the
-    0-d results it may give back as scalars (``KernelSource.returned``)."""
-    ks = KernelSource(step, math, min_parallel, strided, windows, returns)
+    0-d results it may give back as scalars (``KernelSource.returned``); ``chunked``: its
+    parallel loop as a chunk of it (``KernelSource.chunk``), where its kind allows."""
+    ks = KernelSource(step, math, min_parallel, strided, windows, returns, chunked)
     ks.text = ks.source()
     return ks

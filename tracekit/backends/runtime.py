@@ -262,3 +262,114 @@ def fitted_blas(fn, *args, **kwargs):
         return fn(*args, **kwargs)
     finally:
         _restore_blas_threads()
+
+
+# ------------------------------------------------------------ chunk kernels on Python threads
+# With TRACEKIT_CPU_THREADS=pool, a parallel kernel compiles as a serial ``nogil`` function of a
+# chunk [lo, hi) of its parallel loop (emit_cpu.KernelSource.chunk), which skips numba's parfor
+# pipeline (a third to two thirds of a kernel's compile: benchmarks/README.md), and the runner
+# runs its chunks on a small persistent pool of Python threads, the calling thread doing one.
+THREAD_MODES = ("numba", "pool")
+
+
+def chunk_kernels() -> bool:
+    """Whether parallel CPU kernels run as chunks on tracekit's own threads
+    (``TRACEKIT_CPU_THREADS=pool``) rather than as numba's parallel loops (``numba``).
+
+    >>> chunk_kernels() in (True, False)
+    True
+    """
+    mode = os.environ.get("TRACEKIT_CPU_THREADS", "numba").strip().lower()
+    if mode not in THREAD_MODES:
+        raise ValueError(f"TRACEKIT_CPU_THREADS={mode!r}: choose one of {THREAD_MODES}")
+    return mode == "pool"
+
+
+class _Worker:
+    """A persistent thread running one chunk at a time, each handed over through a lock."""
+
+    def __init__(self):
+        self.job, self.error = None, None
+        self.go, self.done = threading.Lock(), threading.Lock()
+        self.go.acquire()
+        self.done.acquire()
+        threading.Thread(target=self._serve, daemon=True, name="tracekit-chunks").start()
+
+    def _serve(self):
+        while True:
+            self.go.acquire()
+            kernel, args = self.job
+            self.job = None
+            try:
+                kernel(*args)
+            except BaseException as e:  # noqa: BLE001 (raised again in the caller)
+                self.error = e
+            self.done.release()
+
+    def start(self, kernel, args):
+        self.job = (kernel, args)
+        self.go.release()
+
+    def wait(self):
+        """The chunk's exception, or None, once it has ended."""
+        self.done.acquire()
+        error, self.error = self.error, None
+        return error
+
+
+class ChunkPool:
+    """Threads that run a chunk kernel's chunks, the caller running the first. One caller at
+    a time: another thread's call, while the pool is busy, runs all its chunks itself."""
+
+    def __init__(self):
+        self.busy = threading.Lock()
+        self.workers: list = []
+
+    def run(self, kernel, trips: int, grain: int, index, args: tuple, threads: int):
+        """``kernel(lo, hi, *args)`` over ``[0, trips)`` in up to ``threads`` chunks, each
+        ``lo`` a multiple of ``grain``, the bounds of type ``index``; a chunk's exception is
+        raised here (the first chunk's first)."""
+        per_thread = -(-trips // max(1, threads))
+        step = -(-per_thread // grain) * grain
+        if threads <= 1 or step >= trips or not self.busy.acquire(blocking=False):
+            kernel(index(0), index(trips), *args)
+            return
+        try:
+            self._run(kernel, trips, step, index, args)
+        finally:
+            self.busy.release()
+
+    def _run(self, kernel, trips, step, index, args):
+        starts = range(step, trips, step)
+        while len(self.workers) < len(starts):
+            self.workers.append(_Worker())
+        for worker, lo in zip(self.workers, starts):
+            worker.start(kernel, (index(lo), index(min(trips, lo + step)), *args))
+        try:
+            kernel(index(0), index(step), *args)
+        finally:
+            errors = [worker.wait() for worker in self.workers[: len(starts)]]
+        for error in errors:
+            if error is not None:
+                raise error
+
+
+_pool = [ChunkPool()]
+if hasattr(os, "register_at_fork"):  # a forked child has none of the parent's threads
+    os.register_at_fork(after_in_child=lambda: _pool.__setitem__(0, ChunkPool()))
+
+
+def run_chunks(kernel, trips: int, grain: int, index, args: tuple):
+    """Chunk kernel ``kernel`` over its ``trips`` on the calling thread's numba thread count
+    (:func:`fit_threads` lowers it on a busy machine) of threads.
+
+    >>> import numpy as np
+    >>> out = np.zeros(6)
+    >>> def fill(lo, hi, a):
+    ...     a[lo:hi] = np.arange(lo, hi)
+    >>> run_chunks(fill, 6, 1, int, (out,)); out
+    array([0., 1., 2., 3., 4., 5.])
+    """
+    import numba
+
+    _pool[0].run(kernel, trips, grain, index, args, numba.get_num_threads())

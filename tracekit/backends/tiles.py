@@ -201,10 +201,10 @@ class TiledKernelSource(KernelSource):
     """A consumer kernel that computes its tiled producers' rows for each tile of its rows
     into per-thread scratch, then reads them there (``Step.tiles``)."""
 
-    def __init__(self, step: Step, math, min_parallel, strided, windows, returns):
+    def __init__(self, step: Step, math, min_parallel, strided, windows, returns, chunked=False):
         own = dataclasses.replace(step, inputs=step.kernel_inputs, tiles=[])
         windows = {**(windows or {}), **{v: w for t in step.tiles for v, w in t.windows.items()}}
-        super().__init__(own, math, min_parallel, strided, windows, returns)
+        super().__init__(own, math, min_parallel, strided, windows, returns, chunked)
         self.step, self.tiles = step, step.tiles
         self.scratch = {}
         self.producers = []
@@ -244,7 +244,8 @@ class TiledKernelSource(KernelSource):
         n, rows = L.sizes[first], self.tiles[0].rows
         count = -(-n // rows)
         parallel = self._parallel() and count > 1
-        slots = numba.config.NUMBA_NUM_THREADS if parallel else 1
+        per_thread = parallel and not self.chunked  # (a chunk kernel's scratch is its call's)
+        slots = numba.config.NUMBA_NUM_THREADS if per_thread else 1
         for t in self.tiles:
             for o in t.producer.outputs:
                 shape = (slots, rows + t.hi - t.lo, *o.shape[1:])
@@ -252,10 +253,10 @@ class TiledKernelSource(KernelSource):
         tile, r0, r1 = f"{self.p}tile", f"{self.p}r0", f"{self.p}r1"
         self.emit(f"# {count} tile(s) of {rows} rows; producers' rows in per-thread scratch", 1)
         if parallel:
-            self._prange(tile, count, 1)
+            self._parallel_loop(tile, count, 1, "tiles")
         else:
             self.emit(f"for {tile} in range({count}):", 1)
-        thread = "numba.get_thread_id()" if parallel else "0"
+        thread = "numba.get_thread_id()" if per_thread else "0"
         self.emit(f"{self.p}slot = {thread}", 2)
         self.emit(f"{r0} = {tile} * {rows}", 2)
         self.emit(f"{r1} = min({n}, {r0} + {rows})", 2)

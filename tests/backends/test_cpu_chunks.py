@@ -1,0 +1,271 @@
+"""Chunk kernels (``TRACEKIT_CPU_THREADS=pool``): parallel CPU kernels compiled as serial
+functions of a chunk of their parallel loop and run on tracekit's own threads
+(``runtime.ChunkPool``), against the reference interpreter and against numba's parallel
+loops: every kernel kind that is chunked, odd sizes, empty arrays, the libm fallback per
+chunk, exceptions inside kernels, and threads calling the same compiled function at once."""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import numpy as np
+import pytest
+from helpers.run import quiet
+
+import tracekit as tk
+from tracekit.backends import emit_cpu, runtime
+
+numba = pytest.importorskip("numba")
+
+BIG = emit_cpu.POOL_MIN_WORK + 37  # elements: the pool's threads run the chunks
+MIDDLE = emit_cpu.PARALLEL_MIN_WORK + 37  # a chunk kernel called as one chunk
+
+
+@pytest.fixture
+def pool(monkeypatch):
+    """Chunk kernels, on every core whatever the machine's load (the workers do run)."""
+    monkeypatch.setenv("TRACEKIT_CPU_THREADS", "pool")
+    monkeypatch.setattr(runtime, "other_load", lambda: 0)
+    return runtime
+
+
+def compiled(fn, *args):
+    with quiet():
+        t = tk.trace(fn, *args)
+        return t, tk.compile(t, cache=False, progress=False)
+
+
+def kinds(c) -> list:
+    """The kinds of the kernels compiled as chunk kernels."""
+    return sorted(
+        ks.group.kind + ("+tiles" if ks.step.tiles else "") for ks in c.program.chunks.values()
+    )
+
+
+def check(fn, *args, rtol=1e-12, atol=1e-14):
+    """``fn`` compiled both ways and interpreted on ``args``: the same values."""
+    t, c = compiled(fn, *args)
+    want = t(*args)
+    with quiet():
+        got = c(*args)
+    for g, w in zip(*(v if isinstance(v, tuple) else (v,) for v in (got, want))):
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+    return c
+
+
+def chain(x, y):
+    return np.tanh(x * 1.5 + y) * np.exp(-x * x) + np.sqrt(np.abs(y))
+
+
+def trig(a, b):
+    return np.sin(a) * np.cos(b) + np.arctan2(a, b + 3.0)
+
+
+def softmax(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def column_norms(x):
+    return np.sqrt((np.exp(x * 0.1) ** 2).sum(axis=0)) + np.tanh(x).mean(axis=0)
+
+
+def running(x):
+    return np.cumsum(np.sin(x), axis=1)
+
+
+def bias_gelu(x, b):
+    z = x + b
+    return 0.5 * z * (1.0 + np.tanh(0.7978845608 * (z + 0.044715 * z**3)))
+
+
+@pytest.mark.parametrize("n", [BIG, BIG + 1, 3 * 5 * 7 * 11 * 13 * 17 + 1, MIDDLE, 1, 0])
+def test_elementwise_chunk_kernels_match_the_interpreter(pool, n):
+    rng = np.random.default_rng(n)
+    x, y = rng.standard_normal(n), rng.standard_normal(n)
+    c = check(chain, x, y)
+    if n >= MIDDLE:
+        assert kinds(c) == ["elementwise"] and "prange(" not in c.source
+        assert "nogil=True" in c.source
+    x32, y32 = x.astype(np.float32), y.astype(np.float32)
+    check(chain, x32, y32, rtol=2e-6, atol=1e-6)  # (float32: interleaved streams)
+
+
+def test_broadcast_chunk_kernels_chunk_their_outer_loop(pool):
+    rng = np.random.default_rng(1)
+    x, b = rng.standard_normal((1031, 257)), rng.standard_normal(257)
+    c = check(bias_gelu, x, b)
+    assert kinds(c) == ["elementwise"]
+    check(bias_gelu, x.astype(np.float32), b.astype(np.float32), rtol=2e-6, atol=1e-6)
+    check(bias_gelu, x[:, ::2], b[::2])  # a strided input
+
+
+def test_huge_arguments_take_the_libm_fallback_in_their_chunk_only(pool):
+    """sin's version for ordinary arguments misses huge ones: the kernel computes the chunks
+    that met one again through libm (see ``_near_first``); elements in other chunks keep
+    their fast values, and every value is right."""
+    rng = np.random.default_rng(2)
+    a, b = rng.uniform(-3, 3, BIG), rng.uniform(-3, 3, BIG)
+    for where in (0, BIG // 2, BIG - 1):
+        a2 = a.copy()
+        a2[where] = 1e300
+        c = check(trig, a2, b, rtol=1e-13, atol=1e-15)
+        assert kinds(c) == ["elementwise"]
+        a32, b32 = a.astype(np.float32), b.astype(np.float32)
+        a32[where] = 1e30
+        check(trig, a32, b32, rtol=3e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(1201, 301), (3, 70001), (70001, 3), (0, 300)])
+def test_row_reductions_chunk_their_rows(pool, shape):
+    x = np.random.default_rng(3).standard_normal(shape)
+    c = check(softmax, x)
+    if x.size:
+        assert kinds(c) == ["row"]
+
+
+@pytest.mark.parametrize("shape", [(301, 1201), (1000, 130), (300, 0)])
+def test_column_reductions_chunk_their_column_blocks(pool, shape):
+    x = np.random.default_rng(4).standard_normal(shape)
+    c = check(column_norms, x)
+    if x.size:
+        assert kinds(c) == ["row"] and re.search(r"for k\d+_cb in range\(k\d+_lo", c.source)
+
+
+def test_scans_chunk_their_rows(pool):
+    x = np.random.default_rng(5).standard_normal((4099, 67))
+    c = check(running, x)
+    assert kinds(c) == ["elementwise", "scan"]
+
+
+def test_whole_array_reductions_keep_numba_parallel_loops(pool):
+    x = np.random.default_rng(6).standard_normal(BIG * 4)
+    c = check(lambda x: np.sum(np.sin(x) ** 2), x)
+    assert not c.program.chunks and "prange(" in c.source
+
+
+def costly(a):
+    b = np.tanh(a[1:] - a[:-1]) * np.exp(-a[1:] * a[1:])
+    return b[2:] * b[1:-1] - 0.5 * b[:-2] + b[1:-1, ::-1]
+
+
+def test_tiled_kernels_chunk_their_tiles_with_scratch_per_call(pool, monkeypatch):
+    from tracekit.backends import tiles
+
+    a = np.random.default_rng(8).standard_normal((403, 200))
+    monkeypatch.setattr(tiles, "TILE_BYTES", 8 * a.shape[1] * 11)
+    c = check(costly, a, rtol=1e-13, atol=1e-14)
+    assert kinds(c) == ["elementwise+tiles"] and "get_thread_id" not in c.source
+
+
+def test_loops_keep_numba_parallel_loops(pool):
+    """A loop's driver calls its kernels from inside numba: no chunk kernels there."""
+    x = np.random.default_rng(9).standard_normal(BIG)
+
+    def f(x):
+        for _ in range(100):  # rolled into a loop
+            x = np.tanh(x) * 1.1 + 0.1
+        return x
+
+    t, c = compiled(f, x)
+    assert c.program.loops and not c.program.chunks
+    np.testing.assert_allclose(c(x), t(x), rtol=1e-13)
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["caller", "worker"])
+def test_an_exception_in_any_chunk_is_raised_in_the_caller(pool, first):
+    """The runner's call of a chunk kernel raises what any of its chunks raised (the first
+    chunk runs on the caller, the others on the pool's threads), and the pool serves on."""
+    x = np.random.default_rng(10).uniform(1.0, 2.0, BIG)
+    t, c = compiled(lambda x: np.log(x * 2.0) + np.sin(x), x)
+    (name,) = c.program.chunks
+    kernel = c.runner.ns[name]
+
+    def failing(lo, hi, *args):
+        if (lo == 0) == first:
+            raise FloatingPointError(f"chunk [{lo}, {hi})")
+        kernel(lo, hi, *args)
+
+    c.runner.ns[name] = failing
+    with pytest.raises(FloatingPointError, match="chunk"):
+        c(x)
+    c.runner.ns[name] = kernel
+    np.testing.assert_allclose(c(x), t(x), rtol=1e-13)
+
+
+def test_threads_calling_the_same_compiled_function_at_once(pool):
+    rng = np.random.default_rng(11)
+    x, y = rng.standard_normal(BIG), rng.standard_normal(BIG)
+    t, c = compiled(chain, x, y)
+    inputs = [(x * k, y + k) for k in range(6)]
+    wants = [t(*a) for a in inputs]
+    errors = []
+
+    def call(k):
+        try:
+            for _ in range(20):
+                np.testing.assert_allclose(c(*inputs[k]), wants[k], rtol=1e-12, atol=1e-14)
+        except BaseException as e:  # noqa: BLE001 (reported by the test)
+            errors.append(e)
+
+    threads = [threading.Thread(target=call, args=(k,)) for k in range(6)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors[0]
+
+
+def test_numba_parallel_loops_remain_the_default(monkeypatch):
+    monkeypatch.delenv("TRACEKIT_CPU_THREADS", raising=False)
+    x = np.random.default_rng(12).standard_normal(BIG)
+    _, c = compiled(chain, x, x)
+    assert not c.program.chunks and "prange(" in c.source
+    monkeypatch.setenv("TRACEKIT_CPU_THREADS", "openmp")
+    with pytest.raises(ValueError, match="TRACEKIT_CPU_THREADS='openmp'"):
+        compiled(chain, x, x)
+
+
+# ---------------------------------------------------------------------- the pool itself
+def test_the_pool_cuts_whole_grains_and_covers_the_loop_once():
+    seen, lock = [], threading.Lock()
+
+    def kernel(lo, hi, out):
+        with lock:
+            seen.append((int(lo), int(hi)))
+        out[lo:hi] += 1
+
+    pool = runtime.ChunkPool()
+    for trips, grain, threads in [(100, 1, 3), (1000, 48, 4), (47, 48, 4), (0, 1, 4), (5, 1, 8)]:
+        seen.clear()
+        out = np.zeros(trips)
+        pool.run(kernel, trips, grain, np.uint64, (out,), threads)
+        assert (out == 1).all()
+        assert len(seen) <= max(1, threads)
+        assert all(lo % grain == 0 for lo, _ in seen)
+
+
+def test_a_workers_exception_is_raised_in_the_caller_and_the_pool_serves_on():
+    def kernel(lo, hi):
+        if lo > 0:
+            raise ZeroDivisionError(f"chunk from {lo}")
+
+    pool = runtime.ChunkPool()
+    with pytest.raises(ZeroDivisionError, match="chunk from"):
+        pool.run(kernel, 10, 1, int, (), 3)
+    out = np.zeros(10)
+    pool.run(lambda lo, hi, o: o.__setitem__(slice(lo, hi), 1), 10, 1, int, (out,), 3)
+    assert (out == 1).all()
+
+
+def test_a_busy_pool_lets_another_caller_run_its_chunks_itself():
+    pool = runtime.ChunkPool()
+    inner = []
+
+    def outer(lo, hi):
+        if lo == 0:  # while the pool runs this call, another one
+            pool.run(lambda lo, hi: inner.append((lo, hi)), 8, 1, int, (), 4)
+
+    pool.run(outer, 8, 1, int, (), 2)
+    assert inner == [(0, 8)]
