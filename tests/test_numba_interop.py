@@ -66,6 +66,46 @@ def test_vectorize_and_scalar_njit_fuse_into_one_kernel():
     assert len(c.kernels) == 1 and len(c.kernels[0].nodes) == len(t.graph.nodes)
 
 
+@numba.vectorize(["float64(float64)"])
+def doubled_below_two(x):
+    if x > 2.0:
+        raise ValueError("above two")
+    return x * 2.0
+
+
+def test_a_vectorized_function_that_raises_raises_from_a_fused_kernel():
+    """A ``@numba.vectorize`` ufunc called inside numba code drops what its function raises:
+    the fused kernel calls its function as ``@njit`` instead, and the call raises as NumPy's
+    does (it returned 0.14 for an element that raised)."""
+
+    def f(x):
+        return np.sin(x) + doubled_below_two(x)
+
+    t = tk.trace(f, np.array([1.0, 1.5, 0.5]))
+    c = tk.compile(t, target="cpu", progress=False)
+    assert len(c.kernels) == 1  # fused
+    np.testing.assert_allclose(
+        c(np.array([0.5, 2.0, -1.0])), f(np.array([0.5, 2.0, -1.0])), rtol=1e-15
+    )
+    for run in (t, c):
+        with pytest.raises(ValueError, match="above two"):
+            run(np.array([1.0, 3.0, 0.5]))
+
+
+def test_a_vectorized_function_whose_loop_casts_its_inputs_runs_as_numpy_calls_it():
+    """int64 values into a float64 ufunc: NumPy casts them to float64 first, so the kernel
+    does not call the function on them (as int64 ``x * 2.0`` it would agree; ``x // 2``, an
+    int's, would not)."""
+
+    def f(k):
+        return doubled_below_two(k) + 1.0
+
+    k = np.arange(-3, 3)
+    c = tk.compile(tk.trace(f, k), target="cpu", progress=False)
+    np.testing.assert_array_equal(c(k), f(k))
+    assert all(n.op != "python_op" for kern in c.kernels for n in kern.nodes)
+
+
 def test_an_array_level_njit_becomes_a_python_op():
     t = tk.trace(lambda x: running_max(np.sin(x)) * 2.0, X)
     assert [n.op for n in t.graph.nodes] == ["sin", "python_op", "multiply"]

@@ -31,6 +31,8 @@ import sys
 import threading
 import weakref
 
+import numpy as np
+
 from . import tracer as T
 from .errors import TraceError
 from .pyop import PyOp
@@ -39,6 +41,7 @@ from .tracer.ufuncs import FOREIGN_UFUNCS
 _LOCK = threading.Lock()
 _OPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # numba function -> its PyOp
 _VECTORIZED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # njit -> DUFunc
+_SCALAR: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # DUFunc -> njit of its function
 _installed = False
 
 
@@ -46,6 +49,30 @@ def is_numba_ufunc(f) -> bool:
     """Whether ``f`` is a ufunc made by ``@numba.vectorize`` (a DUFunc)."""
     dufunc = sys.modules.get("numba.np.ufunc.dufunc")
     return dufunc is not None and isinstance(f, dufunc.DUFunc)
+
+
+def kernel_function(fn, dtypes):
+    """What a fused CPU kernel calls per element for the numba python op ``fn`` on inputs of
+    ``dtypes``: ``fn`` itself (an ``@njit`` function), or for a ``@numba.vectorize`` ufunc its
+    scalar function as an ``@njit`` function, where the ufunc's loop for these inputs takes
+    them as they are; None where it casts them (the ufunc then runs outside the kernels).
+
+    A ufunc called inside numba code drops what its function raises and hands on a wrong
+    value; an ``@njit`` function's exception reaches the caller, as NumPy's call of the ufunc
+    raises it.
+    """
+    if not is_numba_ufunc(fn):
+        return fn
+    own = "".join(np.dtype(d).char for d in dtypes) + "->"
+    if not any(t.startswith(own) for t in fn.types):
+        return None
+    with _LOCK:
+        made = _SCALAR.get(fn)
+        if made is None:
+            import numba
+
+            made = _SCALAR[fn] = numba.njit(fn._dispatcher.py_func)
+        return made
 
 
 def ufunc_op(ufunc) -> PyOp:

@@ -27,6 +27,7 @@ from ..errors import GuardError
 from ..interpret import check_guards, input_env, raise_failed_guard
 from ..ir import Node, Var
 from ..loops.op import at_iteration, body_at, in_iteration, moves, not_converged
+from ..numba_interop import kernel_function
 from ..ops import OPS, build_index
 from ..pyop import check_results
 from . import cache
@@ -141,7 +142,7 @@ class CpuProgram:
             segment_lines[name] = lines
             interleave[name] = max(ks.interleave for ks in srcs)
         self.pyops = {
-            S.pyop_name(n): n.attrs["pyop"].fn
+            S.pyop_name(n): kernel_function(n.attrs["pyop"].fn, [x.dtype for x in n.inputs])
             for ks in self.kernel_sources.values()
             for n in ks.group.nodes
             if OPS[n.op].kind == "opaque"

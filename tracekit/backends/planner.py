@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ir import Graph, Node, Var, format_node
+from ..numba_interop import kernel_function
 from ..ops import OPS
 
 SUPPORTED_KINDS = "biufc"
@@ -180,9 +181,9 @@ def scalar_pyop(node: Node) -> bool:
         return False
     import numba
 
-    disp = node.attrs["pyop"].fn
-    if not hasattr(disp, "overloads"):  # a @numba.vectorize ufunc: elementwise by its making
-        return node.out.dtype.kind in "biufc"
+    disp = kernel_function(node.attrs["pyop"].fn, [x.dtype for x in node.inputs])
+    if disp is None:
+        return False
     argtypes = tuple(numba.from_dtype(x.dtype) for x in node.inputs)
     try:
         disp.compile(argtypes)

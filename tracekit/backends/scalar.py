@@ -71,6 +71,8 @@ def pyop_name(node: Node) -> str:
     ident = f"{getattr(py, '__module__', '')}.{getattr(py, '__qualname__', '')}"
     if code is not None:
         ident += repr((code.co_code, code.co_consts, code.co_names))
+    if py is not fn and not hasattr(fn, "py_func"):  # a ufunc's function, called as @njit
+        ident += " as njit"
     return "pyop_" + hashlib.sha256(ident.encode()).hexdigest()[:16]
 
 
