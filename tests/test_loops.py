@@ -1077,6 +1077,28 @@ def test_a_guard_inside_the_iterations_is_checked_in_every_iteration(target, mon
 
 
 # ---------------------------------------------------------------------- gradients: reverse loops
+def _clipped_at_moving_bounds(x):
+    ys = []
+    for lo in (-0.5, 0.0):  # a number moving with the loop: its counter is carried
+        ys.append(np.clip(x, lo, 2.0))
+    return ys[0] + ys[1] * 3.0
+
+
+def test_a_backward_loop_stacking_its_counter_compiles_unrolled():
+    """The backward pass stacks the loop's counter for its reverse loop; unrolling that small
+    loop on the CPU stacked the counter's first value, the number 0, as if it were an array
+    (AttributeError; fuzz seed 17000413)."""
+    x = np.array(0.3)
+    with quiet():
+        t = tk.trace(_clipped_at_moving_bounds, x)
+        assert any(n.op == "loop" for n in t.graph.nodes)
+        b = tk.vjp(t)
+        c = tk.compile(b, target="cpu", progress=False)
+    for at in (0.3, -0.2, -0.7, 2.5):
+        assert_same(c(np.array(at), np.ones(()))[0], b(np.array(at), np.ones(()))[0])
+    assert_same(b(x, np.ones(()))[0], np.float64(4.0))
+
+
 def _rnn(x, w, steps=100):
     for _ in range(steps):
         x = np.tanh(x @ w) * 0.9 + 0.1 * x

@@ -170,10 +170,15 @@ def _stack(values, out: Var, node, nodes: list, taken: set) -> Var:
     concatenate along axis 0; its value is a new Var like ``out``."""
     parts = []
     for t, v in enumerate(values):
-        part = _renamed(Var(out.name, (1, *v.shape), v.dtype), f"@{t}", taken)
-        nodes.append(
-            node.replace(op="reshape", inputs=(v,), attrs={"shape": part.shape}, outputs=(part,))
-        )
+        if isinstance(v, Var):
+            part = _renamed(Var(out.name, (1, *v.shape), v.dtype), f"@{t}", taken)
+            step = {"op": "reshape", "inputs": (v,), "attrs": {"shape": part.shape}}
+        else:  # a number: the loop's first value of its counter, or one moving with the loop
+            part = _renamed(Var(out.name, (1, *out.shape[1:]), out.dtype), f"@{t}", taken)
+            fill = np.asarray(v, out.dtype)[()]
+            step = {"op": "full", "inputs": (), "attrs": {"shape": part.shape, "fill_value": fill}}
+            step["attrs"]["dtype"] = out.dtype
+        nodes.append(node.replace(**step, outputs=(part,)))
         parts.append(part)
     stacked = _renamed(out, "@", taken)
     nodes.append(
