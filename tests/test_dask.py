@@ -104,6 +104,24 @@ def test_row_kernels_stay_in_chunk_or_become_tree_reductions():
     np.testing.assert_allclose(compute(y)[0], softmax(X), rtol=1e-13)
 
 
+def _argmax_and_its_remainder(x):
+    b = np.argmax(x, axis=2)
+    return b, np.remainder(b, 4) * 10 + b
+
+
+@pytest.mark.parametrize("chunks", [(2, 3, 5), (1, 1, 5), (4, 3, 5)])
+def test_a_reduced_result_read_again_in_its_group_keeps_its_axes(chunks):
+    """A group's reduced result that is also a result is read by the group's next result as
+    the array it is: over the kept axes, not the group's last ones (fuzz seed 17100455: (4, 4)
+    for (4, 1), computing to (2, 2))."""
+    x = np.random.default_rng(3).random((4, 3, 5))
+    got = tk.compile(tk.trace(_argmax_and_its_remainder, x), target="dask", progress=False)(
+        da.from_array(x, chunks=chunks)
+    )
+    for g, w in zip(compute(*got), _argmax_and_its_remainder(x), strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
 def test_row_kernels_without_tree_form_rechunk_with_a_note():
     fn = lambda x: (x * 2.0).argmax(axis=1) + 1  # noqa: E731  (positions do not combine)
     f = tk.jit(fn)

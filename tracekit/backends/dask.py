@@ -183,9 +183,11 @@ class DaskProgram:
         ins = _inputs_of(nodes)
         shape = step.group.shape
         index = LETTERS[: len(shape)]
+        made = {o for n in step.nodes for o in n.outputs}  # (a reduction's: its kept axes)
         args = []
         for v in ins:
-            args += [env[v], index[len(shape) - v.ndim :] if v.ndim else None]
+            at = _out_index(step, v, index)[0] if v in made else None
+            args += [env[v], at if at is not None else index[len(shape) - v.ndim :] or None]
         out_index, adjust = _out_index(step, out, index)
         kernel = self._kernel(nodes, ins, [out])
         return da.blockwise(
