@@ -11,7 +11,7 @@ import threading
 
 import numpy as np
 import pytest
-from helpers.run import quiet
+from helpers.run import in_threads, quiet
 
 import tracekit as tk
 from tracekit.backends import emit_cpu, runtime
@@ -200,21 +200,12 @@ def test_threads_calling_the_same_compiled_function_at_once(pool):
     t, c = compiled(chain, x, y)
     inputs = [(x * k, y + k) for k in range(6)]
     wants = [t(*a) for a in inputs]
-    errors = []
 
     def call(k):
-        try:
-            for _ in range(20):
-                np.testing.assert_allclose(c(*inputs[k]), wants[k], rtol=1e-12, atol=1e-14)
-        except BaseException as e:  # noqa: BLE001 (reported by the test)
-            errors.append(e)
+        for _ in range(20):
+            np.testing.assert_allclose(c(*inputs[k]), wants[k], rtol=1e-12, atol=1e-14)
 
-    threads = [threading.Thread(target=call, args=(k,)) for k in range(6)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    assert not errors, errors[0]
+    in_threads(call, 6)
 
 
 def test_numba_parallel_loops_remain_the_default(monkeypatch):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.run import both, compiled, quiet
+from helpers.run import both, compiled, in_threads, quiet
 from test_cpu import assert_matches
 
 import tracekit as tk
@@ -109,22 +109,14 @@ def test_temporaries_are_reused_across_calls_and_threads_do_not_share_them():
     assert len(c.kernels) >= 2
     inputs = [(rng.standard_normal((64, 96)), rng.standard_normal(96)) for _ in range(8)]
     want = [t(x, b) for x, b in inputs]
-    errors, results = [], {}
+    results = {}
 
     def work(k):
-        try:
-            for _ in range(15):
-                results[k] = c(*inputs[k])
-                np.testing.assert_allclose(results[k], want[k], rtol=1e-12, atol=1e-12)
-        except Exception as e:  # pragma: no cover - reported below
-            errors.append(e)
+        for _ in range(15):
+            results[k] = c(*inputs[k])
+            np.testing.assert_allclose(results[k], want[k], rtol=1e-12, atol=1e-12)
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    assert not errors, errors[0]
+    in_threads(work, 8)
     assert len(results) == 8
     for _ in range(3):  # and again on one thread: the pooled temporaries are reused
         np.testing.assert_allclose(c(*inputs[0]), want[0], rtol=1e-12, atol=1e-12)

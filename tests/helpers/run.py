@@ -143,3 +143,24 @@ def hypothesis_settings(default_examples: int):
             HealthCheck.function_scoped_fixture,
         ],
     )
+
+
+def in_threads(work, n: int):
+    """Run ``work(k)`` for k in range(n) on n threads at once; raise the first error any met."""
+    import threading
+
+    errors = []
+
+    def call(k):
+        try:
+            work(k)
+        except BaseException as e:  # noqa: BLE001 (raised below, in the caller)
+            errors.append(e)
+
+    threads = [threading.Thread(target=call, args=(k,)) for k in range(n)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    if errors:
+        raise errors[0]
