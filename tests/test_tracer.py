@@ -696,6 +696,65 @@ def test_python_scalars_compute_as_python_does(expr, target):
             assert_same(got, want)
 
 
+_A8 = np.arange(4, dtype=np.int8)
+
+# (function, its Python float argument when traced, one on which Python decides otherwise);
+# each function's second line is the one Python decides on
+_PYTHONS_RULES = [
+    ("nonzero", lambda x: 1.0 / x, 2.0, 0.0),  # Python raises ZeroDivisionError
+    ("nonzero", lambda x: (x > 1.0) // (x > 3.0), 5.0, 2.0),
+    ("nonzero", lambda x: x**-1.0, 2.0, 0.0),  # 0.0 to a negative power raises
+    ("pow_type", lambda x: (x > 1.0) ** ((x > 1.0) - 2 * (x > 3.0)), 2.0, 5.0),  # a float
+    ("pow_type", lambda x: x**0.5, 4.0, -4.0),  # complex (the graph: nan)
+    ("pow_type", lambda x: (x - 1.0) ** x, 3.0, 0.5),
+    ("int64", lambda x: ((x > 1.0) + 1) ** 70, 0.5, 2.0),  # 2**70, the graph's int64: 0
+    ("shift", lambda x: 1 << ((x > 1.0) - (x > 3.0) * 2), 2.0, 5.0),  # negative shift count
+    ("bounds", lambda x: _A8 * ((x > 1.0) * 300), 0.5, 2.0),  # NumPy: OverflowError
+    ("bounds", lambda x: _A8.astype(np.uint8) + ((x > 1.0) * -1), 0.5, 2.0),
+]
+
+
+@pytest.mark.parametrize("rule, fn, traced, other", _PYTHONS_RULES)
+@pytest.mark.parametrize("target", ["interpreter", "cpu"])
+def test_what_python_decides_by_the_values_is_guarded(rule, fn, traced, other, target):
+    """Python decides by the values whether ``1.0 / x`` raises, whether ``k ** n`` is an int
+    or a float, whether an int fits: the trace follows the traced values' way, and a call
+    whose values go another way raises GuardError naming the line (no inf, nan or wrapped
+    int); tk.jit traces again and does as Python does."""
+    t = tk.trace(fn, traced)
+    assert [gd.how for gd in t.graph.guards].count(rule) >= 1
+    run = t if target == "interpreter" else tk.compile(t, target="cpu", progress=False)
+    assert_same(run(traced), fn(traced))
+    line = inspect.getsourcelines(fn)[1]
+    with pytest.raises(tk.GuardError, match=f"{HERE}:{line}"):
+        run(other)
+    try:
+        want = fn(other)
+    except (ZeroDivisionError, OverflowError, ValueError) as error:
+        with pytest.raises(type(error)):
+            tk.jit(fn)(other)
+    else:
+        if rule == "int64":  # Python's big int is not an int64: tracing says so
+            with pytest.raises(tk.TraceError, match="does not fit int64"):
+                tk.jit(fn)(other)
+        else:
+            assert_same(tk.jit(fn)(other), want)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x, a: a * x**2 + 2.0**x - x / 2.0,  # a literal decides
+        lambda x, a: (a * ((x > 0.5) * 300)).astype(np.int16) + ((x > 1) + (x > 2)) ** 3,
+    ],
+)
+def test_python_numbers_that_cannot_change_their_way_have_no_guard(fn):
+    """A literal exponent or base, a divisor that is a literal, ints whose size the trace
+    knows (bools times literals) fitting the arrays they meet: no guard, nothing checked."""
+    t = tk.trace(fn, 1.5, np.ones(3, np.int16))
+    assert t.graph.guards == []
+
+
 _RNG = np.random.default_rng(5)
 
 

@@ -8,7 +8,7 @@ import keyword
 
 import numpy as np
 
-from .ir import Graph, Var, format_node
+from .ir import PYTHON_RULES, Graph, Var, format_node
 from .loops.op import Affine, moves, not_converged
 from .ops import OPS, helper_source
 
@@ -131,7 +131,7 @@ _READ_AS = {  # how tracing read a guarded value, as an expression of the value
     "complex": "complex({})",
     "item": "np.asarray({}).item()",
     "tolist": "np.asarray({}).tolist()",
-}
+} | dict.fromkeys(PYTHON_RULES, "bool({})")
 
 
 def _guard_checks(graph: Graph, values, ids, indent) -> list[str]:

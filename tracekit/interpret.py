@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import GuardError
-from .ir import Graph, Node, Var
+from .ir import PYTHON_RULES, Graph, Node, Var
 from .ops import OPS
 from .pyop import check_results
 
@@ -69,7 +69,8 @@ def run(
     if len(inputs) != len(graph.inputs):
         raise TypeError(f"graph takes {len(graph.inputs)} inputs, got {len(inputs)}")
     env = env_out if env_out is not None else {}
-    env.update(input_env(graph, inputs))
+    given = input_env(graph, inputs)
+    env.update(given)
     nodes = graph.nodes if until is None else graph.nodes[:until]
     dead = _dead_after(graph) if drop_dead else ()
     try:
@@ -80,7 +81,7 @@ def run(
     except GuardError:
         raise
     except Exception as error:
-        raise_failed_guard(graph, env, error)
+        raise_failed_guard(graph, given | env, error)  # (dead inputs were dropped from env)
         raise
     return [env.get(o) for o in graph.outputs]
 
@@ -115,6 +116,12 @@ def check_guards(graph: Graph, env: dict, where: str = ""):
             continue
         if not _same(seen, g.value):
             at = f" at {g.source} `{g.source.text}`" if g.source else ""
+            if g.how in PYTHON_RULES:
+                raise GuardError(
+                    f"{PYTHON_RULES[g.how]}: this call's values take another way{where} than "
+                    f"the traced ones{at}, and the graph would compute a wrong result. Trace "
+                    "again with these inputs, or use tk.jit, which retraces when a guard fails."
+                )
             raise GuardError(
                 f"{g.how}() gave {seen!r} on this call{where} but {g.value!r} when traced{at}: "
                 "the graph took the traced path and would compute a wrong result. Trace again "
@@ -160,7 +167,7 @@ def _guard_ancestors(graph: Graph, nodes: list) -> list:
 
 def _as_guard_value(value, how):
     a = np.asarray(value)
-    if how == "bool":
+    if how == "bool" or how in PYTHON_RULES:
         return bool(a)
     if how in ("int", "index"):
         return int(a)

@@ -423,15 +423,29 @@ class InputSpec:
     label: str  # "x", "self.w1", "closure:scale", "const"
 
 
+# Python's rules for operators on Python numbers that a graph computes otherwise, each a guard
+# ``how``: the condition (a bool the graph computes) must be what it was when traced.
+PYTHON_RULES = {
+    "nonzero": "Python raises ZeroDivisionError for a zero divisor (and 0 to a negative power)",
+    "pow_type": "the type of a power of Python numbers depends on the values (an int to a "
+    "negative power is a float, a negative float to a fractional power complex)",
+    "int64": "a Python int must fit int64 in the graph",
+    "bounds": "NumPy raises OverflowError for a Python int out of an integer array's bounds",
+    "shift": "Python raises ValueError for a negative shift count",
+}
+
+
 @dataclass(frozen=True)
 class Guard:
     """A value that tracing read and baked into the graph (control flow, float(), .item()), or
     the view-or-copy choice NumPy made for a reshape of an input that a write then depended on
-    (``how="layout"``, checked on the arguments: ``traced.check_layout_guards``)."""
+    (``how="layout"``, checked on the arguments: ``traced.check_layout_guards``), or one of
+    Python's rules that a Python number computed in the graph followed when traced (``how`` a
+    key of ``PYTHON_RULES``, ``value`` the bool the rule's condition had)."""
 
     var: Var
     value: object
-    how: str  # "bool", "int", "float", "item", "tolist", "index", ..., "layout"
+    how: str  # "bool", "int", "float", "item", "tolist", "index", ..., "layout", PYTHON_RULES
     source: Source | None = None
 
     def __str__(self):

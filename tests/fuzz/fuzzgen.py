@@ -203,6 +203,15 @@ _BRANCHES: list = []  # the way each ``branch`` step went, in the order they ran
 BRANCH_ARMS = "negative absolute square positive sin cos tanh".split()  # shape, dtype kept
 
 
+_PYTHON_NUMBERS = (bool, int, float, complex)
+
+
+def _pythons_way(result):
+    """What Python decided by the values of an operator on Python numbers (guarded by the
+    trace: a power's type, an int's size; a zero divisor raises on NumPy's side too)."""
+    return type(result).__name__, type(result) is int and abs(result) >= 2**62
+
+
 def _index(regs, idx):
     out = []
     for e in idx:
@@ -240,6 +249,8 @@ def run_step(regs, st):
         b = _operand(regs, st["b"])
         x, y = (b, a) if st.get("swap") else (a, b)
         regs.append(OPERATORS[st["fn"]](x, y))
+        if type(x) in _PYTHON_NUMBERS and type(y) in _PYTHON_NUMBERS:
+            _BRANCHES.append(_pythons_way(regs[-1]))
     elif k == "iop":
         regs[st["a"]] = INPLACE[st["fn"]](a, _operand(regs, st["b"]))
     elif k == "uout":
@@ -654,6 +665,8 @@ class _Gen:
                 return False
         if len(regs) > n and np.size(regs[-1]) > self.max_size:
             return False
+        if len(regs) > n and type(regs[-1]) is int and abs(regs[-1]) >= 2**62:
+            return False  # (a trace computes ints as int64: tests/test_tracer.py)
         self.prog["steps"].append(st)
         if len(regs) > n:
             self.approx.append(approx)
@@ -710,8 +723,6 @@ class _Gen:
             return None
         python = self._python_scalar(regs, exact) if fn in OPERATORS else None
         a = a if python is None else python
-        if fn == "**" and type(regs[a]) in (bool, int, float):
-            return None  # Python's type depends on the values (README, "Still wrong")
         b = self.operand(regs, a, exact=exact)
         if grad and isinstance(b, dict):
             b = {"t": "float", "v": self.choice([0.5, 1.5, -2.0])}

@@ -65,6 +65,7 @@ class TraceContext:
         self.capture_getters: list = []
         self.constants: dict = {}
         self.guards: list[Guard] = []
+        self.int_sizes: dict = {}  # Var of a Python int -> the largest |value| it can have
         self.layout_choices: list = []  # see note_layout_choice
         self.by_id: dict = {}  # id(plain ndarray) -> TracedArray
         self.keepalive: list = []
@@ -207,6 +208,7 @@ class TraceContext:
         attrs = FrozenDict(attrs) if attrs else _NO_ATTRS  # a Node keeps a FrozenDict as it is
         tins = [x if type(x) is TracedArray and x._ctx is self else self.lift(x) for x in inputs]
         vals = [x._value if type(x) is TracedArray else x for x in tins]
+        python_int = int in map(type, vals)
         # an index moving with a loop (a loop body's backward pass is built from its first
         # iteration's values): computed where it is then, recorded as it moves
         now = at_iteration(attrs, 0) if attrs and moves(attrs) else attrs
@@ -250,7 +252,31 @@ class TraceContext:
             self.layout_bound.add(res[0]._buf)
         if view:
             self.note_layout_choice(op, attrs, tins[0], res[0])
+        if python_int:
+            self._guard_int_bounds(op, tins, vals, now)
         return res[0] if n_out == 1 else res
+
+    def _guard_int_bounds(self, op, tins, vals, attrs):
+        """Guard the traced Python ints among ``op``'s inputs to stay within the bounds of the
+        integer arrays they meet, where NumPy raises OverflowError outside them (compiled code
+        would wrap) and the int's size is not known to be within them."""
+        dtypes = [v.dtype for v in vals if isinstance(v, np.ndarray) and v.dtype.kind in "iu"]
+        dtype = np.result_type(*dtypes) if dtypes else None
+        if dtype is None or dtype.kind not in "iu" or dtype == np.int64:
+            return
+        info = np.iinfo(dtype)
+        for i, x in enumerate(tins):
+            if type(x) is not TracedArray or type(x._value) is not int:
+                continue
+            size = self.int_sizes.get(x.ir_var)
+            if size is not None and info.min <= -size and size <= info.max:
+                continue
+            if _raises_out_of_bounds(op, i, vals, attrs, info):
+                low = x >= info.min if info.min > -(2**63) else True
+                high = x <= info.max if info.max < 2**63 - 1 else True
+                self.guard_rule(
+                    high if low is True else low if high is True else low & high, "bounds"
+                )
 
     def _is_view(self, op, out, base) -> bool:
         """Whether NumPy made ``out`` a view of ``base`` (so writes into one reach the other).
@@ -414,6 +440,14 @@ class TraceContext:
         )
         return value
 
+    def guard_rule(self, condition: TracedArray, how: str):
+        """Python's rule ``how`` (a key of ``ir.PYTHON_RULES``) took the way ``condition`` (a
+        traced bool) says on this trace's values; every call checks that it still does. No
+        warning: the trace holds for all values that follow the rule the same way."""
+        if isinstance(condition, TracedArray):
+            src = user_source(2)
+            self.guards.append(Guard(condition.ir_var, bool(condition._value), how, src))
+
     def guard_known(self, t: TracedArray, what: str):
         """Bake in ``t``'s whole value (``what`` says what it is), checked at every call."""
         src = user_source(4)
@@ -429,6 +463,28 @@ class TraceContext:
         warnings.warn_explicit(
             msg, TracerWarning, src.file if src else "<unknown>", src.line if src else 0
         )
+
+
+_RAISES: dict = {}  # (op, position, operand kinds) -> whether NumPy raises (_raises_out_of_bounds)
+
+
+def _raises_out_of_bounds(op, position, vals, attrs, info) -> bool:
+    """Whether NumPy raises OverflowError for ``op`` of ``vals`` with a Python int out of
+    ``info``'s bounds at ``position`` (an operator does; a comparison does not)."""
+    kinds = tuple(v.dtype if isinstance(v, np.ndarray) else type(v) for v in vals)
+    key = (op, position, kinds)
+    if key not in _RAISES:
+        probe = [np.zeros(1, v.dtype) if isinstance(v, np.ndarray) else v for v in vals]
+        probe[position] = info.max + 1
+        try:
+            with np.errstate(all="ignore"):
+                OPS[op].impl(*probe, **attrs)
+            _RAISES[key] = False
+        except OverflowError:
+            _RAISES[key] = True
+        except Exception:
+            _RAISES[key] = False
+    return _RAISES[key]
 
 
 def _innermost_user_frame(f, stop):

@@ -9,11 +9,14 @@ square (a reciprocal, a square root), and ``a == None`` compares elementwise.
 
 from __future__ import annotations
 
+import math
 import operator
 
 import numpy as np
 
+from ..errors import TraceError
 from .array import TracedArray, is_python_scalar
+from .source import user_source
 from .ufuncs import call_ufunc
 
 _OPERAND = list | tuple | np.ndarray | TracedArray | int | float | complex | bool | np.generic
@@ -71,13 +74,138 @@ def _on_python_scalars(uf, py_op, *operands):
     ``True + True`` is the int 2 (NumPy's bool loop: True), ``True ** True`` the int 1 (NumPy's:
     int8), ``2 ** -1`` the float 0.5. The operands are cast to that type's dtype first; the
     result is weak, as a Python scalar is. Python computes this trace's value first, so its
-    errors (``1 // 0``) are the function's own. (Where Python's type depends on the values,
-    the trace's values decide it: ``k ** n`` and ``x ** y`` keep the type they had.)"""
-    result = py_op(*(_python_value(x) for x in operands))
+    errors (``1 // 0``) are the function's own; where Python decides by the values (a zero
+    divisor, a power's type, an int's size), guards keep later calls to the trace's way."""
+    values = [_python_value(x) for x in operands]
+    result = py_op(*values)
+    if type(result) is int and not -(2**63) <= result < 2**63:
+        raise _too_big(result)
+    cast = operands
     if type(result) is not bool:
         dtype = _PYTHON_DTYPE[type(result)]
-        operands = [_as_python_type(x, dtype) for x in operands]
-    return call_ufunc(uf, tuple(operands), {}, weak=True)
+        cast = [_as_python_type(x, dtype) for x in operands]
+    res = call_ufunc(uf, tuple(cast), {}, weak=True)
+    size = _int_size(py_op, operands) if type(result) is int else None
+    if size is not None and size < 2**62:
+        res._ctx.int_sizes[res.ir_var] = size
+    _guard_pythons_rules(uf, py_op, operands, values, size is None and type(result) is int)
+    return res
+
+
+def _size(x) -> int | None:
+    """The largest ``abs`` that the int or bool ``x`` can have on any call, or None."""
+    if not isinstance(x, TracedArray):
+        return abs(x)
+    return 1 if type(x._value) is bool else x._ctx.int_sizes.get(x.ir_var)
+
+
+def _bits(a, b):
+    return (1 << max(a, b).bit_length() + 1) - 1
+
+
+# the largest |result| of Python's int operators, from the largest |operand|s (shifts and
+# powers of more than 64 bits are unknown: a guard checks them)
+_SIZE_OF = {
+    operator.add: operator.add,
+    operator.sub: operator.add,
+    operator.mul: operator.mul,
+    operator.pow: lambda a, b: a**b if a <= 1 or b < 64 else None,
+    operator.lshift: lambda a, b: a << b if b < 64 else None,
+    operator.rshift: lambda a, b: a,
+    operator.floordiv: lambda a, b: a,
+    operator.mod: lambda a, b: b,
+    operator.and_: _bits,
+    operator.or_: _bits,
+    operator.xor: _bits,
+    operator.neg: abs,
+    operator.pos: abs,
+    operator.abs: abs,
+    operator.invert: lambda a: a + 1,
+}
+
+
+def _int_size(py_op, operands) -> int | None:
+    sizes = [_size(x) for x in operands]
+    return None if None in sizes else _SIZE_OF[py_op](*sizes)
+
+
+_DIVISIONS = (operator.truediv, operator.floordiv, operator.mod)
+_SHIFTS = (operator.lshift, operator.rshift)
+_GROWING = (operator.add, operator.sub, operator.mul, operator.pow, operator.lshift)
+
+
+def _guard_pythons_rules(uf, py_op, operands, values, unbounded_int):
+    """Guards on what Python decides by the values of ``py_op``'s operands, where one of them
+    is traced: a zero divisor raises, an int to a negative power is a float, a negative float
+    to a fractional power complex, an int (``unbounded_int``: whose size is not known) grows
+    past int64 (``ir.PYTHON_RULES``)."""
+    ctx = next(x._ctx for x in operands if isinstance(x, TracedArray))
+    if py_op in _DIVISIONS:
+        ctx.guard_rule(operands[1] != 0, "nonzero")
+    elif py_op is operator.pow:
+        ctx.guard_rule(_zero_to_negative(*operands, values[1]), "nonzero")
+        ctx.guard_rule(_changes_type(*operands, values), "pow_type")
+    elif py_op in _SHIFTS:
+        ctx.guard_rule(operands[1] >= 0, "shift")
+    if unbounded_int and py_op in _GROWING:
+        ctx.guard_rule(_fits_int64(uf, operands), "int64")
+
+
+def _both(a, b):
+    """``a & b`` of bools that are literals or traced, without a node where a literal decides."""
+    if a is False or b is False:
+        return False
+    return b if a is True else a if b is True else a & b
+
+
+def _zero_to_negative(base, exponent, exponent_value):
+    """Whether ``base ** exponent`` raises ZeroDivisionError in Python."""
+    if type(exponent_value) is complex:
+        return _both(base == 0, (exponent.real < 0) | (exponent.imag != 0))
+    return _both(base == 0, exponent < 0)
+
+
+def _changes_type(base, exponent, values):
+    """Whether ``base ** exponent`` is a float (of ints) or complex (of floats) in Python."""
+    kinds = {type(v) for v in values}
+    if complex in kinds:
+        return False
+    if kinds <= {bool, int}:
+        return exponent < 0
+    negative = _both(base < 0, base > -math.inf)  # (-inf) ** 0.5 is inf
+    return _both(negative, exponent % 1.0 > 0)  # (nan and inf % 1.0 are nan)
+
+
+def _fits_int64(uf, operands):
+    """Whether ``uf`` of the int ``operands``, computed in float64, is within int64."""
+    floats = [
+        x._ctx.emit("astype", [x], {"dtype": np.dtype(np.float64)}, weak=True)
+        if isinstance(x, TracedArray)
+        else float(x)
+        for x in operands
+    ]
+    if uf is np.left_shift:
+        uf, floats = np.multiply, [floats[0], _power_of_two(floats[1])]
+    value = call_ufunc(uf, tuple(floats), {}, weak=True)
+    size = call_ufunc(np.absolute, (value,), {}, weak=True)
+    fits = call_ufunc(np.less, (size, 2.0**63), {}, weak=True)
+    if not fits._value:
+        raise _too_big(None)
+    return fits
+
+
+def _power_of_two(n):
+    return 2.0**n if not isinstance(n, TracedArray) else call_ufunc(np.power, (2.0, n), {})
+
+
+def _too_big(result):
+    src = user_source(3)
+    where = f"{src} `{src.text}`" if src else "an unknown line"
+    what = f"the Python int {result}" if result is not None else "a Python int this close to it"
+    return TraceError(
+        f"{where}: {what} does not fit int64, the integers a graph computes with; compute it "
+        "outside the traced function, or as a float"
+    )
 
 
 def _as_python_type(x, dtype):
