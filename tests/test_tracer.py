@@ -676,6 +676,7 @@ def test_a_node_failing_on_the_other_branch_reports_the_guard(target):
         lambda x: (x > 0) << 7,
         lambda x: ((x > 0) + 1) * x,
         lambda x: 2.0 ** -(x > 0),
+        lambda x: (x > 0).imag + (x > 0).real * 300 + (x > 1).conjugate(),  # True.real: 1
     ],
 )
 @pytest.mark.parametrize("target", ["interpreter", "cpu"])

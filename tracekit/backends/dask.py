@@ -596,6 +596,20 @@ def _inputs_of(nodes) -> list:
     return ins
 
 
+def _python_numbers_as_arrays(inputs) -> tuple[list, list]:
+    """A group's inputs, with each Python bool or int among them (a Python number computed in
+    another group: its block is a 0-d array) as a 0-d array input that a weak ``astype``
+    turns into the Python number the group's nodes read; those nodes."""
+    ins, made = [], []
+    for v in inputs:
+        if v.weak and v.dtype.kind in "biu":
+            block = Var(f"{v.name}_block", v.shape, v.dtype)
+            made.append(Node("astype", (block,), {"dtype": v.dtype}, (v,)))
+            v = block
+        ins.append(v)
+    return ins, made
+
+
 # ---------------------------------------------------------------------- kernels per chunk
 _KERNELS: dict = {}  # (graph key, block types) -> Compiled, per process
 _KERNELS_LOCK = threading.Lock()
@@ -606,7 +620,8 @@ class ChunkKernel:
     process for each block shape it meets, then called. Pickles as its graph (JSON)."""
 
     def __init__(self, nodes, inputs, outputs, compile_cpu, math_mode="fast", cache=True):
-        self.graph = Graph(list(inputs), list(nodes), list(outputs), name="chunk")
+        inputs, made = _python_numbers_as_arrays(inputs)
+        self.graph = Graph(inputs, made + list(nodes), list(outputs), name="chunk")
         self.compile_cpu, self.math, self.cache = compile_cpu, math_mode, cache
 
     def __getstate__(self):  # a function pickles by its name: tk.compile on the worker

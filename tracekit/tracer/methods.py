@@ -16,6 +16,7 @@ from .movement import (
     astype,
     copy,
     imag,
+    python_int,
     ravel,
     real,
     reshape,
@@ -82,6 +83,8 @@ class _NdarrayMethods:
         return copy(self)
 
     def conj(self):
+        if type(self._value) is bool:  # True.conjugate() is the int 1
+            return python_int(self)
         return np.conjugate(self) if self.dtype.kind == "c" else alias(self)
 
     conjugate = conj

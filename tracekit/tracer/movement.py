@@ -146,6 +146,8 @@ def copy(x):
 
 def real(x):
     x = ctx_of(x).lift(x)
+    if type(x._value) is bool:  # True.real is the int 1 (a traced Python bool)
+        return python_int(x)
     if x.dtype.kind != "c":
         return alias(x)
     if x.weak:  # np.real of a Python complex is a Python float
@@ -156,10 +158,11 @@ def real(x):
 def imag(x):
     x = ctx_of(x).lift(x)
     if x.dtype.kind != "c":  # NumPy gives read-only zeros (of a Python number: a Python zero)
-        zero = np.zeros((), x.dtype)[()]
-        attrs = {"shape": x.shape, "fill_value": zero, "dtype": x.dtype}
-        res = x._ctx.emit("full", [], attrs, weak=x.weak)
-        if not x.weak:
+        python = type(x._value) in (bool, int, float)  # True.imag is the int 0
+        dtype = np.dtype(np.int64) if type(x._value) is bool else x.dtype
+        attrs = {"shape": x.shape, "fill_value": np.zeros((), dtype)[()], "dtype": dtype}
+        res = x._ctx.emit("full", [], attrs, weak=python)
+        if not python:
             res._buf.readonly = True
             if isinstance(res._value, np.ndarray):
                 res._value.flags.writeable = False
@@ -167,6 +170,11 @@ def imag(x):
     if x.weak:
         return x._ctx.emit("imag", [x], weak=True)
     return x._ctx.emit("imag", [x], view=True)
+
+
+def python_int(x):
+    """The Python bool ``x`` as the int Python makes of it."""
+    return x._ctx.emit("astype", [x], {"dtype": np.dtype(np.int64)}, weak=True)
 
 
 def broadcast_to(x, shape):
