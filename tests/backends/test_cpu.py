@@ -561,6 +561,23 @@ def test_float32_chains_round_every_step_in_float32():
     assert not np.any(got[1])  # tanh(1 + 1e-9) is tanh(1) in float32
 
 
+@pytest.mark.parametrize("dt", ["float16", "float32", "int8"])
+def test_a_python_number_a_host_step_computes_stays_weak(dt):
+    """A complex power of a Python float runs as a host step (NumPy's power); the array it
+    multiplies keeps its own precision, as with the Python complex NumPy gives (fuzz seed
+    18312221: a float16 array came out complex128, not complex64)."""
+
+    def fn(a, x):
+        return a * (x ** (1 + 0.5j))
+
+    a = np.full((2, 3), 3, dt)
+    c, t = compiled(fn, a, 2.0)
+    for x in (2.0, 0.5):
+        got, want, _, _ = both(c, t, a, x)
+        assert got.dtype == want.dtype == fn(a, x).dtype
+        np.testing.assert_allclose(got, fn(a, x), rtol=1e-3)
+
+
 @pytest.mark.parametrize("dt", ["int8", "int32", "int64", "uint16"])
 def test_integer_powers_feed_other_ops_as_their_own_type(dt):
     """Integer powers are computed in uint64 (wrapping as NumPy's); a float conversion, a

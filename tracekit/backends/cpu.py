@@ -452,6 +452,9 @@ class Runner:
                 if len(node.outputs) > 1:
                     targets += ","
                 lines.append(f"    {targets} = {self._host(node, names, result_pos)}")
+                for o in (o for o in node.outputs if o.weak):  # NumPy's result is np.generic
+                    self.ns["_python_number"] = _python_number
+                    lines.append(f"    {names[o]} = _python_number({names[o]})")
         outs = [names[o] for o in g.outputs]
         guards = [names[gd.var] for gd in g.guards]
         body = lines[2:] if g.inputs else lines[1:]  # after the def and the unpacking
@@ -669,6 +672,11 @@ def has_fast_path(g) -> bool:
     if g.writebacks or g.guards or g.n_results != 1 or any(v.weak for v in args):
         return False
     return not any(s.kind == "capture" for s in g.specs)
+
+
+def _python_number(value):
+    """A host op's weak result as the Python number the ops reading it take (NEP 50)."""
+    return np.asarray(value).item()
 
 
 def _padded(v, program) -> bool:
