@@ -2499,6 +2499,11 @@ def main(argv=None):
     p.add_argument("--one", type=int, default=None, help="run just this seed and print it")
     p.add_argument("--chains", action="store_true", help="every program a stencil chain (_Chain)")
     p.add_argument(
+        "--python-numbers",
+        action="store_true",
+        help="check only the programs with operators on Python numbers (about one in thirty)",
+    )
+    p.add_argument(
         "--force-streams",
         action="store_true",
         help="every CPU elementwise kernel in interleaved streams, however small (with --no-save:"
@@ -2523,6 +2528,9 @@ def main(argv=None):
     while time.time() - t0 < args.seconds:
         prof = profiles[seed % len(profiles)]
         prog = generate(seed, prof, chain=args.chains or chain_chosen(seed))
+        if args.python_numbers and not has_python_number_operators(prog):
+            seed += 1
+            continue
         try:
             stats = check(prog, checks_for(prof))
             ops |= stats["ops"]
@@ -2555,6 +2563,15 @@ def main(argv=None):
 
     print("ops never generated:", sorted(set(OPS) - ops))
     return 1 if fails else 0
+
+
+def has_python_number_operators(prog) -> bool:
+    """Whether an operator of ``prog`` computes on two Python numbers (on its first inputs)."""
+    try:
+        ways = decisions(prog, *make_inputs(prog, 0))
+    except Exception:
+        return False
+    return any(isinstance(w, tuple) for w in ways)  # (see _pythons_way)
 
 
 def signature(failure) -> str:
