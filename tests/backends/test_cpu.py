@@ -775,6 +775,31 @@ def test_softmax_and_norm_over_the_first_axis(dt, cols):
         np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
 
 
+def test_a_real_square_root_weighs_as_an_instruction_not_a_call():
+    """numba lowers a real ``sqrt`` and ``copysign`` to one vector instruction: they weigh in a
+    kernel's work (which sets its threads) as a fast-math function does, not as a libm call; a
+    complex ``sqrt`` is a call. A float64 column norm of 2.6k elements then runs serially."""
+    from tracekit.backends import scalar
+
+    def costs(fn, *args):
+        return {n.op: scalar.element_cost(n) for n in tk.trace(fn, *args).graph.nodes}
+
+    x = np.ones((8, 331))
+    assert costs(np.sqrt, x)["sqrt"] == 2
+    assert costs(np.sqrt, x.astype(np.float32))["sqrt"] == 1
+    assert costs(np.copysign, x, x)["copysign"] == 2
+    assert costs(np.sqrt, x.astype(np.complex128))["sqrt"] == scalar.LIBM_COST
+
+    def norm(x):
+        return np.sin(x / np.sqrt(np.mean(x * x, axis=0, keepdims=True) + 1e-12))
+
+    x = np.random.default_rng(seed_of("sqrt cost")).uniform(-2, 2, x.shape)
+    c, t = compiled(norm, x)
+    assert _column_kernel(c) and "prange(" not in c.source
+    got, want, _, _ = both(c, t, x)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("cols", [20, BIG // 40], ids=["serial", "parallel"])
 @pytest.mark.parametrize("dt", ["float32", "float64"])
 def test_column_norm_computes_cheap_values_again_in_its_last_pass(dt, cols):
