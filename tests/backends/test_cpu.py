@@ -900,6 +900,27 @@ def test_heavy_row_passes_interleave_at_default_settings(dt, cols):
     _assert_row_patterns(c, t, x, y, 2e-5 if dt == "float32" else 1e-12)
 
 
+@pytest.mark.parametrize("rows", [65, 86, 515])
+def test_row_chunks_hold_even_shares_of_rows(rows):
+    """A parallel row kernel's chunks cover every row once, each ``rows // chunks`` rows or one
+    more, so the equal runs of chunks numba hands its threads hold equal shares (86 rows in 64
+    chunks on two threads: 43 and 43, not 64 and 22 with chunks of 2 and the last ones empty)."""
+    rng = np.random.default_rng(seed_of("even row chunks", rows))
+    x = rng.uniform(-2, 2, (rows, 600))
+    c, t = compiled(lambda x: x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True)), x)
+    ch, nch, lo, hi = re.search(
+        r"for (\w+) in prange\((\d+)\):\n(?:.*\n)*?\s+for \w+ in range\(([^,]+), (.+)\):", c.source
+    ).groups()
+    bounds = [(eval(lo, {ch: k}), eval(hi, {ch: k})) for k in range(int(nch))]
+    assert [r for a, b in bounds for r in range(a, b)] == list(range(rows))
+    assert {b - a for a, b in bounds} <= {rows // int(nch), rows // int(nch) + 1}
+    for threads in (2, 4):
+        shares = [sum(b - a for a, b in run) for run in np.array_split(bounds, threads)]
+        assert max(shares) - min(shares) <= 1, shares
+    got, want, _, _ = both(c, t, x)
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
+
+
 def test_a_value_read_only_in_a_later_pass_is_computed_there():
     """``np.sin(x)`` (of the input alone), added to a layer norm's result, is computed in the
     pass that adds it, not in the first pass and kept in a scratch row until then."""

@@ -581,7 +581,6 @@ class KernelSource:
         n_outer = L.sizes[outer]
         parallel = not serial and self._parallel() and n_outer > 1
         nch = min(n_outer, CHUNKS) if parallel else 1
-        chunk = -(-n_outer // nch)
         i0, ch = L.names[outer], f"{self.p}ch"
         depth = 1
         if parallel and self.chunked:
@@ -598,8 +597,8 @@ class KernelSource:
                 )
         if self._in_chunk(outer, depth):
             lo, hi = self.lo, self.hi
-        elif parallel:
-            lo, hi = f"{ch} * {chunk}", f"min({n_outer}, ({ch} + 1) * {chunk})"
+        elif parallel:  # rows spread evenly over the chunks (see _even_chunk)
+            lo, hi = _even_chunk(ch, n_outer, nch)
         else:
             lo, hi = "0", str(n_outer)
         self.emit(f"for {i0} in range({lo}, {hi}):", depth)
@@ -1028,6 +1027,14 @@ class KernelSource:
         self.emit(f"{self.p}t_{r.out.ident} = {S.typed(src, r.out.dtype)}", depth)
         self.local[r.out] = f"{self.p}t_{r.out.ident}"
         self.store(r.out, depth)
+
+
+def _even_chunk(ch: str, n: int, nch: int) -> tuple[str, str]:
+    """Bounds ``[lo, hi)`` of chunk ``ch`` of ``nch`` over ``n`` trips, each ``n // nch`` or one
+    more, the longer ones spread out. numba hands each thread an equal run of a ``prange``'s
+    trips: with chunks of ``ceil(n / nch)`` the last ones were empty, and 86 rows in 64 chunks
+    on two threads ran 64 rows on one and 22 on the other."""
+    return f"{ch} * {n} // {nch}", f"({ch} + 1) * {n} // {nch}"
 
 
 def _block_dtype(r):
