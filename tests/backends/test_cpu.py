@@ -800,6 +800,35 @@ def test_a_real_square_root_weighs_as_an_instruction_not_a_call():
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
+def _shares(bounds, threads) -> list:
+    """Elements of each thread's equal run of chunks, as numba hands them out."""
+    return [sum(b - a for a, b in run) for run in np.array_split(np.array(bounds), threads)]
+
+
+@pytest.mark.parametrize("cols", [129, 331, 1000])
+def test_column_blocks_hold_even_shares_of_columns(cols):
+    """A parallel column kernel's blocks cover every column once, at most COLUMNS each, and
+    number a multiple of 4 where they can keep COLUMNS // 4 columns, so the equal runs of
+    blocks numba hands two or four threads hold equal shares (331 columns: 82 or 83 a block,
+    not 128, 128 and 75)."""
+    rng = np.random.default_rng(seed_of("even column blocks", cols))
+    x = rng.uniform(-2, 2, (emit_cpu.PARALLEL_MIN_WORK // cols + 1, cols))
+    c, t = compiled(lambda x: np.exp(x) / np.sqrt(np.sum(x * x, axis=0, keepdims=True)), x)
+    b, nb = re.search(r"for (\w+) in prange\((\d+)\):", c.source).groups()
+    lo = re.search(r"\w+_c0 = (.+)", c.source).group(1)
+    hi = re.search(r"\w+_cn = (.+) - \w+_c0", c.source).group(1)
+    bounds = [
+        (int(eval(lo, {"np": np, b: k})), int(eval(hi, {"np": np, b: k}))) for k in range(int(nb))
+    ]
+    assert [j for a, z in bounds for j in range(a, z)] == list(range(cols))
+    assert max(z - a for a, z in bounds) <= emit_cpu.COLUMNS
+    for threads in (2, 4):
+        shares = _shares(bounds, threads)
+        assert max(shares) - min(shares) <= len(bounds) // threads, shares
+    got, want, _, _ = both(c, t, x)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("cols", [20, BIG // 40], ids=["serial", "parallel"])
 @pytest.mark.parametrize("dt", ["float32", "float64"])
 def test_column_norm_computes_cheap_values_again_in_its_last_pass(dt, cols):
@@ -915,7 +944,7 @@ def test_row_chunks_hold_even_shares_of_rows(rows):
     assert [r for a, b in bounds for r in range(a, b)] == list(range(rows))
     assert {b - a for a, b in bounds} <= {rows // int(nch), rows // int(nch) + 1}
     for threads in (2, 4):
-        shares = [sum(b - a for a, b in run) for run in np.array_split(bounds, threads)]
+        shares = _shares(bounds, threads)
         assert max(shares) - min(shares) <= 1, shares
     got, want, _, _ = both(c, t, x)
     np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)

@@ -693,6 +693,16 @@ class KernelSource:
             and not any(accumulation(r).index for r in self.reduces)
         )
 
+    def _column_blocks(self, n: int) -> int:
+        """Blocks of at most COLUMNS of a column kernel's ``n`` columns, spread evenly; where
+        the kernel is parallel, a multiple of 4 of them while blocks keep COLUMNS // 4 columns:
+        numba hands each thread an equal run of blocks, and 331 columns in blocks of 128 put
+        256 on one of two threads and 75 on the other."""
+        least = -(-n // COLUMNS)
+        if not self._parallel():
+            return least
+        return max(least, min(-(-least // 4) * 4, n // (COLUMNS // 4)))
+
     def _columns(self, serial: bool = False):
         """The passes of ``_rows`` over a block of COLUMNS kept elements at a time: each pass
         loops over the reduced dims outside and the block's columns inside (unit stride,
@@ -704,8 +714,8 @@ class KernelSource:
         scratch = self._scratch(phase)
         (kept,) = L.kept
         n, i = L.sizes[kept], L.names[kept]
-        nblocks = -(-n // COLUMNS)
-        b, c, width = f"{self.p}cb", f"{self.p}c", f"{self.p}cn"
+        nblocks = self._column_blocks(n)
+        b, c, width, start = f"{self.p}cb", f"{self.p}c", f"{self.p}cn", f"{self.p}c0"
         depth = 1
         if not serial and self._parallel() and nblocks > 1:
             self._parallel_loop(b, nblocks, depth, "columns")
@@ -714,7 +724,11 @@ class KernelSource:
         else:
             self.emit(f"for {b} in range({nblocks}):", depth)
         depth += 1
-        self.emit(f"{width} = np.uint64(min({COLUMNS}, {n} - {b} * {COLUMNS}))", depth)
+        lo, hi = (
+            f"np.uint64({k}) * np.uint64({n}) // np.uint64({nblocks})" for k in (b, f"{b} + 1")
+        )
+        self.emit(f"{start} = {lo}", depth)
+        self.emit(f"{width} = {hi} - {start}", depth)
         self._far_chunk(depth)
         for r in self.reduces:
             acc = S.ctor(acc_dtype(r, r.out.dtype))
@@ -732,7 +746,7 @@ class KernelSource:
         def columns(depth, saved) -> int:
             """Open the loop over the block's columns; read back the row values ``saved``."""
             self.emit(f"for {c} in range({width}):", depth)
-            self.emit(f"{i} = np.uint64({b}) * np.uint64({COLUMNS}) + {c}", depth + 1)
+            self.emit(f"{i} = {start} + {c}", depth + 1)
             for v in saved:
                 self.emit(f"{self.p}t_{v.ident} = {self.p}cv_{v.ident}[{c}]", depth + 1)
                 self.local[v] = f"{self.p}t_{v.ident}"
