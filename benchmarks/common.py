@@ -15,6 +15,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -59,6 +60,37 @@ def gc_paused():
             gc.enable()
 
 
+def _others_running() -> int:
+    """This process's threads other than the calling one that are running or runnable now
+    (Linux; 0 elsewhere)."""
+    me, n = str(threading.get_native_id()), 0
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return 0
+    for task in tasks:
+        if task == me:
+            continue
+        try:
+            with open(f"/proc/self/task/{task}/stat") as f:
+                n += f.read().rpartition(")")[2].split()[0] == "R"
+        except (OSError, IndexError):
+            pass
+    return n
+
+
+def settle(pause_s: float = 0.002, most_s: float = 0.1) -> float:
+    """Sleep ``pause_s``, then on until no other thread of this process runs (at most
+    ``most_s`` in all): the thread pools a peer leaves spinning after its calls (torch's
+    OpenMP workers spin about 10 ms, OpenBLAS's and XLA's a while too) would otherwise hold a
+    core through the next peer's batch. Returns the seconds slept."""
+    t0 = time.perf_counter()
+    time.sleep(pause_s)
+    while _others_running() and time.perf_counter() - t0 < most_s:
+        time.sleep(0.0005)
+    return time.perf_counter() - t0
+
+
 def interleaved(
     fns: dict[str, Callable[[], object]],
     *,
@@ -72,9 +104,9 @@ def interleaved(
 
     Each round runs one batch of every callable, in an order rotated from round to round, so a
     burst of load from another process on a shared machine hits every peer alike instead of
-    whichever ran during it. ``pause_s`` between batches lets spinning thread pools (OpenMP,
-    numba, XLA) go idle before the next peer starts. The number of rounds fills ``budget_s``
-    within ``[min_rounds, max_rounds]``.
+    whichever ran during it. Before each batch the thread pools the previous peer left
+    spinning (OpenMP, numba, OpenBLAS, XLA) are let go idle (``settle``). The number of rounds
+    fills ``budget_s`` within ``[min_rounds, max_rounds]``.
     """
     if not fns:
         return {}
@@ -89,7 +121,7 @@ def interleaved(
         for r in range(rounds):
             order = names[r % len(names) :] + names[: r % len(names)]
             for k in order:
-                time.sleep(pause_s)
+                settle(pause_s)
                 samples[k].append(_time_batch(fns[k], numbers[k]))
             if r + 1 >= min_rounds and time.perf_counter() > deadline:
                 break  # the machine is much slower than calibrated: keep what we have

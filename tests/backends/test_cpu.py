@@ -792,6 +792,60 @@ def test_softmax_and_norm_over_the_first_axis(dt, cols):
         np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
 
 
+def test_a_real_square_root_weighs_as_an_instruction_not_a_call():
+    """numba lowers a real ``sqrt`` and ``copysign`` to one vector instruction: they weigh in a
+    kernel's work (which sets its threads) as a fast-math function does, not as a libm call; a
+    complex ``sqrt`` is a call. A float64 column norm of 2.6k elements then runs serially."""
+    from tracekit.backends import scalar
+
+    def costs(fn, *args):
+        return {n.op: scalar.element_cost(n) for n in tk.trace(fn, *args).graph.nodes}
+
+    x = np.ones((8, 331))
+    assert costs(np.sqrt, x)["sqrt"] == 2
+    assert costs(np.sqrt, x.astype(np.float32))["sqrt"] == 1
+    assert costs(np.copysign, x, x)["copysign"] == 2
+    assert costs(np.sqrt, x.astype(np.complex128))["sqrt"] == scalar.LIBM_COST
+
+    def norm(x):
+        return np.sin(x / np.sqrt(np.mean(x * x, axis=0, keepdims=True) + 1e-12))
+
+    x = np.random.default_rng(seed_of("sqrt cost")).uniform(-2, 2, x.shape)
+    c, t = compiled(norm, x)
+    assert _column_kernel(c) and "prange(" not in c.source
+    got, want, _, _ = both(c, t, x)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def _shares(bounds, threads) -> list:
+    """Elements of each thread's equal run of chunks, as numba hands them out."""
+    return [sum(b - a for a, b in run) for run in np.array_split(np.array(bounds), threads)]
+
+
+@pytest.mark.parametrize("cols", [129, 331, 1000])
+def test_column_blocks_hold_even_shares_of_columns(cols):
+    """A parallel column kernel's blocks cover every column once, at most COLUMNS each, and
+    number a multiple of 4 where they can keep COLUMNS // 4 columns, so the equal runs of
+    blocks numba hands two or four threads hold equal shares (331 columns: 82 or 83 a block,
+    not 128, 128 and 75)."""
+    rng = np.random.default_rng(seed_of("even column blocks", cols))
+    x = rng.uniform(-2, 2, (emit_cpu.PARALLEL_MIN_WORK // cols + 1, cols))
+    c, t = compiled(lambda x: np.exp(x) / np.sqrt(np.sum(x * x, axis=0, keepdims=True)), x)
+    b, nb = re.search(r"for (\w+) in prange\((\d+)\):", c.source).groups()
+    lo = re.search(r"\w+_c0 = (.+)", c.source).group(1)
+    hi = re.search(r"\w+_cn = (.+) - \w+_c0", c.source).group(1)
+    bounds = [
+        (int(eval(lo, {"np": np, b: k})), int(eval(hi, {"np": np, b: k}))) for k in range(int(nb))
+    ]
+    assert [j for a, z in bounds for j in range(a, z)] == list(range(cols))
+    assert max(z - a for a, z in bounds) <= emit_cpu.COLUMNS
+    for threads in (2, 4):
+        shares = _shares(bounds, threads)
+        assert max(shares) - min(shares) <= len(bounds) // threads, shares
+    got, want, _, _ = both(c, t, x)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("cols", [20, BIG // 40], ids=["serial", "parallel"])
 @pytest.mark.parametrize("dt", ["float32", "float64"])
 def test_column_norm_computes_cheap_values_again_in_its_last_pass(dt, cols):
@@ -890,6 +944,27 @@ def test_heavy_row_passes_interleave_at_default_settings(dt, cols):
     c, t = compiled(_row_patterns, x, y)
     assert "_j0_3 = " in c.source, c.source
     _assert_row_patterns(c, t, x, y, 2e-5 if dt == "float32" else 1e-12)
+
+
+@pytest.mark.parametrize("rows", [65, 86, 515])
+def test_row_chunks_hold_even_shares_of_rows(rows):
+    """A parallel row kernel's chunks cover every row once, each ``rows // chunks`` rows or one
+    more, so the equal runs of chunks numba hands its threads hold equal shares (86 rows in 64
+    chunks on two threads: 43 and 43, not 64 and 22 with chunks of 2 and the last ones empty)."""
+    rng = np.random.default_rng(seed_of("even row chunks", rows))
+    x = rng.uniform(-2, 2, (rows, 600))
+    c, t = compiled(lambda x: x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True)), x)
+    ch, nch, lo, hi = re.search(
+        r"for (\w+) in prange\((\d+)\):\n(?:.*\n)*?\s+for \w+ in range\(([^,]+), (.+)\):", c.source
+    ).groups()
+    bounds = [(eval(lo, {ch: k}), eval(hi, {ch: k})) for k in range(int(nch))]
+    assert [r for a, b in bounds for r in range(a, b)] == list(range(rows))
+    assert {b - a for a, b in bounds} <= {rows // int(nch), rows // int(nch) + 1}
+    for threads in (2, 4):
+        shares = _shares(bounds, threads)
+        assert max(shares) - min(shares) <= 1, shares
+    got, want, _, _ = both(c, t, x)
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
 
 
 def test_a_value_read_only_in_a_later_pass_is_computed_there():

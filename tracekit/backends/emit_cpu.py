@@ -581,7 +581,6 @@ class KernelSource:
         n_outer = L.sizes[outer]
         parallel = not serial and self._parallel() and n_outer > 1
         nch = min(n_outer, CHUNKS) if parallel else 1
-        chunk = -(-n_outer // nch)
         i0, ch = L.names[outer], f"{self.p}ch"
         depth = 1
         if parallel and self.chunked:
@@ -598,8 +597,8 @@ class KernelSource:
                 )
         if self._in_chunk(outer, depth):
             lo, hi = self.lo, self.hi
-        elif parallel:
-            lo, hi = f"{ch} * {chunk}", f"min({n_outer}, ({ch} + 1) * {chunk})"
+        elif parallel:  # rows spread evenly over the chunks (see _even_chunk)
+            lo, hi = _even_chunk(ch, n_outer, nch)
         else:
             lo, hi = "0", str(n_outer)
         self.emit(f"for {i0} in range({lo}, {hi}):", depth)
@@ -694,6 +693,16 @@ class KernelSource:
             and not any(accumulation(r).index for r in self.reduces)
         )
 
+    def _column_blocks(self, n: int) -> int:
+        """Blocks of at most COLUMNS of a column kernel's ``n`` columns, spread evenly; where
+        the kernel is parallel, a multiple of 4 of them while blocks keep COLUMNS // 4 columns:
+        numba hands each thread an equal run of blocks, and 331 columns in blocks of 128 put
+        256 on one of two threads and 75 on the other."""
+        least = -(-n // COLUMNS)
+        if not self._parallel():
+            return least
+        return max(least, min(-(-least // 4) * 4, n // (COLUMNS // 4)))
+
     def _columns(self, serial: bool = False):
         """The passes of ``_rows`` over a block of COLUMNS kept elements at a time: each pass
         loops over the reduced dims outside and the block's columns inside (unit stride,
@@ -705,8 +714,8 @@ class KernelSource:
         scratch = self._scratch(phase)
         (kept,) = L.kept
         n, i = L.sizes[kept], L.names[kept]
-        nblocks = -(-n // COLUMNS)
-        b, c, width = f"{self.p}cb", f"{self.p}c", f"{self.p}cn"
+        nblocks = self._column_blocks(n)
+        b, c, width, start = f"{self.p}cb", f"{self.p}c", f"{self.p}cn", f"{self.p}c0"
         depth = 1
         if not serial and self._parallel() and nblocks > 1:
             self._parallel_loop(b, nblocks, depth, "columns")
@@ -715,7 +724,11 @@ class KernelSource:
         else:
             self.emit(f"for {b} in range({nblocks}):", depth)
         depth += 1
-        self.emit(f"{width} = np.uint64(min({COLUMNS}, {n} - {b} * {COLUMNS}))", depth)
+        lo, hi = (
+            f"np.uint64({k}) * np.uint64({n}) // np.uint64({nblocks})" for k in (b, f"{b} + 1")
+        )
+        self.emit(f"{start} = {lo}", depth)
+        self.emit(f"{width} = {hi} - {start}", depth)
         self._far_chunk(depth)
         for r in self.reduces:
             acc = S.ctor(acc_dtype(r, r.out.dtype))
@@ -733,7 +746,7 @@ class KernelSource:
         def columns(depth, saved) -> int:
             """Open the loop over the block's columns; read back the row values ``saved``."""
             self.emit(f"for {c} in range({width}):", depth)
-            self.emit(f"{i} = np.uint64({b}) * np.uint64({COLUMNS}) + {c}", depth + 1)
+            self.emit(f"{i} = {start} + {c}", depth + 1)
             for v in saved:
                 self.emit(f"{self.p}t_{v.ident} = {self.p}cv_{v.ident}[{c}]", depth + 1)
                 self.local[v] = f"{self.p}t_{v.ident}"
@@ -1028,6 +1041,14 @@ class KernelSource:
         self.emit(f"{self.p}t_{r.out.ident} = {S.typed(src, r.out.dtype)}", depth)
         self.local[r.out] = f"{self.p}t_{r.out.ident}"
         self.store(r.out, depth)
+
+
+def _even_chunk(ch: str, n: int, nch: int) -> tuple[str, str]:
+    """Bounds ``[lo, hi)`` of chunk ``ch`` of ``nch`` over ``n`` trips, each ``n // nch`` or one
+    more, the longer ones spread out. numba hands each thread an equal run of a ``prange``'s
+    trips: with chunks of ``ceil(n / nch)`` the last ones were empty, and 86 rows in 64 chunks
+    on two threads ran 64 rows on one and 22 on the other."""
+    return f"{ch} * {n} // {nch}", f"({ch} + 1) * {n} // {nch}"
 
 
 def _block_dtype(r):

@@ -434,8 +434,12 @@ def _fast_name(op: str, dtype, math: str) -> str | None:
 # alone (which streams its operands at about 0.3 ns an element, vectorised, in cache): a
 # fast-math function per 4 bytes of its dtype (float32 log 0.36 ns, float64 log 0.7 ns, the
 # inverse hyperbolic ones 1-3 ns), a scalar call numba lowers (libm: 10-40 ns, and the loop
-# stays scalar) LIBM_COST. Kernels choose threads by this work (``emit_cpu``).
+# stays scalar) LIBM_COST. Kernels choose threads by this work (``emit_cpu``). A real ``sqrt``
+# or ``copysign`` is no call: numba lowers it to one vector instruction, of about a fast-math
+# function's cost (counted as LIBM_COST, it sent a float64 column norm of 2.6k elements, 22 us
+# on one thread, to two).
 LIBM_COST = 32
+INSTRUCTION_OPS = frozenset({"sqrt", "copysign"})
 
 
 def element_cost(node: Node, math: str = "fast") -> int:
@@ -445,11 +449,15 @@ def element_cost(node: Node, math: str = "fast") -> int:
     op = OPS.get(node.op)
     if op is None or op.ufunc is None or op.arithmetic:
         return 0
-    if is_fast_math(node, math):
+    if is_fast_math(node, math) or _one_instruction(node):
         return max(1, loop_dtypes(node)[1].itemsize // 4)
     if node.op in CPU_TEMPLATES or node.op in CPU_NODE_TEMPLATES:
         return 0
     return LIBM_COST
+
+
+def _one_instruction(node: Node) -> bool:
+    return node.op in INSTRUCTION_OPS and loop_dtypes(node)[1].kind == "f"
 
 
 def is_fast_math(node: Node, math: str = "fast") -> bool:
