@@ -14,6 +14,7 @@ thread and of the whole process (numba's threads wait spinning, so its process t
 their wait too) and the minor page faults (a result allocated afresh instead of reused). On a
 busy machine ``runtime.fit_threads`` runs both forms on fewer threads; ``--all-threads`` runs
 both on every core whatever the load (CPU times and page faults are then the firmer figures).
+tracekit is imported as ``PYTHONPATH`` says (``PYTHONPATH=/other/checkout``: that one's).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+import tracekit as tk  # as PYTHONPATH says (before cpu.py, which puts this checkout on the path)
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
@@ -37,8 +40,6 @@ FORMS = ("numba", "pool")
 
 
 def _compiled(w, args):
-    import tracekit as tk
-
     made, want = {}, w.fn(*args)
     for form in FORMS:
         os.environ["TRACEKIT_CPU_THREADS"] = form
@@ -71,6 +72,7 @@ def main():
     ap.add_argument("--round", type=float, default=0.05, help="seconds per form and round")
     ap.add_argument("--all-threads", action="store_true", help="every core whatever the load")
     opts = ap.parse_args()
+    print(f"tracekit from {Path(tk.__file__).parent.parent}")
     if opts.all_threads:
         from tracekit.backends import runtime
 
