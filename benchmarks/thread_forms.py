@@ -71,6 +71,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--round", type=float, default=0.05, help="seconds per form and round")
     ap.add_argument("--all-threads", action="store_true", help="every core whatever the load")
+    ap.add_argument("--quick", action="store_true", help="cpu.py's quick sizes, 3 rounds")
     opts = ap.parse_args()
     print(f"tracekit from {Path(tk.__file__).parent.parent}")
     if opts.all_threads:
@@ -84,10 +85,10 @@ def main():
     )
     for name in opts.only.split(","):
         w = workloads[name]
-        args = w.make(False, np.random.default_rng(0))
+        args = w.make(opts.quick, np.random.default_rng(0))
         made = _compiled(w, args)
         rounds = {form: [] for form in FORMS}
-        for _ in range(opts.rounds):
+        for _ in range(3 if opts.quick else opts.rounds):
             for form in FORMS:
                 rounds[form].append(_round(made[form], args, opts.round))
         for form in FORMS:
