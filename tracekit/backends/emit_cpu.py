@@ -526,8 +526,9 @@ class KernelSource:
         of ``cold_compile.py``), which pays on short loops only (a chain of 5 float32 tanh:
         7.7 us over 2,000 elements with it, 8.5 without; the same over 10,000)."""
         L = self.layout
-        long = self.group.kind == "elementwise" and L.kept and L.total >= SCALAR_TAIL_TRIPS
-        return not (long and L.sizes[L.kept[-1]] >= SCALAR_TAIL_TRIPS)
+        if self.group.kind != "elementwise" or not L.kept:
+            return True
+        return L.sizes[L.kept[-1]] < SCALAR_TAIL_TRIPS
 
     def _scan(self):
         (node,) = self.group.nodes
