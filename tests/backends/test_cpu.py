@@ -395,6 +395,33 @@ def _tanh_chain(x, y, b):
 
 
 @pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_long_interleaved_loops_leave_their_tail_to_the_scalar_loop(dt, monkeypatch):
+    """An interleaved elementwise loop of SCALAR_TAIL_TRIPS or more has no vector tail loop (in
+    its cache key; other machine code than with one), and gives the interpreter's results,
+    bit for bit the plain kernel's, over a length no vector iteration divides."""
+    n = emit_cpu.SCALAR_TAIL_TRIPS + 45
+    rng = np.random.default_rng(seed_of("scalar tail", dt))
+    x, y = values(rng, (n,), dt), values(rng, (n,), dt)
+    c, t = compiled(_tanh_chain, x, y, 0.25, cache=False)
+    (kernel,) = c.program.kernel_modules.values()
+    assert kernel.interleave > 1 and not kernel.vector_tail
+    assert "_TRACEKIT_VECTOR_TAIL = False" in kernel.source
+    with monkeypatch.context() as m:
+        m.setattr(emit_cpu, "SCALAR_TAIL_TRIPS", 2 * n)
+        tail, _ = compiled(_tanh_chain, x, y, 0.25, cache=False)
+        m.setattr(emit_cpu, "INTERLEAVE", 0)
+        plain, _ = compiled(_tanh_chain, x, y, 0.25, cache=False)
+    (kernel,) = tail.program.kernel_modules.values()
+    assert kernel.vector_tail and "_TRACEKIT_VECTOR_TAIL" not in kernel.source
+    assert _segment_asm(c) != _segment_asm(tail)
+    got, want, _, _ = both(c, t, x, y, 0.25)
+    tol = 1e-5 if dt == "float32" else 1e-13
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    np.testing.assert_array_equal(got, plain(x, y, 0.25))
+    np.testing.assert_array_equal(got, tail(x, y, 0.25))
+
+
+@pytest.mark.parametrize("dt", ["float32", "float64"])
 @pytest.mark.parametrize("shape", [(BIG,), (3, BIG // 3 + 1), (5 * 64,) * 2], ids=str)
 def test_chained_transcendentals_interleave_at_default_settings(dt, shape, monkeypatch):
     """Large kernels of chained fast-math calls interleave streams: the same results as the

@@ -7,6 +7,7 @@ chunk, exceptions inside kernels, and threads calling the same compiled function
 from __future__ import annotations
 
 import re
+import sys
 import threading
 
 import numpy as np
@@ -260,3 +261,25 @@ def test_a_busy_pool_lets_another_caller_run_its_chunks_itself():
 
     pool.run(outer, 8, 1, int, (), 2)
     assert inner == [(0, 8)]
+
+
+def test_the_workers_hold_no_argument_once_their_chunks_end():
+    """A chunk's arguments are the caller's again when the call returns: a result buffer the
+    caller has dropped is reused by the next call, as with numba's threads."""
+    out = np.zeros(64)
+    held = sys.getrefcount(out)
+    pool = runtime.ChunkPool()
+    pool.run(lambda lo, hi, o: o.__setitem__(slice(lo, hi), 1), 64, 1, int, (out,), 4)
+    assert (out == 1).all() and sys.getrefcount(out) == held
+
+
+def test_a_chunked_result_dropped_by_the_caller_is_reused(pool):
+    x = np.random.default_rng(3).standard_normal(BIG)
+    t, c = compiled(chain, x, x)
+    with quiet():
+        first = c(x, x)
+        address = first.ctypes.data
+        del first
+        again = c(x, x)
+    assert again.ctypes.data == address
+    np.testing.assert_allclose(again, t(x, x), rtol=1e-12, atol=1e-14)

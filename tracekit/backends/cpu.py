@@ -109,7 +109,7 @@ class CpuProgram:
         min_parallel = PARALLEL_MIN_WORK_BESIDE_BLAS if blas else PARALLEL_MIN_WORK
         views = frozenset(o for st in plan.steps if st.kind == "view" for o in st.outputs)
         windows = {**view_windows(plan), **(out_windows or {})}
-        segment_lines, interleave = {}, {}
+        segment_lines, interleave, vector_tail = {}, {}, {}
         self.windows = windows
         chunked = chunked and not any(OPS[n.op].kind == "control" for n in plan.graph.nodes)
         self.chunks = {}  # segment name -> its chunk kernel's KernelSource
@@ -141,6 +141,7 @@ class CpuProgram:
             self.segments.append((name, first, steps, srcs))
             segment_lines[name] = lines
             interleave[name] = max(ks.interleave for ks in srcs)
+            vector_tail[name] = any(ks.vector_tail for ks in srcs if ks.interleave)
         self.pyops = {
             S.pyop_name(n): kernel_function(n.attrs["pyop"].fn, [x.dtype for x in n.inputs])
             for ks in self.kernel_sources.values()
@@ -153,7 +154,7 @@ class CpuProgram:
         )
         parts[1] = _helper_imports(body) + _fastmath_imports(body) + pyops
         self.kernel_modules = {
-            name: KernelModule(lines, name, self.pyops, interleave[name])
+            name: KernelModule(lines, name, self.pyops, interleave[name], vector_tail[name])
             for name, lines in segment_lines.items()
         }
         self.source = "\n".join(parts)
@@ -221,7 +222,8 @@ class CpuProgram:
                 sig = (_chunk_index(self.chunks[name]),) * 2 + sig
             known, hits = len(disp.overloads), sum(disp.stats.cache_hits.values())
             try:
-                with S.interleaved_loops(self.kernel_modules[name].interleave):
+                module = self.kernel_modules[name]
+                with S.interleaved_loops(module.interleave, module.vector_tail):
                     disp.compile(sig)
             except Exception as e:
                 source, names = (kernel.source, kernel.original) if kernel else (self.source, {})
@@ -263,10 +265,11 @@ class KernelModule:
     reuses its machine code, in this process or from the disk cache, and an edit recompiles
     only the segments it changed. numba's cache keys the machine code by the argument types.
     ``interleave``: the vector iterations LLVM interleaves in its loops (``KernelSource.
-    interleave``), written into the source so that it is part of the cache key."""
+    interleave``) and whether it writes their vector tail loops (``KernelSource.vector_tail``),
+    written into the source so that they are part of the cache key."""
 
-    def __init__(self, lines: list, name: str, pyops: dict, interleave: int = 0):
-        self.interleave = interleave
+    def __init__(self, lines, name: str, pyops: dict, interleave: int = 0, vector_tail=True):
+        self.interleave, self.vector_tail = interleave, vector_tail
         names: dict = {}
 
         def canonical(m):
@@ -284,6 +287,8 @@ class KernelModule:
         header = _helper_imports(text) + _fastmath_imports(text) + bound
         if interleave:
             header += f"_TRACEKIT_INTERLEAVE = {interleave}  # LLVM's, set while it compiles\n"
+        if interleave and not vector_tail:
+            header += "_TRACEKIT_VECTOR_TAIL = False  # the scalar loop alone after the last\n"
         self.source = f"{MODULE_HEADER}\n{header}\n\n{text}"
 
 

@@ -52,6 +52,9 @@ STREAM_BUDGET = 64
 # streams are written (too many statements, too few elements), LLVM's vectoriser interleaves
 # this many vector iterations of its loops instead (see KernelSource.interleave)
 INTERLEAVE = 4
+# An interleaved elementwise loop of at least this many trips has no vector loop for the trips
+# after its last interleaved iteration, only the scalar one (see KernelSource.vector_tail)
+SCALAR_TAIL_TRIPS = 8192
 # A column kernel computes a value of at most this many arithmetic ops on its inputs again in
 # a later pass that reads it, rather than storing it in a pass and loading it in that one (see
 # KernelSource._recomputed)
@@ -514,6 +517,18 @@ class KernelSource:
             return 0
         heavy = sum(S.is_fast_math(n, self.math) for n in self.group.nodes)
         return INTERLEAVE if heavy >= STREAM_MIN_FAST_MATH else 0
+
+    @property
+    def vector_tail(self) -> bool:
+        """Whether LLVM writes, for an interleaved loop (``interleave``), a vector loop for
+        the trips after its last interleaved iteration (its epilogue) as well as the scalar
+        one: one more copy of the loop's body to compile (0.1-0.2 s of the great-circle kernel
+        of ``cold_compile.py``), which pays on short loops only (a chain of 5 float32 tanh:
+        7.7 us over 2,000 elements with it, 8.5 without; the same over 10,000)."""
+        L = self.layout
+        if self.group.kind != "elementwise" or not L.kept:
+            return True
+        return L.sizes[L.kept[-1]] < SCALAR_TAIL_TRIPS
 
     def _scan(self):
         (node,) = self.group.nodes

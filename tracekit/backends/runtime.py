@@ -304,6 +304,10 @@ class _Worker:
                 kernel(*args)
             except BaseException as e:  # noqa: BLE001 (raised again in the caller)
                 self.error = e
+            # dropped before the caller wakes: an argument held here until the next chunk was
+            # a buffer the runner could not reuse (``cpu._recycled``), a large result then
+            # page-faulting afresh in every call
+            del kernel, args
             self.done.release()
 
     def start(self, kernel, args):

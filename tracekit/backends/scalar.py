@@ -307,10 +307,13 @@ def _allow_alias_checks():
 
 
 @contextlib.contextmanager
-def interleaved_loops(count: int):
+def interleaved_loops(count: int, vector_tail: bool = True):
     """Inside the block, LLVM's loop vectoriser interleaves ``count`` vector iterations of each
-    loop it vectorises (``count`` 0: its own choice). LLVM's options are the process's: the
-    block holds numba's compiler lock, so no other compile runs under the option."""
+    loop it vectorises (``count`` 0: its own choice); without ``vector_tail``, the iterations
+    after the last interleaved one are left to the scalar loop (LLVM writes a vector loop for
+    them where vector width x ``count`` reaches 16: one more copy of the body to compile).
+    LLVM's options are the process's: the block holds numba's compiler lock, so no other
+    compile runs under the options."""
     if not count:
         yield
         return
@@ -319,10 +322,12 @@ def interleaved_loops(count: int):
 
     with global_compiler_lock:
         llvm.set_option("tracekit", f"-force-vector-interleave={count}")
+        llvm.set_option("tracekit", f"-enable-epilogue-vectorization={str(vector_tail).lower()}")
         try:
             yield
         finally:
             llvm.set_option("tracekit", "-force-vector-interleave=0")
+            llvm.set_option("tracekit", "-enable-epilogue-vectorization=true")
 
 
 def __getattr__(name):  # the intrinsics are built on first use (numba imports are slow)
