@@ -5,7 +5,10 @@ the producer's rows that tile reads, a halo included, go to a scratch buffer of 
 small enough to stay in cache, and the consumer reads them from there at its offsets.
 
 The producer's array is then never written to memory and read back; what it costs is its
-halo rows, computed by two neighbouring tiles. The cost model: the producer's values must not
+halo rows, computed by two neighbouring tiles. A producer read through pads (``pads.py``: a
+backward stage of a stencil chain, read by the stage before it at transposed offsets) is
+computed in tiles the same way: a tile computes the producer's rows it reads that the
+producer has, and reads its pads' constant outside their blocks as the kernel would. The cost model: the producer's values must not
 fit in ``TILE_BYTES`` already (a small array is written and read back from cache anyway), and
 the work the halo rows of a tile within ``TILE_BYTES`` add, per element, must stay within
 ``OPS_PER_BYTE`` per byte saved (each value's element written and read back). Every
@@ -43,6 +46,10 @@ TILE_BYTES = 512 * 1024  # a tile's scratch: within a core's L2 cache on most cu
 # operations per element the halo may add for each byte per element not written to memory
 # and read back (a core computes several vector operations in the time memory moves a byte)
 OPS_PER_BYTE = 1.0
+# producers read through pads (a backward stage of a stencil chain, read by the stage before
+# it at transposed offsets) computed in tiles too: False keeps them arrays
+# (benchmarks/stencils.py's "untiled")
+THROUGH_PADS = True
 
 
 @dataclass
@@ -107,12 +114,12 @@ def _tile_of(plan: Plan, producer: Step, windows: dict):
         if o in ends or o.shape != g.shape:
             return "a result of the function, or of another shape"
         for view in readers.get(o, []):
-            if OPS[view.nodes[0].op].pads:
-                return "read through a pad (pads.py): rows outside it are its constant"
             w = windows.get(view.outputs[0]) if view.kind == "view" else None
+            if w is None and OPS[view.nodes[0].op].pads:
+                return "read through a pad that is not read in place (pads.py)"
             if w is None or w.base is not o or view.outputs[0] in ends:
                 return "read as an array, not only through slices of it"
-            if w.fill is not None:
+            if w.fill is not None and not THROUGH_PADS:
                 return "read through a pad (pads.py): rows outside it are its constant"
             users = readers.get(view.outputs[0], [])
             if len(users) != 1 or (consumer is not None and users[0] is not consumer):
@@ -227,9 +234,10 @@ class TiledKernelSource(KernelSource):
             return super().at(v)
         tile = next(t for t in self.tiles if w.base in t.producer.outputs)
         row0 = self.producers[self.tiles.index(tile)].row0
-        parts = w.indices(self._view_index(v))
+        view_index = self._view_index(v)
+        parts = w.indices(view_index)
         parts[0] = f"{parts[0]} - {row0}"
-        return f"{self.scratch[w.base]}_t[{', '.join(parts)}]"
+        return self.guarded(w, view_index, f"{self.scratch[w.base]}_t[{', '.join(parts)}]")
 
     def _streams(self) -> int:
         return 1
@@ -264,10 +272,20 @@ class TiledKernelSource(KernelSource):
             self.emit(f"{ps.row0} = {r0} + {t.lo}", 2)
             for o in t.producer.outputs:
                 self.emit(f"{self.scratch[o]}_t = {self.scratch[o]}[{self.p}slot]", 2)
-            self.lines += ps.rows_source(ps.row0, f"{r1} + {t.hi}", 2)
+            self.lines += ps.rows_source(*_producer_rows(t, ps.row0, r1, n), 2)
         self.emit(f"for {L.names[first]} in range({r0}, {r1}):", 2)
         depth = self._loops(self._loop_order(rest), 3, False)
         self._elementwise_body(depth)
+
+
+def _producer_rows(t: Tile, row0: str, r1: str, n: int) -> tuple[str, str]:
+    """Source of the first and stop rows of ``t``'s producer a tile computes, ``row0`` its
+    first row read (below 0 through a pad), ``r1`` the tile's stop of the consumer's ``n``
+    rows: those the producer has (a pad's rows outside them read its fill, not scratch)."""
+    rows = t.producer.group.shape[0]
+    first = f"max(0, {row0})" if t.lo < 0 else row0
+    stop = f"min({rows}, {r1} + {t.hi})" if n + t.hi > rows else f"{r1} + {t.hi}"
+    return first, stop
 
 
 class _ProducerSource(KernelSource):
