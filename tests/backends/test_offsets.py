@@ -813,10 +813,10 @@ def _tiled_through_pads(c) -> list:
     [
         ("biharmonic", [(31, 9)], 1),
         ("biharmonic", [(31, 6)], 1),  # a size-2 axis (the result's)
-        ("hdiff", [(13, 11, 3), (9, 7, 3)], 2),
-        ("hdiff", [(9, 10, 1), (5, 6, 1)], 2),  # a size-1 axis
+        ("hdiff", [(13, 11, 3), (9, 7, 3)], 3),  # fluxes in tiles of the Laplacian's
+        ("hdiff", [(9, 10, 1), (5, 6, 1)], 3),  # a size-1 axis
         ("laplace3", [(15, 9, 8)], 1),
-        ("blur3", [(23, 6)], 1),
+        ("blur3", [(23, 6)], 2),  # (its last stage, 42 elements, a folded constant)
     ],
 )
 def test_backward_stages_read_through_pads_are_computed_in_tiles(name, shapes, tiled, monkeypatch):
@@ -824,7 +824,9 @@ def test_backward_stages_read_through_pads_are_computed_in_tiles(name, shapes, t
     gradient's zeros around it, rows before and after), is computed in tiles of that stage's
     kernel: each tile computes the rows the pads' blocks have (the first tile's first rows and
     the last tile's last rows are the pads' zeros, not computed), the plan says so with the
-    tiles' rows and halo; fewer kernels than with the stage kept an array. Bit for bit the
+    tiles' rows and halo; a chain of such stages in tiles of the first one, each tile
+    computing the stages in order (their halos added up: the plan says which kernel reads
+    each); ``tiled`` kernels fewer than with the stages kept arrays. Bit for bit the
     interpreter's values (several tiles, a last one cut short, odd sizes, size-1 and size-2
     axes, a non-contiguous input)."""
     from tracekit.backends import tiles
@@ -843,6 +845,9 @@ def test_backward_stages_read_through_pads_are_computed_in_tiles(name, shapes, t
     assert all(d.fused and " halo rows) in kernel k" in d.how for d in done)
     assert all("computed in tiles of" in str(d) for d in done)
     assert "max(0, " in c.source and "min(" in c.source  # the pads' rows: not computed
+    nested = [d for d in done if "rows there" in d.how]
+    assert len(nested) == tiled - 1, str(c.plan)  # the kernels the last stage's reads
+    assert len(c.plan.kernels[-1].tiles) == tiled
     x = args[0][::-1].copy()[::-1]  # the same values, a negative stride
     want = tk.trace(grad, x, w, *args[1:])(x, w, *args[1:])
     got = c(x, w, *args[1:])
@@ -864,23 +869,33 @@ def _vjp(fn):
 
 
 @pytest.mark.parametrize(
-    "name, shape, kernels, tiled",
+    "name, shapes, kernels, tiled",
     [
-        ("biharmonic", (1024, 1024), 1, ["%40: f64[1022,1022]"]),
-        ("laplace3", (96, 96, 96), 2, ["%68: f64[92,92,92]"]),
+        ("biharmonic", [(1024, 1024)], 1, ["%40: f64[1022,1022]"]),
+        ("laplace3", [(96, 96, 96)], 2, ["%68: f64[92,92,92]"]),
+        (
+            "hdiff",
+            [(68, 68, 60), (64, 64, 60)],
+            1,
+            ["%57: f64[64,65,60]", "%64: f64[65,64,60]", "%71: f64[66,66,60]"],
+        ),
     ],
 )
-def test_the_benchmarks_backward_stages_are_computed_in_tiles(name, shape, kernels, tiled):
+def test_the_benchmarks_backward_stages_are_computed_in_tiles(name, shapes, kernels, tiled):
     """At ``benchmarks/stencils.py``'s sizes, the plans of the gradients (not run): the
     stages over the budget read through pads are computed in tiles where the cost model
-    says so, each decision with its tiles and what it saves, each refusal with its reason."""
+    says so (hdiff's fluxes in tiles of the Laplacian's gradient, for its rows), each
+    decision with its tiles and what it saves, each refusal with its reason (laplace3's
+    first stage: tiles of one 94² row whose halo rows would cost more than they save)."""
     fn = getattr(programs, name)
-    u = np.zeros(shape)
-    c = _compile(tk.grad(_vjp(fn)), u, np.zeros(np.shape(fn(u))))
+    args = [np.zeros(s) for s in shapes]
+    c = _compile(tk.grad(_vjp(fn)), args[0], np.zeros(np.shape(fn(*args))), *args[1:])
     assert len(c.plan.kernels) == kernels, str(c.plan)
     done = _tiled_through_pads(c)
     assert [f"%{d.value.name}: {d.value.type}" for d in done] == tiled, str(c.plan)
     assert all("MB not written and read back" in str(d) for d in done)
-    for d in c.plan.offsets:
-        if isinstance(d, offsets.OffsetFusion) and not d.fused:
-            assert "; not in tiles: " in d.reason, str(d)
+    kept = [d for d in c.plan.offsets if isinstance(d, offsets.OffsetFusion) and not d.fused]
+    assert all("; not in tiles: " in d.reason for d in kept), str(c.plan)
+    if name == "laplace3":
+        (d,) = kept
+        assert "tiles of 1 row(s) in 512 KB: their halo rows would add" in d.reason, d.reason
