@@ -16,7 +16,10 @@ through the stages after it (their halos added up).
 The cost model: the producer's values must not fit in ``TILE_BYTES`` already (a small
 array is written and read back from cache anyway), and the work the halo rows of a tile
 within ``TILE_BYTES`` add, per element, must stay within ``OPS_PER_BYTE`` per byte saved
-(each value's element written and read back). Every decision, and every refusal of a value
+(each value's element written and read back), a pad read weighing ``offsets.PAD_READ`` there
+as in ``offsets.py`` (laplace3's gradient, 96³: its two stages of 7 pad reads each in tiles
+of 5 94² rows, 16.4 operations per element for 16 bytes, took 8.3 ms against 5.2-5.4 ms as
+arrays, load average 7). Every decision, and every refusal of a value
 ``offsets.py`` kept, is an :class:`~tracekit.backends.offsets.OffsetFusion` in
 ``Plan.offsets``.
 
@@ -42,7 +45,7 @@ from . import emit_cpu
 from . import scalar as S
 from .emit_cpu import KernelSource
 from .layout import Layout
-from .offsets import TRANSCENDENTAL, OffsetFusion
+from .offsets import PAD_READ, TRANSCENDENTAL, OffsetFusion
 from .planner import Plan, Step
 from .scalar import is_fast_math
 from .windows import view_windows
@@ -67,6 +70,7 @@ class Tile:
     windows: dict  # the consumer's views of the producer's values: their windows
     rows: int = 0  # consumer rows per tile (all tiles of one consumer alike)
     reader: str = ""  # the kernel reading the producer's values (the consumer's, or nested)
+    work: int = 0  # the producer's operations per element, a pad read weighing ``PAD_READ``
 
 
 def tile_producers(plan: Plan) -> None:
@@ -143,7 +147,9 @@ def _tile_of(plan: Plan, producer: Step, windows: dict):
     c = consumer.group if consumer is not None else None
     if c is None or consumer.kind != "kernel" or c.kind != "elementwise" or c.shape[0] < 2:
         return "no elementwise kernel over rows reads it"
-    return consumer, Tile(producer, min(starts), max(starts), seen, reader=c.name)
+    pads = sum(x in windows and windows[x].fill is not None for x in producer.inputs)
+    work = _work(producer) + PAD_READ * pads
+    return consumer, Tile(producer, min(starts), max(starts), seen, reader=c.name, work=work)
 
 
 def _cost(consumer: Step, tiles: list) -> str | None:
@@ -156,7 +162,7 @@ def _cost(consumer: Step, tiles: list) -> str | None:
     per_row = sum(_row_bytes(o) for o in values)
     halo = sum(_row_bytes(o) * (t.hi - t.lo) for t in tiles for o in t.producer.outputs)
     rows = max(1, (TILE_BYTES - halo) // per_row)
-    extra = sum(_work(t.producer) * (t.hi - t.lo) / rows for t in tiles)
+    extra = sum(t.work * (t.hi - t.lo) / rows for t in tiles)
     saved = sum(2 * o.dtype.itemsize for o in values)
     if extra > OPS_PER_BYTE * saved:
         return (
