@@ -117,6 +117,8 @@ def _tile_of(plan: Plan, producer: Step, windows: dict):
     g = producer.group
     if producer.kind != "kernel" or g.kind != "elementwise" or producer.tiles:
         return "its kernel is not a plain elementwise one"
+    if g.shape[0] < 2:  # (read through a pad by more rows: no loop over its rows)
+        return "one row: its first axis is no loop to tile"
     ends = set(plan.graph.outputs) | {gd.var for gd in plan.graph.guards}
     readers: dict = {}
     for st in plan.steps:
@@ -345,6 +347,8 @@ class _ProducerSource(KernelSource):
         self.lines = []
         L = self.layout
         first, rest = L.kept[0], L.kept[1:]
+        if L.dims[first] != [0]:  # the planner tiles producers of 2 rows or more only
+            raise AssertionError(f"{self.group.name}: tiles need the first axis as a loop")
         self.emit(f"# producer {self.group.name}: {len(self.group.nodes)} node(s)", depth)
         self.emit(f"for {L.names[first]} in range({start}, {stop}):", depth)
         inner = self._loops(self._loop_order(rest), depth + 1, False)
