@@ -17,7 +17,8 @@ are empty); "w/o pads": tracekit with the slices' gradients kept as zeros writte
 but not pushed through the values they pad (``offsets.THROUGH_PADS`` off), each backward
 stage then a kernel; "whole": a value over the budget kept whole, not computed again from the
 one array its last op reads (``offsets.ONE_INPUT`` off) and no pad pushed through divisions
-(``offsets.THROUGH_DIVISIONS``: off by default; ``--divisions`` on).
+(``offsets.THROUGH_DIVISIONS``: off by default; ``--divisions`` on); "untiled": no stage read
+through pads computed in tiles (``tiles.THROUGH_PADS`` off), each such stage an array.
 
 ``--cold``: each workload's cold compile alone, as a new user meets it: trace, compile and the
 first call in a new process with a new, empty cache directory (numba already imported), the
@@ -115,12 +116,14 @@ def bytes_moved(c) -> tuple[int, int]:
     return least + sum(v.size * v.dtype.itemsize for v in made - ends), least
 
 
-def _compiled(fn, args, fused=True, pads=True, pushed=True, whole=False):
+def _compiled(fn, args, fused=True, pads=True, pushed=True, whole=False, tiled_pads=True):
     """tracekit's compiled ``fn``; with ``fused=False``, every stage an array (no value
     computed again at offsets, none in tiles, no pad read in place); ``pads=False``: no pad
     read in place; ``pushed=False``: no pad pushed through the value it pads;
     ``whole=True``: a value over the budget kept whole (``offsets.ONE_INPUT`` off), no pad
-    pushed through a division (``offsets.THROUGH_DIVISIONS`` off, its default)."""
+    pushed through a division (``offsets.THROUGH_DIVISIONS`` off, its default);
+    ``tiled_pads=False``: no producer read through pads computed in tiles
+    (``tiles.THROUGH_PADS`` off)."""
     from tracekit.backends import offsets, tiles
     from tracekit.backends import pads as pads_module
 
@@ -130,6 +133,7 @@ def _compiled(fn, args, fused=True, pads=True, pushed=True, whole=False):
     pads_module.READ_IN_PLACE = pads and fused
     offsets.THROUGH_PADS, offsets.ONE_INPUT = pushed, not whole
     offsets.THROUGH_DIVISIONS = divisions and not whole
+    tiles.THROUGH_PADS = tiled_pads
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -139,6 +143,7 @@ def _compiled(fn, args, fused=True, pads=True, pushed=True, whole=False):
     finally:
         offsets.MAX_RECOMPUTE, tiles.OPS_PER_BYTE = saved, rate
         pads_module.READ_IN_PLACE = offsets.THROUGH_PADS = offsets.ONE_INPUT = True
+        tiles.THROUGH_PADS = True
         offsets.THROUGH_DIVISIONS = divisions
 
 
@@ -190,11 +195,13 @@ def measure_grad(name, budget, peers):
     before, _ = _compiled(grad, args, pads=False)
     unpushed, _ = _compiled(grad, args, pushed=False)
     whole, _ = _compiled(grad, args, whole=True)
+    untiled, _ = _compiled(grad, args, tiled_pads=False)
     unfused, _ = _compiled(grad, args, fused=False)
     fns = {
         "tracekit": lambda: fused(*args),
         "tracekit unpushed": lambda: unpushed(*args),
         "tracekit whole": lambda: whole(*args),
+        "tracekit untiled": lambda: untiled(*args),
         "tracekit w/o pads": lambda: before(*args),
         "tracekit unfused": lambda: unfused(*args),
     }
@@ -210,6 +217,8 @@ def measure_grad(name, budget, peers):
         "kernels_without_pads": len(before.plan.kernels),
         "kernels_unpushed": len(unpushed.plan.kernels),
         "kernels_whole": len(whole.plan.kernels),
+        "kernels_untiled": len(untiled.plan.kernels),
+        "bytes_moved_untiled": bytes_moved(untiled),
         "bytes_moved_whole": bytes_moved(whole),
         "host_steps": sum(st.kind == "host" for st in fused.plan.steps),
         "host_steps_without_pads": sum(st.kind == "host" for st in before.plan.steps),
@@ -376,7 +385,8 @@ def main(argv=None):
         m = r["median_s"]
         cells = [f"{m[k] * 1e3:.3g}" if k in m else "-" for k in
                  ("numpy", "numba", "jax", "torch", "tracekit unfused", "tracekit w/o pads",
-                  "tracekit unpushed", "tracekit whole", "tracekit")]  # fmt: skip
+                  "tracekit unpushed", "tracekit whole", "tracekit untiled",
+                  "tracekit")]  # fmt: skip
         best = r["ratio_vs_best"]
         vs_numpy = f"{m['numpy'] / m['tracekit']:.2f}x" if "numpy" in m else "-"
         rows.append(
@@ -386,9 +396,10 @@ def main(argv=None):
              "yes" if all(r["correct"].values()) else f"NO {r['correct']}"]
         )  # fmt: skip
     head = ["workload", "kernels", "cold s", "numpy ms", "numba ms", "jax ms", "torch ms",
-            "unfused ms", "w/o pads ms", "unpushed ms", "whole ms", "tracekit ms", "vs numpy",
+            "unfused ms", "w/o pads ms", "unpushed ms", "whole ms", "untiled ms", "tracekit ms",
+            "vs numpy",
             "vs best peer", "bytes / least", "correct"]  # fmt: skip
-    print(table(head, rows, right=set(range(1, 15))))
+    print(table(head, rows, right=set(range(1, 16))))
     for r in results:
         colds = ", ".join(f"{k} {v:.2f} s" for k, v in r["cold_s_peers"].items())
         print(f"{r['workload']}: cold s: {colds}")
@@ -398,7 +409,9 @@ def main(argv=None):
                 f"kernel(s), {r['host_steps_without_pads']} NumPy call(s); with them "
                 f"{r['kernels']}, {r['host_steps']}; pads not pushed through values "
                 f"{r['kernels_unpushed']} kernel(s); whole (ONE_INPUT, THROUGH_DIVISIONS off) "
-                f"{r['kernels_whole']} kernel(s), bytes / least {_moved(r['bytes_moved_whole'])}"
+                f"{r['kernels_whole']} kernel(s), bytes / least {_moved(r['bytes_moved_whole'])}; "
+                f"no tiles through pads (tiles.THROUGH_PADS off) {r['kernels_untiled']} "
+                f"kernel(s), bytes / least {_moved(r['bytes_moved_untiled'])}"
             )
         for d in r["offsets"]:
             print(f"{r['workload']}: {d}")

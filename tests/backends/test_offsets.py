@@ -392,8 +392,11 @@ def test_backward_stages_read_through_pads_say_why_they_stay_arrays(monkeypatch)
     """The backward of the biharmonic, pads not pushed: each stage's gradient is read by the
     stage before through pads (zeros around it), which fusion across offsets does not compute
     again: the plan keeps each as an array with that reason, and so does the compiled view's
-    drawing."""
+    drawing (pads not read through in tiles either, ``tiles.THROUGH_PADS``)."""
+    from tracekit.backends import tiles
+
     monkeypatch.setattr(offsets, "THROUGH_PADS", False)
+    monkeypatch.setattr(tiles, "THROUGH_PADS", False)
     c = _compile(tk.grad(biharmonic_loss), np.zeros((30, 21)))
     pad_reads = [d for d in c.plan.offsets if isinstance(d, pads.PadRead) and d.fused]
     blocks = {d.reason.split(":")[0][1:] for d in pad_reads}  # "%26: f64[...] (rows ..."
@@ -799,3 +802,100 @@ def test_the_functions_pads_are_pushed_through_are_exact_at_their_constants(dtyp
         assert constant[:3].any() and got.dtype == want.dtype, op
         np.testing.assert_array_equal(got[constant], want[constant], err_msg=op)
         np.testing.assert_array_equal(np.signbit(got[constant]), np.signbit(want[constant]))
+
+
+def _tiled_through_pads(c) -> list:
+    return [d for d in c.plan.offsets if d.how and " pad(s)" in d.reason]
+
+
+@pytest.mark.parametrize(
+    "name, shapes, tiled",
+    [
+        ("biharmonic", [(31, 9)], 1),
+        ("biharmonic", [(31, 6)], 1),  # a size-2 axis (the result's)
+        ("hdiff", [(13, 11, 3), (9, 7, 3)], 3),  # fluxes in tiles of the Laplacian's
+        ("hdiff", [(9, 10, 1), (5, 6, 1)], 3),  # a size-1 axis
+        ("laplace3", [(15, 9, 8)], 1),
+        ("blur3", [(23, 6)], 2),  # (its last stage, 42 elements, a folded constant)
+    ],
+)
+def test_backward_stages_read_through_pads_are_computed_in_tiles(name, shapes, tiled, monkeypatch):
+    """A backward stage over the budget, read by the stage before it through pads (its
+    gradient's zeros around it, rows before and after), is computed in tiles of that stage's
+    kernel: each tile computes the rows the pads' blocks have (the first tile's first rows and
+    the last tile's last rows are the pads' zeros, not computed), the plan says so with the
+    tiles' rows and halo; a chain of such stages in tiles of the first one, each tile
+    computing the stages in order (their halos added up: the plan says which kernel reads
+    each); ``tiled`` kernels fewer than with the stages kept arrays. Bit for bit the
+    interpreter's values (several tiles, a last one cut short, odd sizes, size-1 and size-2
+    axes, a non-contiguous input)."""
+    from tracekit.backends import tiles
+
+    fn = getattr(programs, name)
+    rng = np.random.default_rng(sum(shapes[0]))
+    args = [rng.standard_normal(s) for s in shapes]
+    w = rng.standard_normal(np.shape(fn(*args)))
+    grad = tk.grad(_vjp(fn))
+    row = 8 * int(np.prod(shapes[0][1:]))
+    monkeypatch.setattr(tiles, "TILE_BYTES", 7 * row)  # a few rows a tile, at these sizes
+    monkeypatch.setattr(tiles, "OPS_PER_BYTE", 1e3)  # the halo's work not weighed
+    c = _compile(grad, args[0], w, *args[1:])
+    done = _tiled_through_pads(c)
+    assert len(done) == tiled, str(c.plan)
+    assert all(d.fused and " halo rows) in kernel k" in d.how for d in done)
+    assert all("computed in tiles of" in str(d) for d in done)
+    assert "max(0, " in c.source and "min(" in c.source  # the pads' rows: not computed
+    nested = [d for d in done if "rows there" in d.how]
+    assert len(nested) == tiled - 1, str(c.plan)  # the kernels the last stage's reads
+    assert len(c.plan.kernels[-1].tiles) == tiled
+    x = args[0][::-1].copy()[::-1]  # the same values, a negative stride
+    want = tk.trace(grad, x, w, *args[1:])(x, w, *args[1:])
+    got = c(x, w, *args[1:])
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    monkeypatch.setattr(tiles, "THROUGH_PADS", False)
+    before = _compile(grad, args[0], w, *args[1:])
+    assert len(c.plan.kernels) == len(before.plan.kernels) - tiled, str(before.plan)
+    assert not _tiled_through_pads(before)
+    kept = [d for d in before.plan.offsets if "not in tiles: read through a pad" in d.reason]
+    assert len(kept) >= tiled, str(before.plan)
+
+
+def _vjp(fn):
+    def loss(x, w, *rest):
+        return (fn(x, *rest) * w).sum()
+
+    return loss
+
+
+@pytest.mark.parametrize(
+    "name, shapes, kernels, tiled, halo",
+    [
+        ("biharmonic", [(1024, 1024)], 1, ["%40: f64[1022,1022]"], []),
+        ("blur3", [(2048, 2048)], 1, ["%23: f64[2046,2044]", "%32: f64[2046,2046]",
+                                      "%41: f64[2048,2046]"], []),
+        ("hdiff", [(68, 68, 60), (64, 64, 60)], 2, ["%57: f64[64,65,60]", "%64: f64[65,64,60]"],
+         ["%71: f64[66,66,60] (tiles of 3 row(s) in 512 KB: their halo rows would add 75.7"]),
+        ("laplace3", [(96, 96, 96)], 3, [],
+         ["%68: f64[92,92,92] (tiles of 5 row(s) in 512 KB: their halo rows would add 16.4",
+          "%90: f64[94,94,94] (tiles of 5 row(s) in 512 KB: their halo rows would add 16.4"]),
+    ],
+)  # fmt: skip
+def test_the_benchmarks_backward_stages_are_computed_in_tiles(name, shapes, kernels, tiled, halo):
+    """At ``benchmarks/stencils.py``'s sizes, the plans of the gradients (not run): the
+    stages over the budget read through pads are computed in tiles where the cost model
+    says so (blur3's three stages in tiles of its first, in order), each decision with its
+    tiles and what it saves, each refusal with its reason: the work the halo rows add, a pad
+    read weighing ``offsets.PAD_READ`` (laplace3's 94² rows, 7 pads of 41 operations: 16.4
+    operations per element against 16 bytes, measured slower in tiles)."""
+    fn = getattr(programs, name)
+    args = [np.zeros(s) for s in shapes]
+    c = _compile(tk.grad(_vjp(fn)), args[0], np.zeros(np.shape(fn(*args))), *args[1:])
+    assert len(c.plan.kernels) == kernels, str(c.plan)
+    done = _tiled_through_pads(c)
+    assert [f"%{d.value.name}: {d.value.type}" for d in done] == tiled, str(c.plan)
+    assert all("MB not written and read back" in str(d) for d in done)
+    kept = [d for d in c.plan.offsets if isinstance(d, offsets.OffsetFusion) and not d.fused]
+    assert all("; not in tiles: " in d.reason for d in kept), str(c.plan)
+    said = [f"%{d.value.name}: {d.value.type} ({d.reason.split('not in tiles: ')[1]}" for d in kept]
+    assert [s[: len(h)] for s, h in zip(said, halo)] == halo and len(said) == len(halo), said

@@ -90,8 +90,8 @@ class Compiled:
         self.plan = make_plan(self.graph)
         self.plan.offsets = offsets
         if target == "cpu":  # producers kept as arrays: computed in tiles where that pays
+            read_pads_in_place(self.plan)  # (first: tiles read through the pads it keeps)
             tile_producers(self.plan)
-            read_pads_in_place(self.plan)
         report = _progress_reporter(progress, f"{traced.graph.name} ({target})")
         self._fast = _fast_signature(traced)
         self._detach = _results_may_alias(self.plan)

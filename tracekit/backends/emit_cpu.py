@@ -142,7 +142,11 @@ class KernelSource:
         if w is None:
             return f"{self.arg(v)}[{self.layout.index(v) or '()'}]"
         view_index = self._view_index(v)
-        element = f"{self.base_arg(w.base)}[{w.index(view_index)}]"
+        return self.guarded(w, view_index, f"{self.base_arg(w.base)}[{w.index(view_index)}]")
+
+    def guarded(self, w, view_index: list, element: str) -> str:
+        """``element`` (of window ``w`` at ``view_index``) where each of its pads' blocks
+        holds it, the pad's fill outside."""
         for box, fill in w.layers:  # a pad's: its fill outside its block, innermost first
             guards = w.guards(view_index, box)
             if guards:
