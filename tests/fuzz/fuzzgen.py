@@ -353,20 +353,25 @@ def run_loop(regs, st):
     statement on a traced counter (a 0-d array that tracing sees compared in every
     iteration): it rolls into a while_loop that tests the counter when it runs. With
     ``stop``, ``if np.sum(carry) > stop: break`` ends each iteration: it rolls into a
-    while_loop that tests it when it runs, bounded by the range."""
-    carry = regs[st["carry"]]
+    while_loop that tests it when it runs, bounded by the range. With ``next``, the body's
+    register carried on is that one (the carried register itself where the body writes into
+    it: ``u[1:-1] = ...``); with ``stack``, that body register of every iteration is kept in a
+    list, stacked after the loop into a second register (``np.stack(history)``)."""
+    carry, history = regs[st["carry"]], [] if "stack" in st else None
     if st.get("while"):
         count, t = np.zeros((), np.float64) + 0 * np.sum(np.abs(carry) > -1), 0
         while count < st["trips"]:
-            carry = _iteration(regs, st, carry, t)
+            carry = _iteration(regs, st, carry, t, history)
             count, t = count + 1, t + 1
     else:
         trips, stops = st["trips"], "stop" in st
         for t in range(trips):
-            carry = _iteration(regs, st, carry, t)
+            carry = _iteration(regs, st, carry, t, history)
             if stops and _past_stop(carry, st["stop"]):
                 break
     regs.append(carry)
+    if history is not None:
+        regs.append(np.stack(history))
 
 
 def _past_stop(carry, stop):
@@ -394,9 +399,9 @@ def break_stop(sums, margin=lambda s: 0.1 * abs(s) + 0.5):
     return top + margin(top)
 
 
-def _iteration(regs, st, carry, t):
+def _iteration(regs, st, carry, t, history=None):
     """Loop step ``st``'s iteration ``t``: its body on the registers before it and ``carry``;
-    the next carried value."""
+    the next carried value (its stacked value appended to ``history``)."""
     local = regs[: st["base"]] + [carry]
     _ITERATION.append(t)
     try:
@@ -404,7 +409,9 @@ def _iteration(regs, st, carry, t):
             run_step(local, body_step)
     finally:
         _ITERATION.pop()
-    return local[-1]
+    if history is not None:
+        history.append(local[st["stack"]])
+    return local[st.get("next", -1)]
 
 
 def _axis(a):
@@ -655,8 +662,9 @@ class _Gen:
         if len(regs) > n and np.size(regs[-1]) > self.max_size:
             return False
         self.prog["steps"].append(st)
-        if len(regs) > n:
-            self.approx.append(approx)
+        made = approx if isinstance(approx, list) else [approx] * (len(regs) - n)
+        self.approx += made
+        approx = any(made) if isinstance(approx, list) else approx
         # a write marks the buffer written and every alias of it: the buffers whose values
         # changed, and the one an in-place step names even where its values on these inputs
         # did not (x **= 0.001 leaves 0 and 1 as they are; on other inputs it rounds: 8500016)
@@ -1607,7 +1615,9 @@ class _Chain:
         """A coefficient over the window: a number or a broadcast input."""
         if self.coefs and self.chance(0.6):
             return self._read(self.choice(self.coefs), self._zero(), win)
-        return self._number(self.choice([0.5, 0.25, 0.1, 2.0, -1.5]))
+        return self._number(self.choice(self.COEFS))
+
+    COEFS = (0.5, 0.25, 0.1, 2.0, -1.5)
 
     # -- stages
     STAGES = ("star", "diff", "limit", "clamp", "ratio", "expo", "mix")
@@ -1751,7 +1761,7 @@ class _Chain:
             return [x["r"]]
         win = self._window([(x, self._zero()), (v, self._zero())])
         try:
-            upd = self._op("*", self._read(v, self._zero(), win), self._coef(win))
+            upd = self._scaled(v, win)
             new = self._op(self.choice(["-", "+"]), self._read(x, self._zero(), win), upd)
             mode = self.choice(["return", "copy", "zeros", "into"])
             if mode == "return" or (mode == "into" and self.grad):
@@ -1772,18 +1782,228 @@ class _Chain:
         except _ChainFailed:
             return [v["r"]]
 
+    def _scaled(self, v, win):
+        """``v[w] * c``, the change of the update ``x[w] - c * v[w]``."""
+        return self._op("*", self._read(v, self._zero(), win), self._coef(win))
+
     def _n_grid_inputs(self):
         return sum(f["r"] < len(self.gen.prog["inputs"]) for f in self.fields)
 
 
-def generate(seed, profile="full", n_steps=None, chain=False):
+# ---------------------------------------------------------------------- time-stepped chains
+LOOP_CHAIN_RATE = 0.12  # the share of the fuzz loop's other programs that are time-stepped chains
+
+
+def loop_chain_chosen(seed) -> bool:
+    """Whether the fuzz loop makes seed ``seed``'s program a time-stepped stencil chain
+    (``_LoopChain``), from a stream of the seed's own; never a seed ``chain_chosen`` picks."""
+    rate = np.random.default_rng([seed, 8]).random()
+    return not chain_chosen(seed) and bool(rate < LOOP_CHAIN_RATE)
+
+
+class _LoopChain(_Chain):
+    """A time-stepped stencil chain (issues 15 and 22): a ``_Chain``'s stages and update as the
+    body of a ``loop`` step, ``for t in range(trips)``, over the grid's state ``u`` (the input
+    itself, its argument written into, or a copy of it). The update is written into ``u``
+    (``u[1:-1, 1:-1] = u[1:-1, 1:-1] + c * lap``), into ``u`` from a snapshot the stages read
+    (``un = u.copy(); u[1:] = un[1:] - c * (un[1:] - un[:-1])``), into a new array carried on
+    (a copy of ``u`` or zeros), or added to ``u`` padded (``u = u - np.pad(c * v, ...)``). The
+    other inputs (fields, broadcast coefficients) are loop-invariant; numbers move with the
+    iteration now and then (``0.1 + 0.05 * t``); a stage's value (or its sum) of every
+    iteration is stacked after the loop now and then. Drawn from a stream of its own."""
+
+    UPDATES = ("into", "snapshot", "fresh", "pad")
+    COEFS = (0.1, 0.25, 0.05, 0.5, -0.2)  # time steps: small
+
+    def __init__(self, gen, attempt=0):
+        super().__init__(gen)
+        self.rng = np.random.default_rng([gen.seed, 8, 1, attempt])
+        self.body = None  # the loop body's steps while they are made
+        self.rough = False  # exp stages: the state is approximate (from the second iteration)
+
+    def build(self):
+        g = self.gen
+        self.n = self._grid()
+        self.dtype = "float64" if self.grad else self.choice(["float32", "float64"])
+        x = self._input(self.n)
+        if self.chance(0.4):  # a field every iteration reads unchanged (a diffusivity)
+            self.fields.append(self._input(self.n))
+        if self.chance(0.5):
+            self.coefs.append(self._input(self._coef_shape()))
+        elif not self.grad and self.chance(0.15):
+            self.coefs.append(self._input(None))
+        into_argument = not self.grad and self.chance(0.3)
+        c = x["r"] if into_argument else self._emit({"k": "copy", "a": x["r"]}, False)
+        self.rough = self.chance(0.3)
+        self.trips = int(self.rng.integers(2, 5 if self.grad else 6))
+        st, approx = self._loop(c, self.trips)
+        if not g.try_step(st, approx):
+            if "stack" not in st:
+                raise _ChainFailed
+            del st["stack"]  # (a stack too large for finite differences)
+            if not g.try_step(st, approx[:1]):
+                raise _ChainFailed
+        outs = list(range(len(g.approx) - 1 - ("stack" in st), len(g.approx)))
+        prog = g.prog
+        prog["loop_chain"], prog["outputs"] = True, outs
+        prog["approx"] = [bool(g.approx[i]) for i in outs]
+        return prog
+
+    def _loop(self, c, trips):
+        """The ``loop`` step carrying register ``c`` and the approx of its registers."""
+        g = self.gen
+        outer, base = g.approx, len(g.approx)
+        g.approx = [*outer, self.rough]
+        self.body, self.carry = [], c
+        try:
+            mode = self.choice(self.UPDATES)
+            state = self._field(base, self._zero(), self._zero(), self.n)
+            if mode == "snapshot":
+                state["r"] = self._emit({"k": "copy", "a": base}, self.rough)
+            self.fields = [*self.fields, state]
+            made = self._stages(state)
+            nxt, nxt_approx = self._step(mode, state, base)
+            if nxt_approx and not self.rough:
+                raise _ChainFailed  # a stage the state's exactness was assumed in is wrong
+            if mode in ("fresh", "pad"):  # (its value is no buffer written later)
+                made.append(nxt)
+            stack = self._stacked(made)
+            st = {"k": "loop", "carry": c, "base": base, "trips": trips, "body": self.body}
+            if nxt != len(g.approx) - 1:
+                st["next"] = nxt
+            approx = [self.rough]
+            if stack is not None:
+                st["stack"] = stack
+                approx.append(g.approx[stack])
+            return st, approx
+        finally:
+            g.approx, self.body = outer, None
+
+    def _stages(self, state) -> list:
+        """One to three stages from the state (at least one): their registers."""
+        kinds = [k for k in self.STAGES if self.rough or k != "expo"]
+        n = len(self.fields)
+        for i in range(int(self.rng.integers(1, 4))):
+            self._stage(self.choice(["star", "diff", "mix"] if i == 0 else kinds))
+        if len(self.fields) == n:
+            r, win = self._mix(state)
+            self.fields.append(self._field(r, *win, self._shape_of(win)))
+        return [f["r"] for f in self.fields[n:]]
+
+    def _step(self, mode, state, base):
+        """The update of the state by the last stage's value: the body register carried on
+        and whether it is approximate."""
+        g, v = self.gen, self.fields[-1]
+        win = self._window([(state, self._zero()), (v, self._zero())])
+        upd = self._scaled(v, win)
+        sign = self.choice(["-", "+"])
+        if mode == "pad":  # u = u - np.pad(c * v, ...): the state rebound, of its own shape
+            pw = [[lo, hi] for lo, hi in zip(*win)]
+            p = self._emit({"k": "pad", "a": upd, "pw": pw, "value": 0.0}, g.approx[upd])
+            nxt = self._op(sign, base, p)
+        else:
+            new = self._op(sign, self._read(state, self._zero(), win), upd)
+            nxt = base
+            if mode == "fresh":
+                zeros = {"k": "zeros_like", "fn": "zeros_like", "a": base}
+                fresh = {"k": "copy", "a": base} if self.chance(0.5) else zeros
+                nxt = self._emit(fresh, self.rough)
+            idx = self._index(state, self._zero(), *win)
+            self._emit({"k": "setitem", "a": nxt, "idx": idx, "v": new}, g.approx[new])
+            g.approx[nxt] = g.approx[nxt] or g.approx[new]
+        local = g._body_regs(self.carry, self.body, g.regs)
+        if np.shape(local[nxt]) != np.shape(local[base]) or local[nxt].dtype != local[base].dtype:
+            raise _ChainFailed  # (a float64 coefficient promoted a float32 state)
+        return nxt, g.approx[nxt]
+
+    def _stacked(self, made):
+        """Now and then a register of ``made`` (or its sum) kept from every iteration."""
+        if not made or not self.chance(0.35):
+            return None
+        r = self.choice(made)
+        if self.chance(0.3):
+            r = self._emit(
+                {"k": "reduce", "fn": "sum", "a": r, "axis": None, "keepdims": False}, True
+            )
+        return r
+
+    def _emit(self, st, approx):
+        if self.body is None:
+            return super()._emit(st, approx)
+        g = self.gen
+        local = g._body_regs(self.carry, self.body, g.regs)
+        n = len(local)
+        try:
+            with quiet():
+                run_step(local, st)
+        except Exception:
+            raise _ChainFailed from None
+        if len(local) > n and np.size(local[-1]) > g.max_size:
+            raise _ChainFailed
+        if self.grad and len(local) > n and _kind(local[-1]) not in "fb":
+            raise _ChainFailed
+        self.body.append(st)
+        g.approx += [approx] * (len(local) - n)
+        return len(g.approx) - 1
+
+    def _number(self, v):
+        """A number; in the loop body, now and then one moving with the iteration (``t *
+        dt``, ``v + dt * t``) where its values are ``a + b * t`` exactly as Python computes
+        them (``0.25 + 0.05 * t`` is not: ``0.35000000000000003`` at 2; tracing rolls only
+        exact progressions)."""
+        spec = super()._number(v)
+        if self.body is None or not self.chance(0.3):
+            return spec
+        if spec["t"] == "int":
+            return {**spec, "step": self.choice([1, -1])}
+        moving = {**spec, "step": self.choice([0.05, -0.02, 0.1, 0.125])}
+        if self.chance(0.5):
+            moving["v"] = 0.0  # t * dt
+        return moving if _exact_progression(moving, self.trips) else spec
+
+
+def _exact_progression(spec, trips) -> bool:
+    """Whether number ``spec``'s values over ``trips`` iterations are ``a + b * k`` exactly
+    (``b`` the difference of the first two), in their own type."""
+    values = []
+    for t in range(trips):
+        _ITERATION.append(t)
+        try:
+            values.append(_scalar(spec))
+        finally:
+            _ITERATION.pop()
+    a, b = values[0], values[1] - values[0]
+    return all(
+        type(a + b * k) is type(x) and bits_equal(np.asarray(a + b * k), np.asarray(x))
+        for k, x in enumerate(values)
+    )
+
+
+def _loop_chain(seed, profile):
+    """Seed ``seed``'s time-stepped chain (``_LoopChain``): the first of a few draws that
+    makes one, else a stencil chain."""
+    for attempt in range(8):
+        try:
+            return _LoopChain(_Gen(seed, profile), attempt).build()
+        except _ChainFailed:
+            continue
+    return _Chain(_Gen(seed, profile)).build()
+
+
+def generate(seed, profile="full", n_steps=None, chain=False, loop_chain=False):
     """A random program (JSON-able dict). ``profile``: "full", "cuda" (small), "grad" (float64,
     smooth ops, for finite differences). ``chain``: a multi-stage stencil chain of that profile
-    instead (``_Chain``; ``n_steps`` does not apply)."""
+    instead (``_Chain``; ``n_steps`` does not apply); ``loop_chain``: a time-stepped one
+    (``_LoopChain``)."""
     rng = np.random.default_rng([seed, 0])
     if n_steps is None:
         n_steps = int(rng.integers(8, 40 if profile == "full" else 20))
-    prog = _Chain(_Gen(seed, profile)).build() if chain else _Gen(seed, profile).build(n_steps)
+    if loop_chain:
+        prog = _loop_chain(seed, profile)
+    elif chain:
+        prog = _Chain(_Gen(seed, profile)).build()
+    else:
+        prog = _Gen(seed, profile).build(n_steps)
     prog["names"], prog["captured"] = _pick_names(prog)
     return prog
 
@@ -1984,6 +2204,8 @@ def check(prog, checks=CHECKS, compiled_cache=None):
     stats["nodes"] = len(t.graph.nodes)
     if prog.get("chain"):  # (counted with the checks: how many chains ran)
         stats["checks"].append("stencil-chain")
+    if prog.get("loop_chain"):  # and how many time-stepped ones
+        stats["checks"].append("loop-chain")
     if "interp" in checks:
         # NumPy's own float results depend on memory layout (SIMD loops, BLAS or not,
         # pairwise sums), and the trace's intermediates are laid out differently: ``approx``
@@ -2013,7 +2235,17 @@ def check(prog, checks=CHECKS, compiled_cache=None):
     if "dask" in checks and prog["seed"] % DASK_EVERY == DASK_EVERY - 1:
         if _check_dask(prog, t, harness, draws, approx, tol):
             stats["checks"].append("dask")
+    if prog.get("loop_chain"):
+        _check_rolled(t)
+        stats["checks"].append("loop-chain-rolled")
     return stats
+
+
+def _check_rolled(t):
+    """A time-stepped chain's iterations rolled into a loop node (its numbers move by exact
+    steps: nothing in it needs the loop unrolled)."""
+    if not any("body" in n.attrs for n in t.graph.nodes):
+        raise Failure("roll", f"the time steps did not roll into a loop: {t.notes}")
 
 
 DASK_EVERY = 4  # one program in four also runs on dask arrays (its chunk kernels compile)
@@ -2298,22 +2530,23 @@ def _dependents(prog, i):
     made = {}
     reg = n_in
     for k, st in enumerate(prog["steps"]):
-        if _appends(st):
-            made[k] = reg
-            reg += 1
-    dead_regs = {made[i]} if i in made else set()
+        made[k] = set(range(reg, reg + _made(st)))
+        reg += _made(st)
+    dead_regs = set(made[i])
     dead_steps = {i}
     for k in range(i + 1, len(prog["steps"])):
         st = prog["steps"][k]
         if _reads(st) & dead_regs:
             dead_steps.add(k)
-            if k in made:
-                dead_regs.add(made[k])
+            dead_regs |= made[k]
     return dead_steps, dead_regs, made
 
 
-def _appends(st):
-    return st["k"] not in IN_PLACE_STEPS
+def _made(st) -> int:
+    """How many registers step ``st`` appends (a loop stacking a value: two)."""
+    if st["k"] in IN_PLACE_STEPS:
+        return 0
+    return 2 if st["k"] == "loop" and "stack" in st else 1
 
 
 def _reads(st):
@@ -2342,7 +2575,7 @@ def remove_steps(prog, dead):
     new_num, reg, nreg = {i: i for i in range(n_in)}, n_in, n_in
     keep = []
     for k, st in enumerate(prog["steps"]):
-        if _appends(st):
+        for _ in range(_made(st)):
             if k not in dead:
                 new_num[reg] = nreg
                 nreg += 1
@@ -2393,6 +2626,9 @@ def _renumbered(st, ren):
             return ren(r) if r < old_base else r - old_base + new_base
 
         st["body"] = [_renumbered(b, inner) for b in st["body"]]
+        for key in ("next", "stack"):
+            if key in st:
+                st[key] = inner(st[key])
     return st
 
 
@@ -2451,7 +2687,7 @@ def failing_check(prog, checks):
 
 def save_regression(prog, failure, note=""):
     os.makedirs(REGRESSIONS, exist_ok=True)
-    chain = "chain-" if prog.get("chain") else ""
+    chain = "loopchain-" if prog.get("loop_chain") else "chain-" if prog.get("chain") else ""
     name = f"{failure.check}-{prog['profile']}-{chain}{prog['seed']}.json"
     path = os.path.join(REGRESSIONS, name)
     rec = {"program": prog, "failure": str(failure), "note": note}
@@ -2488,6 +2724,11 @@ def main(argv=None):
     p.add_argument("--one", type=int, default=None, help="run just this seed and print it")
     p.add_argument("--chains", action="store_true", help="every program a stencil chain (_Chain)")
     p.add_argument(
+        "--loop-chains",
+        action="store_true",
+        help="every program a time-stepped stencil chain (_LoopChain)",
+    )
+    p.add_argument(
         "--force-streams",
         action="store_true",
         help="every CPU elementwise kernel in interleaved streams, however small (with --no-save:"
@@ -2499,7 +2740,7 @@ def main(argv=None):
     profiles = args.profiles.split(",")
     if args.one is not None:
         prof = profiles[args.one % len(profiles)]
-        prog = generate(args.one, prof, chain=args.chains or chain_chosen(args.one))
+        prog = _fuzz_program(args, args.one, prof)
         print(json.dumps(prog, indent=1))
         f = failing_check(prog, checks_for(prof))
         print("ok" if f is None else f)
@@ -2511,7 +2752,7 @@ def main(argv=None):
     by_check: dict = {}
     while time.time() - t0 < args.seconds:
         prof = profiles[seed % len(profiles)]
-        prog = generate(seed, prof, chain=args.chains or chain_chosen(seed))
+        prog = _fuzz_program(args, seed, prof)
         try:
             stats = check(prog, checks_for(prof))
             ops |= stats["ops"]
@@ -2544,6 +2785,13 @@ def main(argv=None):
 
     print("ops never generated:", sorted(set(OPS) - ops))
     return 1 if fails else 0
+
+
+def _fuzz_program(args, seed, profile):
+    """The fuzz loop's program of ``seed``: a stencil chain, a time-stepped one, or neither."""
+    if args.loop_chains or (not args.chains and loop_chain_chosen(seed)):
+        return generate(seed, profile, loop_chain=True)
+    return generate(seed, profile, chain=args.chains or chain_chosen(seed))
 
 
 def signature(failure) -> str:
