@@ -2653,16 +2653,47 @@ def shrink(prog, fails, budget_s=300):
             cand = remove_steps(best, dead)
             if not cand["outputs"]:
                 continue
-            try:
-                ok = _valid(cand) and fails(cand)
-            except Exception:
-                ok = False
-            if ok:
+            if _still_fails(cand, fails):
                 best, changed = cand, True
             if time.time() - t0 > budget_s:
                 break
-    # 3. drop unused inputs is not done (inputs keep their draw of values)
+    # 3. remove steps of loop bodies (with the body's steps reading them), last first
+    for k in range(len(best["steps"])):
+        for i in reversed(range(len(best["steps"][k].get("body", ())))):
+            if time.time() - t0 > budget_s:
+                break
+            cand = _without_body_step(best, k, i)
+            if cand is not None and _still_fails(cand, fails):
+                best = cand
+    # 4. drop unused inputs is not done (inputs keep their draw of values)
     return best
+
+
+def _still_fails(cand, fails) -> bool:
+    try:
+        return _valid(cand) and fails(cand)
+    except Exception:
+        return False
+
+
+def _without_body_step(prog, k, i):
+    """``prog`` without step ``i`` of loop step ``k``'s body and the body's steps reading
+    it, its registers renumbered; None where the loop would lose what it carries on or
+    stacks, or its whole body. (The body is a program whose inputs are the registers before
+    the loop and the carried one.)"""
+    loop = prog["steps"][k]
+    kept = [key for key in ("next", "stack") if key in loop]
+    body = {
+        "inputs": [None] * (loop["base"] + 1),
+        "steps": loop["body"],
+        "outputs": [loop[key] for key in kept],
+    }
+    dead, dead_regs, _ = _dependents(body, i)
+    if dead_regs & set(body["outputs"]) or len(dead) == len(loop["body"]):
+        return None
+    small = remove_steps(body, dead)
+    loop = dict(loop, body=small["steps"], **dict(zip(kept, small["outputs"])))
+    return dict(prog, steps=[*prog["steps"][:k], loop, *prog["steps"][k + 1 :]])
 
 
 def _valid(prog):

@@ -163,3 +163,18 @@ def test_shrinker_counts_the_two_registers_of_a_loop_that_stacks_a_value():
     small = F.remove_steps(prog, {1})
     assert small["steps"][-1]["a"] == carry and small["outputs"] == [stacked + 1]
     assert F._valid(small)
+
+
+def test_shrinker_removes_steps_of_loop_bodies():
+    """A failure inside a time-stepped chain's body shrinks to the body steps it needs."""
+    prog = F.generate(15, "full", loop_chain=True)
+    body = prog["steps"][-1]["body"]
+    target = next(st for st in body if st["k"] == "op")
+    kind = (target["k"], target["fn"])
+
+    def fails(p):  # "fails" while a loop body holds an op like the chosen one
+        return any((st["k"], st.get("fn")) == kind for st in F._all_steps(p["steps"]))
+
+    small = F.shrink(prog, fails, budget_s=30)
+    assert fails(small) and len(small["steps"][-1]["body"]) < len(body)
+    assert F._valid(small)
