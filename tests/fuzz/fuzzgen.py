@@ -1807,10 +1807,12 @@ class _LoopChain(_Chain):
     itself, its argument written into, or a copy of it). The update is written into ``u``
     (``u[1:-1, 1:-1] = u[1:-1, 1:-1] + c * lap``), into ``u`` from a snapshot the stages read
     (``un = u.copy(); u[1:] = un[1:] - c * (un[1:] - un[:-1])``), into a new array carried on
-    (a copy of ``u`` or zeros), or added to ``u`` padded (``u = u - np.pad(c * v, ...)``). The
-    other inputs (fields, broadcast coefficients) are loop-invariant; numbers move with the
-    iteration now and then (``0.1 + 0.05 * t``); a stage's value (or its sum) of every
-    iteration is stacked after the loop now and then. Drawn from a stream of its own."""
+    (a copy of ``u`` or zeros), or added to ``u`` padded (``u = u - np.pad(c * v, ...)``). Now
+    and then a second state ``v`` is written in the same steps by a stage's value (``U`` and
+    ``V`` of Gray-Scott). The other inputs (fields, broadcast coefficients) are
+    loop-invariant; numbers move with the iteration now and then (``t * dt``, ``0.5 + 0.125 *
+    t``); a stage's value (or its sum) of every iteration is stacked after the loop now and
+    then. Drawn from a stream of its own."""
 
     UPDATES = ("into", "snapshot", "fresh", "pad")
     COEFS = (0.1, 0.25, 0.05, 0.5, -0.2)  # time steps: small
@@ -1820,6 +1822,7 @@ class _LoopChain(_Chain):
         self.rng = np.random.default_rng([gen.seed, 8, 1, attempt])
         self.body = None  # the loop body's steps while they are made
         self.rough = False  # exp stages: the state is approximate (from the second iteration)
+        self.second = None  # the register of a second state the loop writes, if any
 
     def build(self):
         g = self.gen
@@ -1832,8 +1835,10 @@ class _LoopChain(_Chain):
             self.coefs.append(self._input(self._coef_shape()))
         elif not self.grad and self.chance(0.15):
             self.coefs.append(self._input(None))
+        y = self._input(self.n) if self.chance(0.3) else None
         into_argument = not self.grad and self.chance(0.3)
-        c = x["r"] if into_argument else self._emit({"k": "copy", "a": x["r"]}, False)
+        c = self._state(x, into_argument)
+        self.second = None if y is None else self._state(y, into_argument)
         self.rough = self.chance(0.3)
         self.trips = int(self.rng.integers(2, 5 if self.grad else 6))
         st, approx = self._loop(c, self.trips)
@@ -1844,10 +1849,16 @@ class _LoopChain(_Chain):
             if not g.try_step(st, approx[:1]):
                 raise _ChainFailed
         outs = list(range(len(g.approx) - 1 - ("stack" in st), len(g.approx)))
+        if self.second is not None:
+            outs.insert(0, self.second)
         prog = g.prog
         prog["loop_chain"], prog["outputs"] = True, outs
         prog["approx"] = [bool(g.approx[i]) for i in outs]
         return prog
+
+    def _state(self, x, into_argument):
+        """The register a state starts from: input ``x`` itself, or a copy of it."""
+        return x["r"] if into_argument else self._emit({"k": "copy", "a": x["r"]}, False)
 
     def _loop(self, c, trips):
         """The ``loop`` step carrying register ``c`` and the approx of its registers."""
@@ -1857,14 +1868,20 @@ class _LoopChain(_Chain):
         self.body, self.carry = [], c
         try:
             mode = self.choice(self.UPDATES)
-            state = self._field(base, self._zero(), self._zero(), self.n)
+            state = self._field(base, *self._flat())
             if mode == "snapshot":
                 state["r"] = self._emit({"k": "copy", "a": base}, self.rough)
-            self.fields = [*self.fields, state]
+            other = None if self.second is None else self._field(self.second, *self._flat())
+            if other is not None:
+                g.approx[self.second] = self.rough
+                self.fields.append(other)
+            self.fields.append(state)
             made = self._stages(state)
             nxt, nxt_approx = self._step(mode, state, base)
             if nxt_approx and not self.rough:
                 raise _ChainFailed  # a stage the state's exactness was assumed in is wrong
+            if other is not None:
+                self._update_second(other, made)
             if mode in ("fresh", "pad"):  # (its value is no buffer written later)
                 made.append(nxt)
             stack = self._stacked(made)
@@ -1889,6 +1906,26 @@ class _LoopChain(_Chain):
             r, win = self._mix(state)
             self.fields.append(self._field(r, *win, self._shape_of(win)))
         return [f["r"] for f in self.fields[n:]]
+
+    def _flat(self):
+        """The window, shape of a field over the whole grid."""
+        return self._zero(), self._zero(), self.n
+
+    def _update_second(self, other, made):
+        """The second state's update ``v[w] = v[w] - c * f[w]`` by a stage's value ``f``
+        (none where its window is empty or it would round)."""
+        g, r = self.gen, self.choice(made)
+        f = next(f for f in self.fields if f["r"] == r)
+        try:
+            win = self._window([(other, self._zero()), (f, self._zero())])
+            upd = self._scaled(f, win)
+            new = self._op(self.choice(["-", "+"]), self._read(other, self._zero(), win), upd)
+            if g.approx[new] and not self.rough:
+                return
+            idx = self._index(other, self._zero(), *win)
+            self._emit({"k": "setitem", "a": other["r"], "idx": idx, "v": new}, g.approx[new])
+        except _ChainFailed:
+            return
 
     def _step(self, mode, state, base):
         """The update of the state by the last stage's value: the body register carried on

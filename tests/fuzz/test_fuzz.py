@@ -122,16 +122,17 @@ def test_fuzz_loop_draws_stencil_chains_from_a_stream_of_their_own():
     assert F.generate(chosen[0], "full") == F.generate(chosen[0], "full", chain=False)
 
 
-LOOP_CHAINS = [("cuda", 9), ("grad", 32), ("full", 15)]
+LOOP_CHAINS = [("cuda", 16), ("grad", 51), ("full", 11)]
 
 
 @pytest.mark.parametrize("profile,seed", LOOP_CHAINS, ids=[f"{p}-{s}" for p, s in LOOP_CHAINS])
 def test_fuzz_runs_time_stepped_stencil_chains(profile, seed):
     """A time-stepped stencil chain of each profile (``_LoopChain``, issues 15 and 22: the
-    update written into the state, into it from a snapshot, or padded and added; a number
-    moving with the iteration; a stage stacked after the loop) rolls into a loop node whose
-    body reads the state through shifted slices, and passes its profile's checks (the CPU
-    target's, loops kept as loops, for the ``full`` one)."""
+    update written into a new array and a second state (``full``), into the argument from a
+    snapshot (``cuda``), into the state (``grad``); a number moving with the iteration; a
+    stage stacked after the loop) rolls into a loop node whose body reads the state through
+    shifted slices, and passes its profile's checks (the CPU target's, loops kept as loops,
+    for the ``full`` one)."""
     prog = F.generate(seed, profile, loop_chain=True)
     loop = prog["steps"][-1]
     assert prog["loop_chain"] and loop["k"] == "loop" and "stack" in loop
@@ -154,7 +155,7 @@ def test_fuzz_loop_draws_time_stepped_chains_from_a_stream_of_their_own():
 def test_shrinker_counts_the_two_registers_of_a_loop_that_stacks_a_value():
     """A loop step stacking a value makes two registers (the carried value, the stack): steps
     reading either depend on it, and removing one keeps the later registers' numbers right."""
-    prog = F.generate(15, "full", loop_chain=True)  # the loop alone, carrying its argument
+    prog = F.generate(16, "full", loop_chain=True)  # the loop alone, carrying its argument
     carry, stacked = prog["outputs"]
     negate = [{"k": "unary", "fn": "negative", "a": r} for r in (stacked, carry)]
     prog = dict(prog, steps=[*prog["steps"], *negate], outputs=[stacked + 1, stacked + 2])
@@ -167,7 +168,7 @@ def test_shrinker_counts_the_two_registers_of_a_loop_that_stacks_a_value():
 
 def test_shrinker_removes_steps_of_loop_bodies():
     """A failure inside a time-stepped chain's body shrinks to the body steps it needs."""
-    prog = F.generate(15, "full", loop_chain=True)
+    prog = F.generate(16, "full", loop_chain=True)
     body = prog["steps"][-1]["body"]
     target = next(st for st in body if st["k"] == "op")
     kind = (target["k"], target["fn"])
