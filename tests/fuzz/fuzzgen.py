@@ -1828,26 +1828,13 @@ class _LoopChain(_Chain):
         g = self.gen
         self.n = self._grid()
         self.dtype = "float64" if self.grad else self.choice(["float32", "float64"])
-        x = self._input(self.n)
-        if self.chance(0.4):  # a field every iteration reads unchanged (a diffusivity)
-            self.fields.append(self._input(self.n))
-        if self.chance(0.5):
-            self.coefs.append(self._input(self._coef_shape()))
-        elif not self.grad and self.chance(0.15):
-            self.coefs.append(self._input(None))
-        y = self._input(self.n) if self.chance(0.3) else None
+        x, y = self._inputs()
         into_argument = not self.grad and self.chance(0.3)
         c = self._state(x, into_argument)
         self.second = None if y is None else self._state(y, into_argument)
         self.rough = self.chance(0.3)
         self.trips = int(self.rng.integers(2, 5 if self.grad else 6))
-        st, approx = self._loop(c, self.trips)
-        if not g.try_step(st, approx):
-            if "stack" not in st:
-                raise _ChainFailed
-            del st["stack"]  # (a stack too large for finite differences)
-            if not g.try_step(st, approx[:1]):
-                raise _ChainFailed
+        st = self._add_loop(*self._loop(c, self.trips))
         outs = list(range(len(g.approx) - 1 - ("stack" in st), len(g.approx)))
         if self.second is not None:
             outs.insert(0, self.second)
@@ -1855,6 +1842,29 @@ class _LoopChain(_Chain):
         prog["loop_chain"], prog["outputs"] = True, outs
         prog["approx"] = [bool(g.approx[i]) for i in outs]
         return prog
+
+    def _inputs(self):
+        """The state's input, the loop-invariant ones, and a second state's (or None)."""
+        x = self._input(self.n)
+        if self.chance(0.4):  # a field every iteration reads unchanged (a diffusivity)
+            self.fields.append(self._input(self.n))
+        if self.chance(0.5):
+            self.coefs.append(self._input(self._coef_shape()))
+        elif not self.grad and self.chance(0.15):
+            self.coefs.append(self._input(None))
+        return x, self._input(self.n) if self.chance(0.3) else None
+
+    def _add_loop(self, st, approx):
+        """Loop step ``st`` added to the program (without its stack where that is too large
+        for finite differences)."""
+        if self.gen.try_step(st, approx):
+            return st
+        if "stack" not in st:
+            raise _ChainFailed
+        del st["stack"]
+        if not self.gen.try_step(st, approx[:1]):
+            raise _ChainFailed
+        return st
 
     def _state(self, x, into_argument):
         """The register a state starts from: input ``x`` itself, or a copy of it."""
