@@ -25,6 +25,7 @@ import copy
 import json
 import operator
 import os
+import re
 import sys
 import time
 import traceback
@@ -2298,7 +2299,14 @@ def _check_rolled(t):
     """A time-stepped chain's iterations rolled into a loop node (its numbers move by exact
     steps: nothing in it needs the loop unrolled)."""
     if not any("body" in n.attrs for n in t.graph.nodes):
-        raise Failure("roll", f"the time steps did not roll into a loop: {t.notes}")
+        why = "; ".join(_unrolled_why(note) for note in t.notes) or "no note"
+        raise Failure("roll", f"the time steps did not roll into a loop ({why}): {t.notes}")
+
+
+def _unrolled_why(note) -> str:
+    """Why a note says a loop did not roll, without where (what the failure's signature keeps:
+    shrinking must not trade it for another reason)."""
+    return re.sub(r" at \S+:\d+", "", note.split("not rolled: ", 1)[-1])
 
 
 DASK_EVERY = 4  # one program in four also runs on dask arrays (its chunk kernels compile)
