@@ -25,6 +25,7 @@ import copy
 import json
 import operator
 import os
+import re
 import sys
 import time
 import traceback
@@ -364,20 +365,25 @@ def run_loop(regs, st):
     statement on a traced counter (a 0-d array that tracing sees compared in every
     iteration): it rolls into a while_loop that tests the counter when it runs. With
     ``stop``, ``if np.sum(carry) > stop: break`` ends each iteration: it rolls into a
-    while_loop that tests it when it runs, bounded by the range."""
-    carry = regs[st["carry"]]
+    while_loop that tests it when it runs, bounded by the range. With ``next``, the body's
+    register carried on is that one (the carried register itself where the body writes into
+    it: ``u[1:-1] = ...``); with ``stack``, that body register of every iteration is kept in a
+    list, stacked after the loop into a second register (``np.stack(history)``)."""
+    carry, history = regs[st["carry"]], [] if "stack" in st else None
     if st.get("while"):
         count, t = np.zeros((), np.float64) + 0 * np.sum(np.abs(carry) > -1), 0
         while count < st["trips"]:
-            carry = _iteration(regs, st, carry, t)
+            carry = _iteration(regs, st, carry, t, history)
             count, t = count + 1, t + 1
     else:
         trips, stops = st["trips"], "stop" in st
         for t in range(trips):
-            carry = _iteration(regs, st, carry, t)
+            carry = _iteration(regs, st, carry, t, history)
             if stops and _past_stop(carry, st["stop"]):
                 break
     regs.append(carry)
+    if history is not None:
+        regs.append(np.stack(history))
 
 
 def _past_stop(carry, stop):
@@ -405,9 +411,9 @@ def break_stop(sums, margin=lambda s: 0.1 * abs(s) + 0.5):
     return top + margin(top)
 
 
-def _iteration(regs, st, carry, t):
+def _iteration(regs, st, carry, t, history=None):
     """Loop step ``st``'s iteration ``t``: its body on the registers before it and ``carry``;
-    the next carried value."""
+    the next carried value (its stacked value appended to ``history``)."""
     local = regs[: st["base"]] + [carry]
     _ITERATION.append(t)
     try:
@@ -415,7 +421,9 @@ def _iteration(regs, st, carry, t):
             run_step(local, body_step)
     finally:
         _ITERATION.pop()
-    return local[-1]
+    if history is not None:
+        history.append(local[st["stack"]])
+    return local[st.get("next", -1)]
 
 
 def _axis(a):
@@ -668,8 +676,9 @@ class _Gen:
         if len(regs) > n and type(regs[-1]) is int and abs(regs[-1]) >= 2**62:
             return False  # (a trace computes ints as int64: tests/test_tracer.py)
         self.prog["steps"].append(st)
-        if len(regs) > n:
-            self.approx.append(approx)
+        made = approx if isinstance(approx, list) else [approx] * (len(regs) - n)
+        self.approx += made
+        approx = any(made) if isinstance(approx, list) else approx
         # a write marks the buffer written and every alias of it: the buffers whose values
         # changed, and the one an in-place step names even where its values on these inputs
         # did not (x **= 0.001 leaves 0 and 1 as they are; on other inputs it rounds: 8500016)
@@ -1618,7 +1627,9 @@ class _Chain:
         """A coefficient over the window: a number or a broadcast input."""
         if self.coefs and self.chance(0.6):
             return self._read(self.choice(self.coefs), self._zero(), win)
-        return self._number(self.choice([0.5, 0.25, 0.1, 2.0, -1.5]))
+        return self._number(self.choice(self.COEFS))
+
+    COEFS = (0.5, 0.25, 0.1, 2.0, -1.5)
 
     # -- stages
     STAGES = ("star", "diff", "limit", "clamp", "ratio", "expo", "mix")
@@ -1762,7 +1773,7 @@ class _Chain:
             return [x["r"]]
         win = self._window([(x, self._zero()), (v, self._zero())])
         try:
-            upd = self._op("*", self._read(v, self._zero(), win), self._coef(win))
+            upd = self._scaled(v, win)
             new = self._op(self.choice(["-", "+"]), self._read(x, self._zero(), win), upd)
             mode = self.choice(["return", "copy", "zeros", "into"])
             if mode == "return" or (mode == "into" and self.grad):
@@ -1783,18 +1794,275 @@ class _Chain:
         except _ChainFailed:
             return [v["r"]]
 
+    def _scaled(self, v, win):
+        """``v[w] * c``, the change of the update ``x[w] - c * v[w]``."""
+        return self._op("*", self._read(v, self._zero(), win), self._coef(win))
+
     def _n_grid_inputs(self):
         return sum(f["r"] < len(self.gen.prog["inputs"]) for f in self.fields)
 
 
-def generate(seed, profile="full", n_steps=None, chain=False):
+# ---------------------------------------------------------------------- time-stepped chains
+LOOP_CHAIN_RATE = 0.12  # the share of the fuzz loop's other programs that are time-stepped chains
+
+
+def loop_chain_chosen(seed) -> bool:
+    """Whether the fuzz loop makes seed ``seed``'s program a time-stepped stencil chain
+    (``_LoopChain``), from a stream of the seed's own; never a seed ``chain_chosen`` picks."""
+    rate = np.random.default_rng([seed, 8]).random()
+    return not chain_chosen(seed) and bool(rate < LOOP_CHAIN_RATE)
+
+
+class _LoopChain(_Chain):
+    """A time-stepped stencil chain (issues 15 and 22): a ``_Chain``'s stages and update as the
+    body of a ``loop`` step, ``for t in range(trips)``, over the grid's state ``u`` (the input
+    itself, its argument written into, or a copy of it). The update is written into ``u``
+    (``u[1:-1, 1:-1] = u[1:-1, 1:-1] + c * lap``), into ``u`` from a snapshot the stages read
+    (``un = u.copy(); u[1:] = un[1:] - c * (un[1:] - un[:-1])``), into a new array carried on
+    (a copy of ``u`` or zeros), or added to ``u`` padded (``u = u - np.pad(c * v, ...)``). Now
+    and then a second state ``v`` is written in the same steps by a stage's value (``U`` and
+    ``V`` of Gray-Scott). The other inputs (fields, broadcast coefficients) are
+    loop-invariant; numbers move with the iteration now and then (``t * dt``, ``0.5 + 0.125 *
+    t``); a stage's value (or its sum) of every iteration is stacked after the loop now and
+    then. Drawn from a stream of its own."""
+
+    UPDATES = ("into", "snapshot", "fresh", "pad")
+    COEFS = (0.1, 0.25, 0.05, 0.5, -0.2)  # time steps: small
+
+    def __init__(self, gen, attempt=0):
+        super().__init__(gen)
+        self.rng = np.random.default_rng([gen.seed, 8, 1, attempt])
+        self.body = None  # the loop body's steps while they are made
+        self.rough = False  # exp stages: the state is approximate (from the second iteration)
+        self.second = None  # the register of a second state the loop writes, if any
+
+    def build(self):
+        g = self.gen
+        self.n = self._grid()
+        self.dtype = "float64" if self.grad else self.choice(["float32", "float64"])
+        x, y = self._inputs()
+        into_argument = not self.grad and self.chance(0.3)
+        c = self._state(x, into_argument)
+        self.second = None if y is None else self._state(y, into_argument)
+        self.rough = self.chance(0.3)
+        self.trips = int(self.rng.integers(2, 5 if self.grad else 6))
+        st = self._add_loop(*self._loop(c, self.trips))
+        outs = list(range(len(g.approx) - 1 - ("stack" in st), len(g.approx)))
+        if self.second is not None:
+            outs.insert(0, self.second)
+        prog = g.prog
+        prog["loop_chain"], prog["outputs"] = True, outs
+        prog["approx"] = [bool(g.approx[i]) for i in outs]
+        return prog
+
+    def _inputs(self):
+        """The state's input, the loop-invariant ones, and a second state's (or None)."""
+        x = self._input(self.n)
+        if self.chance(0.4):  # a field every iteration reads unchanged (a diffusivity)
+            self.fields.append(self._input(self.n))
+        if self.chance(0.5):
+            self.coefs.append(self._input(self._coef_shape()))
+        elif not self.grad and self.chance(0.15):
+            self.coefs.append(self._input(None))
+        return x, self._input(self.n) if self.chance(0.3) else None
+
+    def _add_loop(self, st, approx):
+        """Loop step ``st`` added to the program (without its stack where that is too large
+        for finite differences)."""
+        if self.gen.try_step(st, approx):
+            return st
+        if "stack" not in st:
+            raise _ChainFailed
+        del st["stack"]
+        if not self.gen.try_step(st, approx[:1]):
+            raise _ChainFailed
+        return st
+
+    def _state(self, x, into_argument):
+        """The register a state starts from: input ``x`` itself, or a copy of it."""
+        return x["r"] if into_argument else self._emit({"k": "copy", "a": x["r"]}, False)
+
+    def _loop(self, c, trips):
+        """The ``loop`` step carrying register ``c`` and the approx of its registers."""
+        g = self.gen
+        outer, base = g.approx, len(g.approx)
+        g.approx = [*outer, self.rough]
+        self.body, self.carry = [], c
+        try:
+            mode = self.choice(self.UPDATES)
+            state = self._field(base, *self._flat())
+            if mode == "snapshot":
+                state["r"] = self._emit({"k": "copy", "a": base}, self.rough)
+            other = None if self.second is None else self._field(self.second, *self._flat())
+            if other is not None:
+                g.approx[self.second] = self.rough
+                self.fields.append(other)
+            self.fields.append(state)
+            made = self._stages(state)
+            nxt, nxt_approx = self._step(mode, state, base)
+            if nxt_approx and not self.rough:
+                raise _ChainFailed  # a stage the state's exactness was assumed in is wrong
+            if other is not None:
+                self._update_second(other, made)
+            if mode in ("fresh", "pad"):  # (its value is no buffer written later)
+                made.append(nxt)
+            stack = self._stacked(made)
+            st = {"k": "loop", "carry": c, "base": base, "trips": trips, "body": self.body}
+            if nxt != len(g.approx) - 1:
+                st["next"] = nxt
+            approx = [self.rough]
+            if stack is not None:
+                st["stack"] = stack
+                approx.append(g.approx[stack])
+            return st, approx
+        finally:
+            g.approx, self.body = outer, None
+
+    def _stages(self, state) -> list:
+        """One to three stages from the state (at least one): their registers."""
+        kinds = [k for k in self.STAGES if self.rough or k != "expo"]
+        n = len(self.fields)
+        for i in range(int(self.rng.integers(1, 4))):
+            self._stage(self.choice(["star", "diff", "mix"] if i == 0 else kinds))
+        if len(self.fields) == n:
+            r, win = self._mix(state)
+            self.fields.append(self._field(r, *win, self._shape_of(win)))
+        return [f["r"] for f in self.fields[n:]]
+
+    def _flat(self):
+        """The window, shape of a field over the whole grid."""
+        return self._zero(), self._zero(), self.n
+
+    def _update_second(self, other, made):
+        """The second state's update ``v[w] = v[w] - c * f[w]`` by a stage's value ``f``
+        (none where its window is empty or it would round)."""
+        g, r = self.gen, self.choice(made)
+        f = next(f for f in self.fields if f["r"] == r)
+        try:
+            win = self._window([(other, self._zero()), (f, self._zero())])
+            upd = self._scaled(f, win)
+            new = self._op(self.choice(["-", "+"]), self._read(other, self._zero(), win), upd)
+            if g.approx[new] and not self.rough:
+                return
+            idx = self._index(other, self._zero(), *win)
+            self._emit({"k": "setitem", "a": other["r"], "idx": idx, "v": new}, g.approx[new])
+        except _ChainFailed:
+            return
+
+    def _step(self, mode, state, base):
+        """The update of the state by the last stage's value: the body register carried on
+        and whether it is approximate."""
+        g, v = self.gen, self.fields[-1]
+        win = self._window([(state, self._zero()), (v, self._zero())])
+        upd = self._scaled(v, win)
+        sign = self.choice(["-", "+"])
+        if mode == "pad":  # u = u - np.pad(c * v, ...): the state rebound, of its own shape
+            pw = [[lo, hi] for lo, hi in zip(*win)]
+            p = self._emit({"k": "pad", "a": upd, "pw": pw, "value": 0.0}, g.approx[upd])
+            nxt = self._op(sign, base, p)
+        else:
+            new = self._op(sign, self._read(state, self._zero(), win), upd)
+            nxt = base
+            if mode == "fresh":
+                zeros = {"k": "zeros_like", "fn": "zeros_like", "a": base}
+                fresh = {"k": "copy", "a": base} if self.chance(0.5) else zeros
+                nxt = self._emit(fresh, self.rough)
+            idx = self._index(state, self._zero(), *win)
+            self._emit({"k": "setitem", "a": nxt, "idx": idx, "v": new}, g.approx[new])
+            g.approx[nxt] = g.approx[nxt] or g.approx[new]
+        local = g._body_regs(self.carry, self.body, g.regs)
+        if np.shape(local[nxt]) != np.shape(local[base]) or local[nxt].dtype != local[base].dtype:
+            raise _ChainFailed  # (a float64 coefficient promoted a float32 state)
+        return nxt, g.approx[nxt]
+
+    def _stacked(self, made):
+        """Now and then a register of ``made`` (or its sum) kept from every iteration."""
+        if not made or not self.chance(0.35):
+            return None
+        r = self.choice(made)
+        if self.chance(0.3):
+            r = self._emit(
+                {"k": "reduce", "fn": "sum", "a": r, "axis": None, "keepdims": False}, True
+            )
+        return r
+
+    def _emit(self, st, approx):
+        if self.body is None:
+            return super()._emit(st, approx)
+        g = self.gen
+        local = g._body_regs(self.carry, self.body, g.regs)
+        n = len(local)
+        try:
+            with quiet():
+                run_step(local, st)
+        except Exception:
+            raise _ChainFailed from None
+        if len(local) > n and np.size(local[-1]) > g.max_size:
+            raise _ChainFailed
+        if self.grad and len(local) > n and _kind(local[-1]) not in "fb":
+            raise _ChainFailed
+        self.body.append(st)
+        g.approx += [approx] * (len(local) - n)
+        return len(g.approx) - 1
+
+    def _number(self, v):
+        """A number; in the loop body, now and then one moving with the iteration (``t *
+        dt``, ``v + dt * t``) where its values are ``a + b * t`` exactly as Python computes
+        them (``0.1 + 0.05 * t`` is not: 0.1, 0.15000000000000002, 0.2, where the step of the
+        first two gives 0.20000000000000004; tracing rolls only exact progressions)."""
+        spec = super()._number(v)
+        if self.body is None or not self.chance(0.3):
+            return spec
+        if spec["t"] == "int":
+            return {**spec, "step": self.choice([1, -1])}
+        moving = {**spec, "step": self.choice([0.05, -0.02, 0.1, 0.125])}
+        if self.chance(0.5):
+            moving["v"] = 0.0  # t * dt
+        return moving if _exact_progression(moving, self.trips) else spec
+
+
+def _exact_progression(spec, trips) -> bool:
+    """Whether number ``spec``'s values over ``trips`` iterations are ``a + b * k`` exactly
+    (``b`` the difference of the first two), in their own type."""
+    values = []
+    for t in range(trips):
+        _ITERATION.append(t)
+        try:
+            values.append(_scalar(spec))
+        finally:
+            _ITERATION.pop()
+    a, b = values[0], values[1] - values[0]
+    return all(
+        type(a + b * k) is type(x) and bits_equal(np.asarray(a + b * k), np.asarray(x))
+        for k, x in enumerate(values)
+    )
+
+
+def _loop_chain(seed, profile):
+    """Seed ``seed``'s time-stepped chain (``_LoopChain``): the first of a few draws that
+    makes one, else a stencil chain."""
+    for attempt in range(8):
+        try:
+            return _LoopChain(_Gen(seed, profile), attempt).build()
+        except _ChainFailed:
+            continue
+    return _Chain(_Gen(seed, profile)).build()
+
+
+def generate(seed, profile="full", n_steps=None, chain=False, loop_chain=False):
     """A random program (JSON-able dict). ``profile``: "full", "cuda" (small), "grad" (float64,
     smooth ops, for finite differences). ``chain``: a multi-stage stencil chain of that profile
-    instead (``_Chain``; ``n_steps`` does not apply)."""
+    instead (``_Chain``; ``n_steps`` does not apply); ``loop_chain``: a time-stepped one
+    (``_LoopChain``)."""
     rng = np.random.default_rng([seed, 0])
     if n_steps is None:
         n_steps = int(rng.integers(8, 40 if profile == "full" else 20))
-    prog = _Chain(_Gen(seed, profile)).build() if chain else _Gen(seed, profile).build(n_steps)
+    if loop_chain:
+        prog = _loop_chain(seed, profile)
+    elif chain:
+        prog = _Chain(_Gen(seed, profile)).build()
+    else:
+        prog = _Gen(seed, profile).build(n_steps)
     prog["names"], prog["captured"] = _pick_names(prog)
     return prog
 
@@ -1938,12 +2206,17 @@ CHECKS = ("interp", "cpu", "cuda", "grad", "dask")
 
 def _narrow_floats_inside(graph) -> bool:
     """Whether a value of ``graph`` (loop bodies included) is float16, float32 or complex64."""
+    narrow = (np.float16, np.float32, np.complex64)
+    return any(o.dtype in narrow for n in _graph_nodes(graph) for o in n.outputs)
+
+
+def _graph_nodes(graph):
+    """The nodes of ``graph`` and of the loop bodies in it."""
     for n in graph.nodes:
-        if any(o.dtype in (np.float16, np.float32, np.complex64) for o in n.outputs):
-            return True
-        if any(_narrow_floats_inside(b) for b in n.attrs.values() if hasattr(b, "nodes")):
-            return True
-    return False
+        yield n
+        for body in n.attrs.values():
+            if hasattr(body, "nodes"):
+                yield from _graph_nodes(body)
 
 
 def check(prog, checks=CHECKS, compiled_cache=None):
@@ -1991,10 +2264,13 @@ def check(prog, checks=CHECKS, compiled_cache=None):
         raise Failure("trace", f"tk.trace raised {type(e).__name__}: {e}") from e
     # ... as can float32 values NumPy makes of integers (cos of uint16 arrays, seed 14000347)
     tol = (any_zero, narrow or _narrow_floats_inside(t.graph))
-    stats["ops"] |= {n.op for n in t.graph.nodes}
-    stats["nodes"] = len(t.graph.nodes)
+    nodes = list(_graph_nodes(t.graph))  # (a rolled loop's body counts)
+    stats["ops"] |= {n.op for n in nodes}
+    stats["nodes"] = len(nodes)
     if prog.get("chain"):  # (counted with the checks: how many chains ran)
         stats["checks"].append("stencil-chain")
+    if prog.get("loop_chain"):  # and how many time-stepped ones
+        stats["checks"].append("loop-chain")
     if "interp" in checks:
         # NumPy's own float results depend on memory layout (SIMD loops, BLAS or not,
         # pairwise sums), and the trace's intermediates are laid out differently: ``approx``
@@ -2024,7 +2300,24 @@ def check(prog, checks=CHECKS, compiled_cache=None):
     if "dask" in checks and prog["seed"] % DASK_EVERY == DASK_EVERY - 1:
         if _check_dask(prog, t, harness, draws, approx, tol):
             stats["checks"].append("dask")
+    if prog.get("loop_chain"):
+        _check_rolled(t)
+        stats["checks"].append("loop-chain-rolled")
     return stats
+
+
+def _check_rolled(t):
+    """A time-stepped chain's iterations rolled into a loop node (its numbers move by exact
+    steps: nothing in it needs the loop unrolled)."""
+    if not any("body" in n.attrs for n in t.graph.nodes):
+        why = "; ".join(_unrolled_why(note) for note in t.notes) or "no note"
+        raise Failure("roll", f"the time steps did not roll into a loop ({why}): {t.notes}")
+
+
+def _unrolled_why(note) -> str:
+    """Why a note says a loop did not roll, without where (what the failure's signature keeps:
+    shrinking must not trade it for another reason)."""
+    return re.sub(r" at \S+:\d+", "", note.split("not rolled: ", 1)[-1])
 
 
 DASK_EVERY = 4  # one program in four also runs on dask arrays (its chunk kernels compile)
@@ -2309,22 +2602,23 @@ def _dependents(prog, i):
     made = {}
     reg = n_in
     for k, st in enumerate(prog["steps"]):
-        if _appends(st):
-            made[k] = reg
-            reg += 1
-    dead_regs = {made[i]} if i in made else set()
+        made[k] = set(range(reg, reg + _made(st)))
+        reg += _made(st)
+    dead_regs = set(made[i])
     dead_steps = {i}
     for k in range(i + 1, len(prog["steps"])):
         st = prog["steps"][k]
         if _reads(st) & dead_regs:
             dead_steps.add(k)
-            if k in made:
-                dead_regs.add(made[k])
+            dead_regs |= made[k]
     return dead_steps, dead_regs, made
 
 
-def _appends(st):
-    return st["k"] not in IN_PLACE_STEPS
+def _made(st) -> int:
+    """How many registers step ``st`` appends (a loop stacking a value: two)."""
+    if st["k"] in IN_PLACE_STEPS:
+        return 0
+    return 2 if st["k"] == "loop" and "stack" in st else 1
 
 
 def _reads(st):
@@ -2353,7 +2647,7 @@ def remove_steps(prog, dead):
     new_num, reg, nreg = {i: i for i in range(n_in)}, n_in, n_in
     keep = []
     for k, st in enumerate(prog["steps"]):
-        if _appends(st):
+        for _ in range(_made(st)):
             if k not in dead:
                 new_num[reg] = nreg
                 nreg += 1
@@ -2404,6 +2698,9 @@ def _renumbered(st, ren):
             return ren(r) if r < old_base else r - old_base + new_base
 
         st["body"] = [_renumbered(b, inner) for b in st["body"]]
+        for key in ("next", "stack"):
+            if key in st:
+                st[key] = inner(st[key])
     return st
 
 
@@ -2428,16 +2725,47 @@ def shrink(prog, fails, budget_s=300):
             cand = remove_steps(best, dead)
             if not cand["outputs"]:
                 continue
-            try:
-                ok = _valid(cand) and fails(cand)
-            except Exception:
-                ok = False
-            if ok:
+            if _still_fails(cand, fails):
                 best, changed = cand, True
             if time.time() - t0 > budget_s:
                 break
-    # 3. drop unused inputs is not done (inputs keep their draw of values)
+    # 3. remove steps of loop bodies (with the body's steps reading them), last first
+    for k in range(len(best["steps"])):
+        for i in reversed(range(len(best["steps"][k].get("body", ())))):
+            if time.time() - t0 > budget_s:
+                break
+            cand = _without_body_step(best, k, i)
+            if cand is not None and _still_fails(cand, fails):
+                best = cand
+    # 4. drop unused inputs is not done (inputs keep their draw of values)
     return best
+
+
+def _still_fails(cand, fails) -> bool:
+    try:
+        return _valid(cand) and fails(cand)
+    except Exception:
+        return False
+
+
+def _without_body_step(prog, k, i):
+    """``prog`` without step ``i`` of loop step ``k``'s body and the body's steps reading
+    it, its registers renumbered; None where the loop would lose what it carries on or
+    stacks, or its whole body. (The body is a program whose inputs are the registers before
+    the loop and the carried one.)"""
+    loop = prog["steps"][k]
+    kept = [key for key in ("next", "stack") if key in loop]
+    body = {
+        "inputs": [None] * (loop["base"] + 1),
+        "steps": loop["body"],
+        "outputs": [loop[key] for key in kept],
+    }
+    dead, dead_regs, _ = _dependents(body, i)
+    if dead_regs & set(body["outputs"]) or len(dead) == len(loop["body"]):
+        return None
+    small = remove_steps(body, dead)
+    loop = dict(loop, body=small["steps"], **dict(zip(kept, small["outputs"])))
+    return dict(prog, steps=[*prog["steps"][:k], loop, *prog["steps"][k + 1 :]])
 
 
 def _valid(prog):
@@ -2462,7 +2790,7 @@ def failing_check(prog, checks):
 
 def save_regression(prog, failure, note=""):
     os.makedirs(REGRESSIONS, exist_ok=True)
-    chain = "chain-" if prog.get("chain") else ""
+    chain = "loopchain-" if prog.get("loop_chain") else "chain-" if prog.get("chain") else ""
     name = f"{failure.check}-{prog['profile']}-{chain}{prog['seed']}.json"
     path = os.path.join(REGRESSIONS, name)
     rec = {"program": prog, "failure": str(failure), "note": note}
@@ -2502,6 +2830,10 @@ def main(argv=None):
         "--python-numbers",
         action="store_true",
         help="check only the programs with operators on Python numbers (about one in thirty)",
+
+        "--loop-chains",
+        action="store_true",
+        help="every program a time-stepped stencil chain (_LoopChain)",
     )
     p.add_argument(
         "--force-streams",
@@ -2515,7 +2847,7 @@ def main(argv=None):
     profiles = args.profiles.split(",")
     if args.one is not None:
         prof = profiles[args.one % len(profiles)]
-        prog = generate(args.one, prof, chain=args.chains or chain_chosen(args.one))
+        prog = _fuzz_program(args, args.one, prof)
         print(json.dumps(prog, indent=1))
         f = failing_check(prog, checks_for(prof))
         print("ok" if f is None else f)
@@ -2531,6 +2863,8 @@ def main(argv=None):
         if args.python_numbers and not has_python_number_operators(prog):
             seed += 1
             continue
+
+        prog = _fuzz_program(args, seed, prof)
         try:
             stats = check(prog, checks_for(prof))
             ops |= stats["ops"]
@@ -2572,6 +2906,12 @@ def has_python_number_operators(prog) -> bool:
     except Exception:
         return False
     return any(isinstance(w, tuple) for w in ways)  # (see _pythons_way)
+
+def _fuzz_program(args, seed, profile):
+    """The fuzz loop's program of ``seed``: a stencil chain, a time-stepped one, or neither."""
+    if args.loop_chains or (not args.chains and loop_chain_chosen(seed)):
+        return generate(seed, profile, loop_chain=True)
+    return generate(seed, profile, chain=args.chains or chain_chosen(seed))
 
 
 def signature(failure) -> str:

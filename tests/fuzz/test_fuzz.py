@@ -120,3 +120,62 @@ def test_fuzz_loop_draws_stencil_chains_from_a_stream_of_their_own():
     assert 100 <= len(chosen) <= 200
     assert F.generate(chosen[0], "full") != F.generate(chosen[0], "full", chain=True)
     assert F.generate(chosen[0], "full") == F.generate(chosen[0], "full", chain=False)
+
+
+LOOP_CHAINS = [("cuda", 16), ("grad", 51), ("full", 11)]
+
+
+@pytest.mark.parametrize("profile,seed", LOOP_CHAINS, ids=[f"{p}-{s}" for p, s in LOOP_CHAINS])
+def test_fuzz_runs_time_stepped_stencil_chains(profile, seed):
+    """A time-stepped stencil chain of each profile (``_LoopChain``, issues 15 and 22: the
+    update written into a new array and a second state (``full``), into the argument from a
+    snapshot (``cuda``), into the state (``grad``); a number moving with the iteration; a
+    stage stacked after the loop) rolls into a loop node whose body reads the state through
+    shifted slices, and passes its profile's checks (the CPU target's, loops kept as loops,
+    for the ``full`` one)."""
+    prog = F.generate(seed, profile, loop_chain=True)
+    loop = prog["steps"][-1]
+    assert prog["loop_chain"] and loop["k"] == "loop" and "stack" in loop
+    assert F.shifted_reads(prog) > 0 and '"step"' in json.dumps(loop)
+    checks = ("interp", "cpu") if profile == "full" else F.checks_for(profile)
+    stats = F.check(prog, checks)
+    assert {"loop-chain", "loop-chain-rolled", *checks} <= set(stats["checks"]), json.dumps(prog)
+
+
+def test_fuzz_loop_draws_time_stepped_chains_from_a_stream_of_their_own():
+    """About one seed in ten of the fuzz loop is a time-stepped chain (never one of the
+    stencil chains' seeds), and the seed's other programs are what they were."""
+    chosen = [s for s in range(1000) if F.loop_chain_chosen(s)]
+    assert 60 <= len(chosen) <= 150 and not any(F.chain_chosen(s) for s in chosen)
+    seed = chosen[0]
+    assert F.generate(seed, "full", loop_chain=True)["loop_chain"]
+    assert not {"loop_chain", "chain"} & set(F.generate(seed, "full"))
+
+
+def test_shrinker_counts_the_two_registers_of_a_loop_that_stacks_a_value():
+    """A loop step stacking a value makes two registers (the carried value, the stack): steps
+    reading either depend on it, and removing one keeps the later registers' numbers right."""
+    prog = F.generate(16, "full", loop_chain=True)  # the loop alone, carrying its argument
+    carry, stacked = prog["outputs"]
+    negate = [{"k": "unary", "fn": "negative", "a": r} for r in (stacked, carry)]
+    prog = dict(prog, steps=[*prog["steps"], *negate], outputs=[stacked + 1, stacked + 2])
+    prog["approx"] = [True, True]
+    assert F._dependents(prog, 0)[0] == {0, 1, 2}
+    small = F.remove_steps(prog, {1})
+    assert small["steps"][-1]["a"] == carry and small["outputs"] == [stacked + 1]
+    assert F._valid(small)
+
+
+def test_shrinker_removes_steps_of_loop_bodies():
+    """A failure inside a time-stepped chain's body shrinks to the body steps it needs."""
+    prog = F.generate(16, "full", loop_chain=True)
+    body = prog["steps"][-1]["body"]
+    target = next(st for st in body if st["k"] == "op")
+    kind = (target["k"], target["fn"])
+
+    def fails(p):  # "fails" while a loop body holds an op like the chosen one
+        return any((st["k"], st.get("fn")) == kind for st in F._all_steps(p["steps"]))
+
+    small = F.shrink(prog, fails, budget_s=30)
+    assert fails(small) and len(small["steps"][-1]["body"]) < len(body)
+    assert F._valid(small)
