@@ -2830,7 +2830,8 @@ def main(argv=None):
         "--python-numbers",
         action="store_true",
         help="check only the programs with operators on Python numbers (about one in thirty)",
-
+    )
+    p.add_argument(
         "--loop-chains",
         action="store_true",
         help="every program a time-stepped stencil chain (_LoopChain)",
@@ -2859,12 +2860,10 @@ def main(argv=None):
     by_check: dict = {}
     while time.time() - t0 < args.seconds:
         prof = profiles[seed % len(profiles)]
-        prog = generate(seed, prof, chain=args.chains or chain_chosen(seed))
+        prog = _fuzz_program(args, seed, prof)
         if args.python_numbers and not has_python_number_operators(prog):
             seed += 1
             continue
-
-        prog = _fuzz_program(args, seed, prof)
         try:
             stats = check(prog, checks_for(prof))
             ops |= stats["ops"]
@@ -2906,6 +2905,7 @@ def has_python_number_operators(prog) -> bool:
     except Exception:
         return False
     return any(isinstance(w, tuple) for w in ways)  # (see _pythons_way)
+
 
 def _fuzz_program(args, seed, profile):
     """The fuzz loop's program of ``seed``: a stencil chain, a time-stepped one, or neither."""
