@@ -260,14 +260,14 @@ class TraceContext:
         """Guard the traced Python ints among ``op``'s inputs to stay within the bounds of the
         integer arrays they meet, where NumPy raises OverflowError outside them (compiled code
         would wrap) and the int's size is not known to be within them."""
+        traced = [i for i, x in enumerate(tins) if type(x) is TracedArray and type(vals[i]) is int]
         dtypes = [v.dtype for v in vals if isinstance(v, np.ndarray) and v.dtype.kind in "iu"]
-        dtype = np.result_type(*dtypes) if dtypes else None
+        dtype = np.result_type(*dtypes) if traced and dtypes else None
         if dtype is None or dtype.kind not in "iu" or dtype == np.int64:
             return
         info = np.iinfo(dtype)
-        for i, x in enumerate(tins):
-            if type(x) is not TracedArray or type(x._value) is not int:
-                continue
+        for i in traced:
+            x = tins[i]
             size = self.int_sizes.get(x.ir_var)
             if size is not None and info.min <= -size and size <= info.max:
                 continue

@@ -178,12 +178,7 @@ def _changes_type(base, exponent, values):
 
 def _fits_int64(uf, operands):
     """Whether ``uf`` of the int ``operands``, computed in float64, is within int64."""
-    floats = [
-        x._ctx.emit("astype", [x], {"dtype": np.dtype(np.float64)}, weak=True)
-        if isinstance(x, TracedArray)
-        else float(x)
-        for x in operands
-    ]
+    floats = [_as_python_type(x, _PYTHON_DTYPE[float]) for x in operands]
     if uf is np.left_shift:
         uf, floats = np.multiply, [floats[0], _power_of_two(floats[1])]
     value = call_ufunc(uf, tuple(floats), {}, weak=True)
@@ -201,7 +196,7 @@ def _power_of_two(n):
 def _too_big(result):
     src = user_source(3)
     where = f"{src} `{src.text}`" if src else "an unknown line"
-    what = f"the Python int {result}" if result is not None else "a Python int this close to it"
+    what = f"the Python int {result}" if result is not None else "a Python int this near its limits"
     return TraceError(
         f"{where}: {what} does not fit int64, the integers a graph computes with; compute it "
         "outside the traced function, or as a float"
