@@ -645,7 +645,7 @@ def _power_after_a_branch(x):
 @pytest.mark.parametrize("target", ["interpreter", "cpu", "cuda"])
 def test_a_node_failing_on_the_other_branch_reports_the_guard(target):
     """Inputs that take the other branch make ``x ** r`` fail (an int to a negative power)
-    before the guard is checked: the call raises the guard's error, not NumPy's (fuzz seed
+    where the guard is checked after it: the call raises the guard's error, not NumPy's (fuzz seed
     14100021), and tk.jit traces again and gives NumPy's answer."""
     with pytest.warns(tk.TracerWarning):
         t = tk.trace(_power_after_a_branch, np.array(2))
@@ -653,8 +653,10 @@ def test_a_node_failing_on_the_other_branch_reports_the_guard(target):
     assert_same(run(np.array(3)), _power_after_a_branch(np.array(3)))
     with pytest.raises(tk.GuardError, match=f"{HERE}:{line_of('L:power-branch')}") as failed:
         run(np.array(-1))
-    if target != "cuda":  # (a device kernel raises nothing: its guard is checked after it)
-        assert isinstance(failed.value.__cause__, ValueError)  # NumPy's error, as the cause
+    if target == "interpreter":  # the guard is checked as soon as its value is: x ** r never runs
+        assert failed.value.__cause__ is None
+    elif target == "cpu":  # NumPy's error, as the cause (a device kernel raises nothing)
+        assert isinstance(failed.value.__cause__, ValueError)
     with pytest.warns(tk.TracerWarning):
         jitted = tk.jit(_power_after_a_branch)
         assert_same(jitted(np.array(2)), _power_after_a_branch(np.array(2)))
@@ -721,14 +723,17 @@ def test_what_python_decides_by_the_values_is_guarded(rule, fn, traced, other, t
     """Python decides by the values whether ``1.0 / x`` raises, whether ``k ** n`` is an int
     or a float, whether an int fits: the trace follows the traced values' way, and a call
     whose values go another way raises GuardError naming the line (no inf, nan or wrapped
-    int); tk.jit traces again and does as Python does."""
+    int, no NumPy warning before it); tk.jit traces again and does as Python does."""
     t = tk.trace(fn, traced)
     assert [gd.how for gd in t.graph.guards].count(rule) >= 1
     run = t if target == "interpreter" else tk.compile(t, target="cpu", progress=False)
     assert_same(run(traced), fn(traced))
     line = inspect.getsourcelines(fn)[1]
-    with pytest.raises(tk.GuardError, match=f"{HERE}:{line}"):
-        run(other)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        with pytest.raises(tk.GuardError, match=f"{HERE}:{line}"):
+            run(other)
+    assert [str(w.message) for w in said] == []  # the guard first: no NumPy warning before it
     try:
         want = fn(other)
     except (ZeroDivisionError, OverflowError, ValueError) as error:
@@ -783,6 +788,25 @@ def test_random_numbers_drawn_while_tracing_are_said_to_be_baked_in(fn, source):
         t = tk.trace(fn, np.ones(3))
     assert any("every call reuses them" in n for n in t.notes)
     assert_same(t(np.zeros(3)), t(np.zeros(3)))  # the same numbers: what the warning says
+
+
+@pytest.mark.parametrize(
+    "make",
+    [np.random.default_rng, np.random.RandomState, lambda: np.random.Generator(np.random.PCG64())],
+)
+def test_an_unseeded_generator_made_inside_the_function_is_said_to_be_baked_in(make):
+    """A generator seeded from fresh entropy while tracing gives numbers that a NumPy call
+    would draw anew every time: the trace names it, with the user's line."""
+
+    def f(x):
+        rng = make()  # the line the warning names
+        return x * rng.random(x.shape)
+
+    own = getattr(make, "__name__", "") == "<lambda>"  # its line is the innermost user line
+    line = make.__code__.co_firstlineno if own else f.__code__.co_firstlineno + 1
+    with pytest.warns(tk.TracerWarning, match=f"seeded from fresh entropy at test_tracer.py:{line}"):
+        t = tk.trace(f, np.ones(3))
+    assert any("every call reuses them" in n for n in t.notes)
 
 
 def test_a_seeded_generator_made_inside_the_function_is_not_a_baked_in_draw():

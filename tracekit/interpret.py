@@ -54,6 +54,7 @@ def run(
     env_out: dict | None = None,
     until: int | None = None,
     drop_dead: bool = False,
+    check: bool = False,
 ):
     """Run ``graph`` on input values (one per ``graph.inputs``, constants included or not).
 
@@ -61,6 +62,9 @@ def run(
     ``until`` stops after that many nodes (the outputs computed so far are returned as None);
     ``drop_dead`` keeps in it only the outputs and the guarded values, dropping every other
     value after its last use (as NumPy frees temporaries: the memory is reused while hot).
+    ``check`` checks the guards, each as soon as its value is computed (a later node would
+    compute on the traced way: a Python division by a number that is 0 now would warn before
+    the guard says that Python raises).
     """
     inputs = list(inputs)
     n_args = len(graph.inputs) - len(graph.constants)
@@ -73,9 +77,12 @@ def run(
     env.update(given)
     nodes = graph.nodes if until is None else graph.nodes[:until]
     dead = _dead_after(graph) if drop_dead else ()
+    guarded = guards_by_value(graph) if check else None
     try:
         for k, node in enumerate(nodes):
             run_node(node, env)
+            if guarded:
+                check_guards_of(node, guarded, env)
             for v in dead[k] if dead else ():
                 env.pop(v, None)
     except GuardError:
@@ -83,6 +90,8 @@ def run(
     except Exception as error:
         raise_failed_guard(graph, given | env, error)  # (dead inputs were dropped from env)
         raise
+    if check:
+        check_guards(graph, given | env)
     return [env.get(o) for o in graph.outputs]
 
 
@@ -103,10 +112,33 @@ def _dead_after(graph: Graph) -> list:
     return dead
 
 
+def guards_by_value(graph: Graph) -> dict:
+    """The guards of ``graph`` by the value they read (layout guards, checked on the
+    arguments before a run, left out)."""
+    guarded = {}
+    for g in graph.guards:
+        if g.how != "layout":
+            guarded.setdefault(g.var, []).append(g)
+    return guarded
+
+
+def check_guards_of(node, guarded: dict, env: dict, where: str = ""):
+    """Check the guards on what ``node`` computed as soon as it is computed: a later node
+    would compute on the traced path (a Python division by a number that is 0 now would warn
+    before its guard says that Python raises)."""
+    for o in node.outputs:
+        if o in guarded:
+            _check(guarded[o], env, where)
+
+
 def check_guards(graph: Graph, env: dict, where: str = ""):
     """Raise GuardError if a value baked in at trace time differs in this run (``where``: the
     iteration of a loop whose body ``graph`` is, said in the message)."""
-    for g in graph.guards:
+    _check(graph.guards, env, where)
+
+
+def _check(guards, env: dict, where: str):
+    for g in guards:
         if g.how == "layout" or g.var not in env:  # layout: checked on the arguments, before
             continue
         value = env[g.var]

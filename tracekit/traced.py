@@ -119,7 +119,7 @@ def _trace(
     ctx.capture_index = T.scan_captures(fn, slots=slots, generators=generators)
     ctx.stop_code = _call_user.__code__
     draws = T.RandomDraws(generators)
-    with _rare_collections():
+    with _rare_collections(), draws.watching():
         try:
             T.install_captures(ctx, slots)
             result = _call_user(ctx, fn, pytree.unflatten(in_tree, args))
@@ -725,13 +725,11 @@ class Traced:
         values = self.flatten_args(args)
         if self.graph.guards:
             check_layout_guards(self.graph, values)
-        env = {}
         if uses_workspace(self.graph):
             with run_workspace(self.graph, values):
-                outs = run(self.graph, values, env_out=env, drop_dead=True)
+                outs = run(self.graph, values, drop_dead=True, check=True)
         else:
-            outs = run(self.graph, values, env_out=env, drop_dead=True)
-        check_guards(self.graph, env)
+            outs = run(self.graph, values, drop_dead=True, check=True)
         return self.finish_call(values, outs)
 
     def finish_call(self, values, outs):

@@ -28,7 +28,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import GuardError
-from ..interpret import as_input_value, check_guards, raise_failed_guard, run_node
+from ..interpret import (
+    as_input_value,
+    check_guards,
+    check_guards_of,
+    guards_by_value,
+    raise_failed_guard,
+    run_node,
+)
 from ..ir import Affine, Graph, Node, Var, at_iteration, fmt_value, moves, register_json_loader
 from ..ops import Op, register
 
@@ -133,12 +140,16 @@ def run_loop(*inputs, body: Graph, **attrs):
     moving = any(moves(n.attrs) for n in body.nodes)
     start = start_of(attrs)
 
+    guarded = guards_by_value(body)
+
     def run_body(values, k):
         env = {v: as_input_value(v, x) for v, x in zip(body.inputs, values)}
         nodes = body_at(body, k, start) if moving else body.nodes
         try:
             for node in nodes:
                 run_node(node, env)
+                if guarded:
+                    check_guards_of(node, guarded, env, in_iteration(body, start + k))
         except GuardError:
             raise
         except Exception as error:

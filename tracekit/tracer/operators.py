@@ -84,11 +84,12 @@ def _on_python_scalars(uf, py_op, *operands):
     if type(result) is not bool:
         dtype = _PYTHON_DTYPE[type(result)]
         cast = [_as_python_type(x, dtype) for x in operands]
-    res = call_ufunc(uf, tuple(cast), {}, weak=True)
     size = _int_size(py_op, operands) if type(result) is int else None
+    # the guards before the node: a run checks them before it computes on the traced way
+    _guard_pythons_rules(uf, py_op, operands, values, size is None and type(result) is int)
+    res = call_ufunc(uf, tuple(cast), {}, weak=True)
     if size is not None and size < 2**62:
         res._ctx.int_sizes[res.ir_var] = size
-    _guard_pythons_rules(uf, py_op, operands, values, size is None and type(result) is int)
     return res
 
 
