@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 
 import numpy as np
 import pytest
@@ -701,18 +702,19 @@ def changes_late(x, steps=400):
     return x
 
 
-def test_an_iteration_that_differs_late_in_a_long_loop_stays_outside_it():
-    """Iterations whose literals are equal floats (new objects each time) roll; the one whose
-    literal differs, seven from the end, stays outside the loop, with those after it (a note
-    says why)."""
+def test_a_literal_that_differs_late_in_a_long_loop_is_read_from_a_table():
+    """Iterations whose literals are equal floats (new objects each time) roll; the literal
+    that differs, seven from the end, makes the numbers of that position a table (a constant
+    with each iteration's number), read in every iteration: all 400 iterations are one loop."""
     x = np.linspace(-1.0, 1.0, 5)
     with quiet():
         t = tk.trace(changes_late, x)
     (loop,) = _loops(t.graph)
-    assert loop.attrs["trips"] == 393, str(t.graph)
-    outside = [n.inputs[1] for n in t.graph.nodes if n.op == "multiply"]
-    assert outside == [-0.5] + [0.5] * 6, str(t.graph)
-    assert any("7 iterations not rolled" in note for note in t.notes), t.notes
+    assert loop.attrs["trips"] == 400 and len(t.graph.nodes) == 1, str(t.graph)
+    (table,) = [v for v, s in zip(t.graph.inputs, t.graph.specs) if s.kind == "const"]
+    want = np.full(400, 0.5)
+    want[-7] = -0.5
+    assert_same(t.graph.constants[table], want)
     new = x[::-1] * 0.5
     with quiet():
         assert_same(t(new), changes_late(new))
@@ -1466,12 +1468,74 @@ def squares(x, steps=8):
     return x
 
 
-def test_a_number_that_does_not_move_by_a_constant_step_does_not_roll():
+def forced_by_a_sine(x, steps=30):
+    for t in range(1, steps):
+        x = x * 0.99 + math.sin(t * 0.1) * np.float32(0.5)  # Python's numbers, a float32
+    return x
+
+
+def shifting_literals(x, steps=6):
+    for t in range(steps):
+        x = x + np.array([t, 2 * t, t * t, 1.5], x.dtype)  # literals, new in each iteration
+    return x
+
+
+def nested_numbers(x):
+    for i in range(3):
+        for j in range(4):
+            x = x * (i * j + 1) + math.cos(i + 0.5 * j)
+    return x
+
+
+@pytest.mark.parametrize("fn", [squares, forced_by_a_sine, shifting_literals, nested_numbers])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("target", ["interpreter", "cpu", "cuda"])
+def test_numbers_that_do_not_move_by_a_constant_step_are_read_from_a_table(
+    fn, dtype, target, monkeypatch
+):
+    """Numbers Python computes anew in each iteration that are not ``a + b * k`` (``t * t``,
+    ``math.sin(t * dt)``, an array of them) roll into a constant holding each iteration's,
+    read at the iteration's row: one loop node, NumPy's types (a Python number's row is weak)
+    and values, on every target, the loop kept as a loop."""
+    x = np.linspace(0.1, 0.9, 4).astype(dtype)
     with quiet():
-        t = tk.trace(squares, np.zeros(3))
-    assert not _loops(t.graph)
-    assert any("not by a constant step" in note for note in t.notes), t.notes
-    assert_same(t(np.ones(3)), squares(np.ones(3)))
+        t = tk.trace(fn, x)
+    assert [n.op for n in t.graph.nodes] == ["loop"], str(t.graph)
+    assert t.notes == []
+    assert "const" in [s.kind for s in t.graph.specs]
+    monkeypatch.setattr("tracekit.backends.control.UNROLL_AT_MOST", 0)  # compiled as a loop
+    with quiet():
+        run = t if target == "interpreter" else tk.compile(t, target=target, progress=False)
+        assert_same(run(x[::-1].copy()), fn(x[::-1].copy()))
+
+
+def test_a_table_survives_json_and_the_gradient_reads_it():
+    with quiet():
+        t = tk.trace(forced_by_a_sine, np.linspace(0.1, 0.9, 4))
+    again = Graph.from_json(t.graph.to_json())
+    x = np.linspace(-1, 1, 4)
+    assert_same(interpret.run(again, [x])[0], forced_by_a_sine(x))
+    with quiet():
+        g = tk.grad(lambda x: forced_by_a_sine(x).sum())(x)
+    assert_same(g, np.full(4, 0.99**29), rtol=1e-12)
+
+
+def with_a_changing_while_number(x):
+    t = 0
+    while x.sum() < 100.0:
+        t += 1
+        x = x * 1.5 + t * t
+    return x
+
+
+def test_a_while_loop_does_not_read_a_table():
+    """A while loop may run more iterations than were traced: its numbers cannot come from
+    a table of the traced ones, and the note says so."""
+    with quiet():
+        t = tk.trace(with_a_changing_while_number, np.ones(3))
+    assert not any(n.op == "while_loop" for n in t.graph.nodes), str(t.graph)
+    assert t.notes, str(t.graph)
+    assert_same(t(np.ones(3)), with_a_changing_while_number(np.ones(3)))
 
 
 def test_invariant_work_is_hoisted_out_of_the_loop():

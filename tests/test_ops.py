@@ -1042,7 +1042,10 @@ def test_bincount_length_is_minlength_and_guarded():
     with pytest.raises(GuardError):
         t(np.array([2, -1, 0, 1]))  # NumPy raises ValueError
     with pytest.raises(GuardError) as failed:  # NumPy's result would have length 6: the
-        t(np.array([2, 5, 0, 1]))  # count fails, then the guard on the values' bound does
+        t(np.array([2, 5, 0, 1]))  # guard on the values' bound fails before the count runs
+    assert failed.value.__cause__ is None
+    with pytest.raises(GuardError) as failed:  # compiled, the count fails first (its error
+        tk.compile(t, progress=False)(np.array([2, 5, 0, 1]))  # the cause), then the guard
     assert isinstance(failed.value.__cause__, IndexError)
     with pytest.raises(tk.TraceError, match="minlength=2"):
         tk.trace(f := lambda i: np.bincount(i, minlength=2), np.array([0, 3]))

@@ -197,13 +197,22 @@ def _zero_d_as_interpreted(t, var, producers, recorded) -> bool:
     )
 
 
-def _replayable(graph) -> bool:
-    """No python op and no index moving with a loop, in ``graph`` or its loops' bodies."""
+def _replayable(graph, tables=frozenset()) -> bool:
+    """No python op and no index moving with a loop, in ``graph`` or its loops' bodies, but
+    the reads of a table's rows (``tables``: the graph's constants and their rows; a row of
+    one holds the number the trace read in that iteration)."""
+    tables = set(tables) | set(graph.constants)
     for n in graph.nodes:
-        if OPS[n.op].kind == "opaque" or (n.attrs and moves(n.attrs)):
+        if OPS[n.op].kind == "opaque":
             return False
-        if not all(_replayable(a) for a in n.attrs.values() if isinstance(a, Graph)):
-            return False
+        if n.attrs and moves(n.attrs):
+            if n.op != "index" or n.inputs[0] not in tables:
+                return False
+            tables.update(n.outputs)
+        for body in (a for a in n.attrs.values() if isinstance(a, Graph)):
+            inner = {v for v, x in zip(body.inputs, n.inputs) if x in tables}
+            if not _replayable(body, inner):
+                return False
     return True
 
 
@@ -351,6 +360,8 @@ def _finish(ctx, result, n_args, name, loops="unroll", max_iterations=None):
     notes = []
     if loops == "roll":
         graph, notes = roll(graph, ctx.stacks, max_iterations=max_iterations, breaks=ctx.breaks)
+        added = len(graph.inputs) - len(ctx.capture_getters)  # tables of numbers, constants
+        ctx.capture_getters += [None] * added
         _warn_while_loops(graph.nodes)
     graph, ctx.capture_getters = _drop_unused_inputs(graph, ctx.capture_getters)
     return graph.check(), out_tree, notes

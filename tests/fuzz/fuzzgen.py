@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import copy
 import json
+import math
 import operator
 import os
 import re
@@ -182,8 +183,8 @@ _MOVING = ("int", "float", "float32", "float64", "int8")  # the numbers that may
 
 def _scalar(s):
     t, v = s["t"], s["v"]
-    if "step" in s:  # a number moving with the loop: v + step * iteration
-        v = v + s["step"] * _ITERATION[-1]
+    if "step" in s:  # a number moving with the loop: v + step * iteration (or a curve of it)
+        v = v + s["step"] * _CURVES[s.get("curve", "line")](_ITERATION[-1])
     if t == "int":
         return int(v)
     if t == "float":
@@ -200,6 +201,9 @@ def _operand(regs, x):
 
 
 _ITERATION = [0]  # the iteration of the innermost loop running (run_loop)
+# how a moving number follows the iteration: a line rolls into a + b * k of the loop's counter,
+# the others into a table of the iteration's numbers
+_CURVES = {"line": lambda t: t, "square": lambda t: t * t, "sin": math.sin}
 _BRANCHES: list = []  # the way each ``branch`` step went, in the order they ran (decisions)
 BRANCH_ARMS = "negative absolute square positive sin cos tanh".split()  # shape, dtype kept
 
@@ -638,6 +642,9 @@ class _Gen:
         if self.depth >= 1 and t in _MOVING and self.moving_rng.random() < 0.35:
             steps = [1, -1, 2] if "int" in t else [0.5, -0.25, 1.0, 1e-3]
             spec["step"] = steps[int(self.moving_rng.integers(len(steps)))]
+            if self.moving_rng.random() < 0.3:  # not a constant step: a table of the numbers
+                curves = ["square"] if "int" in t else ["square", "sin"]
+                spec["curve"] = curves[int(self.moving_rng.integers(len(curves)))]
         return spec
 
     def operand(self, regs, a, exact=False):
@@ -2007,9 +2014,8 @@ class _LoopChain(_Chain):
 
     def _number(self, v):
         """A number; in the loop body, now and then one moving with the iteration (``t *
-        dt``, ``v + dt * t``) where its values are ``a + b * t`` exactly as Python computes
-        them (``0.1 + 0.05 * t`` is not: 0.1, 0.15000000000000002, 0.2, where the step of the
-        first two gives 0.20000000000000004; tracing rolls only exact progressions)."""
+        dt``, ``v + dt * t``, ``0.1 + 0.05 * t`` whose values are a progression only up to
+        rounding, ``v + dt * t * t``, ``v + dt * math.sin(t)``): every one of them rolls."""
         spec = super()._number(v)
         if self.body is None or not self.chance(0.3):
             return spec
@@ -2018,24 +2024,9 @@ class _LoopChain(_Chain):
         moving = {**spec, "step": self.choice([0.05, -0.02, 0.1, 0.125])}
         if self.chance(0.5):
             moving["v"] = 0.0  # t * dt
-        return moving if _exact_progression(moving, self.trips) else spec
-
-
-def _exact_progression(spec, trips) -> bool:
-    """Whether number ``spec``'s values over ``trips`` iterations are ``a + b * k`` exactly
-    (``b`` the difference of the first two), in their own type."""
-    values = []
-    for t in range(trips):
-        _ITERATION.append(t)
-        try:
-            values.append(_scalar(spec))
-        finally:
-            _ITERATION.pop()
-    a, b = values[0], values[1] - values[0]
-    return all(
-        type(a + b * k) is type(x) and bits_equal(np.asarray(a + b * k), np.asarray(x))
-        for k, x in enumerate(values)
-    )
+        if self.chance(0.3):
+            moving["curve"] = self.choice(["square", "sin"])
+        return moving
 
 
 def _loop_chain(seed, profile):

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import bisect
 import json
+from collections import ChainMap
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..ir import Graph, Node, Source, Var, _canonical
+from ..ir import Graph, InputSpec, Node, Source, Var, _canonical
 from ..ops import OPS
 from ..passes.dce import dce
 from .op import Affine, moves, value_names
@@ -85,7 +86,22 @@ def roll(
         return graph, notes
     defined = set(graph.inputs) | {o for n in nodes for o in n.outputs}
     kept = [g for g in graph.guards if g.var in defined and id(g) not in ctx.handled]
-    return dce(graph.replace(nodes=nodes, guards=kept)), notes  # and drop the replaced rows
+    graph = dce(graph.replace(nodes=nodes, guards=kept))  # and drop the replaced rows
+    return _with_tables(graph, ctx.tables), notes
+
+
+def _with_tables(graph: Graph, tables: dict) -> Graph:
+    """``graph`` with the tables its nodes read as constant inputs (the tables of inner loops
+    that an outer loop's table replaced are read by none)."""
+    read = {v for n in graph.nodes for v in n.var_inputs}
+    new = {v: a for v, a in tables.items() if v in read}
+    if not new:
+        return graph
+    return graph.replace(
+        inputs=[*graph.inputs, *new],
+        specs=[*graph.specs, *(InputSpec("const", "const") for _ in new)],
+        constants={**graph.constants, **new},
+    )
 
 
 @dataclass
@@ -100,6 +116,12 @@ class _Context:
     handled: set = field(default_factory=set)  # ids of the guards the loops check now
     signatures: dict = field(default_factory=dict)  # node -> its keys (_signatures)
     keys: _Keys = field(default_factory=lambda: _Keys())  # small ints of signatures' parts
+    tables: dict = field(default_factory=dict)  # const Var -> the value of each iteration, stacked
+
+    @property
+    def constants(self):
+        """The graph's constants and the tables made so far."""
+        return ChainMap(self.tables, self.graph.constants)
 
 
 def _is_loop(n: Node) -> bool:
@@ -144,7 +166,7 @@ def _roll_all(nodes, live_out, ctx) -> list:
 
 def _roll_once(nodes, live_out, ctx) -> list:
     graph, stacks, notes = ctx.graph, ctx.stacks, ctx.notes
-    taken = _Names(graph.inputs, nodes)  # for the stacked outputs' names
+    taken = _Names([*graph.inputs, *ctx.tables], nodes)  # for the stacked outputs' names
     # numbers in a node's inputs may move with the loop (``x * t``): first try runs that
     # match them by type only, then runs that match them by value
     loose, strict = _signatures(nodes, ctx)
@@ -561,16 +583,21 @@ def _build(run, period, trips, loop, end, uses, ctx):
             if not isinstance(first, Var):
                 continue
             values = [m.inputs[s] for m in run[j::period]]
-            role = _role(values, [where.get(v) for v in values], j, graph)
+            role = _role(values, [where.get(v) for v in values], j, ctx.constants)
             if role is None:
                 return (
                     f"{run[j].op} at {run[j].source} reads a different value in each iteration "
                     "(neither one from before the loop, nor this or the previous iteration's)"
                 )
             kind, what = role
+            if kind == "table":
+                what = _table(np.stack([ctx.constants[v] for v in values]), ctx, taken)
+                if what is None:
+                    return f"{run[j].op} at {run[j].source} reads another constant in each iteration"
+                role = kind, what
             if kind == "carried" and carried.setdefault(what, first) is not first:
                 return "a carried value starts from two different values"
-            if kind == "invariant":
+            if kind in ("invariant", "table"):
                 invariants.setdefault(what, None)
             roles[(j, s)] = role
     escaping = [
@@ -597,17 +624,28 @@ def _build(run, period, trips, loop, end, uses, ctx):
         slot: _like(run[slot[0]].outputs[slot[1]], run[slot[0]].outputs[slot[1]].name + "'")
         for slot in carried_slots
     }
-    inner = {v: _like(v, v.name) for v in invariants}
-    numbers = _moving_numbers(run, period, trips)
+    numbers = _moving_numbers(run, period, trips, ctx, taken)
     if isinstance(numbers, str):
         return numbers
+    tables = [v for v in numbers.values() if isinstance(v, Var)]
+    tables += [what for kind, what in roles.values() if kind == "table"]
+    if tables and cond_slot is not None:  # (it may run past the traced count)
+        return "a loop whose iteration count depends on the data reads values of a table"
     if numbers and cond_slot is not None and left is None:
         return "a while loop reads a number that changes with each iteration"
+    for v in tables:
+        invariants.setdefault(v, None)
+    inner = {v: _like(v, v.name) for v in invariants}
     counter, counter_next, body_nodes, number_vars = None, None, [], {}
-    if numbers or left is not None:  # an iteration counter, carried: a moving number is a + b * it
-        counter = Var(_fresh_name("k", taken), (), np.int64, True)
-        for (j, s), (a, b) in numbers.items():
-            number_vars[(j, s)] = _number_nodes(counter, a, b, body_nodes, run[j], taken)
+    if len(tables) < len(numbers) or left is not None:  # an iteration counter, carried: a
+        counter = Var(_fresh_name("k", taken), (), np.int64, True)  # number is a + b * it
+    for (j, s), found in numbers.items():
+        if isinstance(found, Var):  # a number of a table, read at the iteration's row
+            weak = type(run[j].inputs[s]) in (int, float)  # a Python number
+            number_vars[(j, s)] = _row(inner[found], run[j], body_nodes, taken, weak)
+        else:
+            number_vars[(j, s)] = _number_nodes(counter, *found, body_nodes, run[j], taken)
+    if counter is not None:
         counter_next = Var(_fresh_name("k'", taken), (), np.int64, True)
         body_nodes.append(Node("add", (counter, 1), {}, (counter_next,), run[0].source))
     for j in range(period):
@@ -617,6 +655,10 @@ def _build(run, period, trips, loop, end, uses, ctx):
                 ins.append(number_vars[(j, s)])
                 continue
             kind, what = roles.get((j, s), ("literal", x))
+            if kind == "table" and (j, s) not in number_vars:  # (a row read once per iteration)
+                number_vars[(j, s)] = _row(inner[what], run[j], body_nodes, taken, x.weak)
+                ins.append(number_vars[(j, s)])
+                continue
             ins.append(
                 x
                 if kind in ("literal", "internal")
@@ -836,10 +878,11 @@ def _bool_guard(node, loop, guards):
     return None
 
 
-def _moving_numbers(run, period: int, trips: int):
-    """``{(position, input): (a, b)}`` for the numbers among the body's inputs that are
-    ``a + b * k`` in iteration ``k`` (the same number in every iteration is no entry), or why
-    a number changes otherwise."""
+def _moving_numbers(run, period: int, trips: int, ctx, taken):
+    """``{(position, input): (a, b, s)}`` for the numbers among the body's inputs that are
+    ``a + b * (k + s)`` in iteration ``k``, and ``{(position, input): table}`` for the others
+    (a constant holding the number of each iteration: ``math.sin(t * dt)``, ``t * t``); the
+    same number in every iteration is no entry. Or why a number cannot move with the loop."""
     out = {}
     for j in range(period):
         for s, first in enumerate(run[j].inputs):
@@ -852,12 +895,36 @@ def _moving_numbers(run, period: int, trips: int):
             if all(_literal_key(v) == key for v in values):
                 continue
             found = _progression(values)
+            if found is None and len({type(v) for v in values}) == 1:
+                kind = type(first)
+                table = np.array(values, np.int64 if kind is int else np.asarray(first).dtype)
+                if kind is not int or all(int(t) == v for t, v in zip(table.tolist(), values)):
+                    found = _table(table, ctx, taken)
             if found is None:
                 return (
                     f"{run[j].op} at {run[j].source} reads a number that changes from one "
-                    "iteration to the next, not by a constant step"
+                    "iteration to the next"
                 )
             out[(j, s)] = found
+    return out
+
+
+def _table(values: np.ndarray, ctx, taken) -> Var | None:
+    """A constant of the graph holding ``values``, a row for each iteration, or None where
+    the graph cannot hold one (in a loop's body: only the whole trace has constants)."""
+    if ctx.within is not None:
+        return None
+    var = Var(_fresh_name("table", taken), values.shape, values.dtype)
+    ctx.tables[var] = values
+    return var
+
+
+def _row(table: Var, at: Node, nodes: list, taken, weak: bool) -> Var:
+    """Append the node reading the iteration's row of ``table`` to ``nodes``; its Var (weak
+    where the rows stand for Python numbers, as they were)."""
+    name = _fresh_name(f"{at.outputs[0].name}.row", taken)
+    out = Var(name, table.shape[1:], table.dtype, weak)
+    nodes.append(Node("index", (table,), {"idx": (Affine(0, 1),)}, (out,), at.source, at.scope))
     return out
 
 
@@ -867,24 +934,60 @@ def _is_number(x) -> bool:
 
 
 def _progression(values):
-    """(a, b) with ``values[k] == a + b * k`` exactly for every k (as Python computes it), or
-    None."""
+    """``(a, b, s)`` with ``values[k] == a + b * (k + s)`` exactly for every k, as Python
+    computes it, or None. ``a + b * k`` of the first two values is tried first; numbers a
+    user computes as ``0.1 + 0.05 * t`` for ``t`` in ``range(1, n)`` differ from that by
+    rounding, so the step and the start are also tried as the shortest decimals near them,
+    counted from ``s`` of 0 to ``_OFFSETS``."""
     if len({type(v) for v in values}) != 1 or not all(np.isfinite(values)):
         return None
-    a, b = values[0], values[1] - values[0]
-    if all(_literal_key(a + b * k) == _literal_key(v) for k, v in enumerate(values)):
-        return a, b
+    first, n = values[0], len(values)
+    tried = [(first, values[1] - first, 0)]
+    if isinstance(first, float | np.floating):
+        step = (values[-1] - first) / (n - 1)
+        for b in _decimals_near(step, type(first)):
+            for s in range(_OFFSETS + 1):
+                tried += [(a, b, s) for a in _decimals_near(first - b * s, type(first))]
+    for a, b, s in tried:
+        if all(_literal_key(_affine(a, b, k + s)) == _literal_key(v) for k, v in enumerate(values)):
+            return a, b, s
     return None
 
 
-def _number_nodes(counter: Var, a, b, nodes: list, at: Node, taken: set) -> Var:
-    """Append the nodes computing ``a + b * counter`` (a weak scalar, like the numbers it
-    stands for) to ``nodes``; its Var."""
-    steps = [] if b == 1 and type(b) is int else [("multiply", b)]
-    # adding a zero changes nothing when it is an int, or a float of b's own type (b * k is
-    # then a float of that type, and not -0.0, which 0.0 + would make 0.0, for b > 0)
+_OFFSETS = 2  # ``range(1, n)`` and ``range(2, n)``: the counts a loop variable starts from
+
+
+def _affine(a, b, k):
+    """``a + b * k`` as :func:`_number_nodes` computes it (a 0 of the right type is not added)."""
+    return b * k if _adds_nothing(a, b) else a + b * k
+
+
+def _decimals_near(x, kind) -> list:
+    """``x`` and the shortest decimals within a few units in the last place of it (the
+    literal a user wrote, before rounding moved it)."""
+    near = [x]
+    for digits in range(1, 17):
+        d = kind(float(f"{float(x):.{digits}g}"))
+        if d not in near and abs(d - x) <= 8 * abs(np.spacing(x)):
+            near.append(d)
+    return near
+
+
+def _adds_nothing(a, b) -> bool:
+    """Whether ``a + b * k`` is ``b * k`` for every k: ``a`` is 0 and adding it changes
+    nothing (an int, or a float of b's own type, b > 0: then b * k is a float of that type,
+    and not -0.0, which 0.0 + would make 0.0)."""
     same = type(a) is int or type(a) is type(b) and not isinstance(b, int | np.integer) and b > 0
-    if not (a == 0 and same):
+    return a == 0 and same
+
+
+def _number_nodes(counter: Var, a, b, s, nodes: list, at: Node, taken: set) -> Var:
+    """Append the nodes computing ``a + b * (counter + s)`` (a weak scalar, like the numbers
+    it stands for) to ``nodes``; its Var."""
+    steps = [("add", s)] if s else []
+    if not (b == 1 and type(b) is int):
+        steps.append(("multiply", b))
+    if not _adds_nothing(a, b):
         steps.append(("add", a))
     value, sample = counter, 1
     for op, other in steps:
@@ -979,7 +1082,7 @@ def _is_last_row(v: Var, loop: Node, k: int) -> bool:
     return any(o is v and body.outputs[p] is body.outputs[k] for p, o in enumerate(loop.outputs))
 
 
-def _role(values, locs, j, graph):
+def _role(values, locs, j, constants):
     """How body position ``j`` gets one of its inputs, ``values`` in each iteration."""
     first, t_first = values[0], locs[0]
     trips = len(locs)  # the lists below compare in one C loop each (a loop has thousands)
@@ -993,11 +1096,16 @@ def _role(values, locs, j, graph):
         _, at, out = locs[1]
         if locs[1:] == [(t - 1, at, out) for t in range(1, trips)]:
             return ("carried", (at, out))
-    if all(v in graph.constants for v in values) and all(
-        _same_constant(graph.constants[first], graph.constants[v]) for v in values
-    ):
-        return ("invariant", first)  # one literal array lifted in every iteration
+    if all(v in constants for v in values):
+        if all(_same_constant(constants[first], constants[v]) for v in values):
+            return ("invariant", first)  # one literal array lifted in every iteration
+        if all(_same_type(first, v) for v in values):
+            return ("table", None)  # an array of literals changing with the iteration
     return None
+
+
+def _same_type(a: Var, b: Var) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and a.weak == b.weak
 
 
 def _same_constant(a, b) -> bool:
