@@ -1468,6 +1468,27 @@ def squares(x, steps=8):
     return x
 
 
+def decimal_steps(x, steps=40):
+    for t in range(1, steps):
+        x = x * (0.1 + 0.05 * t)  # 0.15, 0.2, 0.25000000000000006: a progression up to rounding
+    for t in range(3, steps):
+        x = x + t * 0.001  # from t = 3
+    return x
+
+
+def test_numbers_that_step_by_a_decimal_up_to_rounding_are_expressions_of_the_iteration():
+    """``0.1 + 0.05 * t`` over ``range(1, n)`` and ``t * dt`` over ``range(3, n)`` are Python's
+    ``a + b * (k + s)`` with the decimals the user wrote: no table, the same numbers."""
+    x = np.linspace(0.1, 0.9, 4)
+    with quiet():
+        t = tk.trace(decimal_steps, x)
+    assert [n.op for n in t.graph.nodes] == ["loop", "loop"], str(t.graph)
+    assert "const" not in [s.kind for s in t.graph.specs]
+    literals = {x for n in _loops(t.graph) for m in n.attrs["body"].nodes for x in m.inputs}
+    assert {0.1, 0.05, 0.001, 1, 3} <= literals, str(t.graph)
+    assert_same(t(x[::-1].copy()), decimal_steps(x[::-1].copy()))
+
+
 def forced_by_a_sine(x, steps=30):
     for t in range(1, steps):
         x = x * 0.99 + math.sin(t * 0.1) * np.float32(0.5)  # Python's numbers, a float32

@@ -896,10 +896,9 @@ def _moving_numbers(run, period: int, trips: int, ctx, taken):
                 continue
             found = _progression(values)
             if found is None and len({type(v) for v in values}) == 1:
-                kind = type(first)
-                table = np.array(values, np.int64 if kind is int else np.asarray(first).dtype)
-                if kind is not int or all(int(t) == v for t, v in zip(table.tolist(), values)):
-                    found = _table(table, ctx, taken)
+                if type(first) is not int or all(-(2**63) <= v < 2**63 for v in values):
+                    dtype = np.int64 if type(first) is int else np.asarray(first).dtype
+                    found = _table(np.array(values, dtype), ctx, taken)
             if found is None:
                 return (
                     f"{run[j].op} at {run[j].source} reads a number that changes from one "
@@ -948,6 +947,9 @@ def _progression(values):
         for b in _decimals_near(step, type(first)):
             for s in range(_OFFSETS + 1):
                 tried += [(a, b, s) for a in _decimals_near(first - b * s, type(first))]
+            start = round(first / b) if b != 0 else 0  # t * dt from any t: a is 0
+            if _OFFSETS < start < 2**31:
+                tried.append((type(first)(0.0), b, start))
     for a, b, s in tried:
         if all(_literal_key(_affine(a, b, k + s)) == _literal_key(v) for k, v in enumerate(values)):
             return a, b, s
