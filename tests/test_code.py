@@ -193,6 +193,27 @@ def test_code_checks_its_guards_without_tracekit():
     assert out.stdout.startswith("__main__ bool() gave False on this call but True"), out.stdout
 
 
+def _scaled_by_a_python_quotient(a, x):
+    return a * (2.0 / (x - 1.0))  # Python raises ZeroDivisionError for x == 1.0
+
+
+def test_code_says_the_python_rule_its_guard_checks():
+    """A guard on what Python decides by the values is checked before the node it guards, and
+    its error says the rule in words, as the traced call's does."""
+    t = tk.trace(_scaled_by_a_python_quotient, np.ones(2), 3.0)
+    fn = load(t.code, "_scaled_by_a_python_quotient")
+    assert_same(fn(np.ones(2), 5.0), _scaled_by_a_python_quotient(np.ones(2), 5.0))
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        with pytest.raises(tk.GuardError) as failed:
+            fn(np.ones(2), 1.0)
+        with pytest.raises(tk.GuardError) as traced:
+            t(np.ones(2), 1.0)
+    assert said == []  # no NumPy warning for the division before the guard
+    assert str(failed.value).startswith("Python raises ZeroDivisionError for a zero divisor")
+    assert str(failed.value).split(", and the")[0] == str(traced.value).split(", and the")[0]
+
+
 def _guarded_loop(x):
     for _ in range(6):
         if x.max() < 1e3:  # the same branch in every iteration: a guard in the rolled body

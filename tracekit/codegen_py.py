@@ -116,10 +116,15 @@ def _check_guard(seen, traced, how, where, iteration=None, loop=""):
     if seen == traced or (seen != seen and traced != traced):  # NaN as traced is no change
         return
     at = "" if iteration is None else f" in iteration {iteration} of `{loop}:`"
+    if " " in how:  # a rule of Python's arithmetic, said in words
+        said = f"{how}: this call's values take another way{at} than the traced ones{where}, "
+        said += "and the code would compute a wrong result"
+    else:
+        said = f"{how}() gave {seen!r} on this call{at} but {traced!r} when traced{where}: "
+        said += "the code took the traced path and would compute a wrong result"
     raise GuardError(
-        f"{how}() gave {seen!r} on this call{at} but {traced!r} when traced{where}: the code "
-        "took the traced path and would compute a wrong result. Trace again with these "
-        "inputs, or use tk.jit, which retraces when a guard fails."
+        f"{said}. Trace again with these inputs, or use tk.jit, which retraces when a guard "
+        "fails."
     )
 """
 
@@ -150,7 +155,8 @@ def _guard_checks_of(guards, values, ids, indent, counter) -> list[str]:
             continue
         where = f" at {gd.source} `{gd.source.text}`" if gd.source else ""
         seen = _READ_AS[gd.how].format(ids[gd.var])
-        args = [seen, _literal(gd.value), repr(gd.how), repr(where)]
+        how = PYTHON_RULES.get(gd.how, gd.how)
+        args = [seen, _literal(gd.value), repr(how), repr(where)]
         if counter:  # (the loop's counter variable, the loop's header)
             args += [counter[0], repr(counter[1])]
         lines.append(f"{indent}_check_guard({', '.join(args)})")
