@@ -1059,6 +1059,28 @@ def test_an_iteration_failing_on_the_other_branch_reports_the_guard(target, monk
         assert isinstance(failed.value.__cause__, ValueError)
 
 
+def _counted_then_summed(x, a):
+    carry = a
+    for t in range(4):
+        carry = np.arctan2(t + 1, x)  # t + 1 is the loop's next count, computed once (CSE)
+        if np.sum(carry) > 100.0:
+            break
+    return carry
+
+
+def test_a_scalar_result_read_after_a_reduction_in_a_loop_body(monkeypatch):
+    """A loop body's kernel computes ``t + 1`` (also the next count, carried), sums, then
+    tests the count again after the sum: the second pass reads the 0-d value the first gave
+    back as a scalar (it stored it in no array; fuzz seed 19200457: numba's NameError)."""
+    monkeypatch.setattr("tracekit.backends.control.UNROLL_AT_MOST", 0)
+    args = np.float64(0.7), np.float64(0.1)
+    with quiet():
+        t = tk.trace(_counted_then_summed, *args)
+        run = tk.compile(t, target="cpu", progress=False)
+    assert any(n.op == "while_loop" for n in t.graph.nodes)
+    assert_same(run(*args), _counted_then_summed(*args))
+
+
 @pytest.mark.parametrize("target", ["interpreter", "cpu", "cpu-rolled", "cuda"])
 def test_a_guard_inside_the_iterations_is_checked_in_every_iteration(target, monkeypatch):
     fn, make = PROGRAMS["halving_while_positive"]

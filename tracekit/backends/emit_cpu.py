@@ -193,6 +193,8 @@ class KernelSource:
             return self.local[v]
         if self.layout.is_scalar(v) and v in self.inputs:
             return self.arg(v)
+        if v in self.returned:  # a 0-d result of an earlier pass: stored in no array
+            return self.returned_name(v)
         return self.at(v)
 
     # -- emission helpers
@@ -995,7 +997,7 @@ class KernelSource:
                     if x in self.recompute:
                         self._recompute(x, depth)
                         continue
-                    src = self._scratch_at(x, flat) if x in scratch else self.at(x)
+                    src = self._scratch_at(x, flat) if x in scratch else self.read(x)
                     self.emit(f"{self.p}b_{x.ident} = {src}", depth)
                     self.local[x] = f"{self.p}b_{x.ident}"
         for n in now[: len(now) - len(reds)]:
