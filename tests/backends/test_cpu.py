@@ -512,6 +512,27 @@ def test_trig_kernels_compute_again_where_an_argument_is_huge(dt, interleaved, m
                 np.testing.assert_allclose(got, _trig_chain(case, y), rtol=tol, atol=tol)
 
 
+def test_the_libm_pass_is_compiled_only_where_an_argument_is_huge():
+    """A one-kernel segment's pass through libm is a function of its own (``segment0_far``),
+    which the runner calls where the kernel counted a huge argument: not compiled with the
+    kernel, compiled at the first huge argument, NumPy's results either way."""
+    x = np.random.default_rng(seed_of("far apart")).uniform(-20, 20, BIG)
+    y = np.linspace(-2, 2, BIG)
+    c, t = compiled(_trig_chain, x, y)
+    assert "def segment0_far(" in c.source and "return k0_far" in c.source
+    far = c.runner.ns["segment0_far"]
+    assert far.__closure__ is not None  # the lazy loader: nothing compiled yet
+    loaded = [cell.cell_contents for cell in far.__closure__ if type(cell.cell_contents) is list]
+    got, want, _, _ = both(c, t, x, y)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    assert loaded == [[]]  # ordinary arguments: the libm pass never loaded
+    huge = x.copy()
+    huge[7] = 1e22
+    got, want, _, _ = both(c, t, huge, y)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    assert len(loaded[0]) == 1 and loaded[0][0].signatures  # loaded and compiled now
+
+
 def _trig_rows(x):
     m = np.max(x, axis=-1, keepdims=True)
     return np.sin(x - m) * np.cos(m) + np.sum(np.tan(x * 0.05), axis=-1, keepdims=True)
@@ -1009,7 +1030,7 @@ def test_a_value_read_only_in_a_later_pass_is_computed_there():
     c, t = compiled(fn, x, g)
     assert [k.kind for k in c.kernels] == ["row"]
     assert not re.findall(r"(\w+_s_\w+) = np\.empty", c.source)  # (``d`` is in the output)
-    fast = c.source[: c.source.index("far != 0:")]  # (then everything again through libm)
+    fast = c.source[: c.source.index("def segment0_far(")]  # (the libm pass, apart)
     assert fast.index("fm_sin_near_f64(") > fast.rindex("_acc_add("), c.source
     got, want, _, _ = both(c, t, x, g)
     np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)

@@ -102,7 +102,9 @@ class Compiled:
             if stream is not None:
                 raise ValueError("stream= applies to target='cuda' only")
 
-            self.program = CpuProgram(self.plan, math, disk=cache, chunked=chunk_kernels())
+            self.program = CpuProgram(
+                self.plan, math, disk=cache, chunked=chunk_kernels(), far_apart=True
+            )
             whole = whole_graph_source(self.plan, self.program) if plain else None
             if whole:
                 self.program.source += "\n\n" + whole

@@ -90,6 +90,7 @@ class CpuProgram:
         returns: frozenset = frozenset(),
         disk: bool = True,
         chunked: bool = False,
+        far_apart: bool = False,
     ):
         """``out_windows``: kernel results written straight into a region of another array
         (a loop driver's direct stores), ``{result: Window}``; ``returns``: 0-d results a
@@ -97,7 +98,10 @@ class CpuProgram:
         ones it does are its kernels' ``returned``, in order); ``chunked``: parallel kernels
         as functions of a chunk of their loop, which the runner runs on Python threads
         (``runtime.ChunkPool``), in a plan without loops (whose drivers call segments from
-        inside numba)."""
+        inside numba). ``far_apart``: a one-kernel segment's pass through libm for huge trig
+        arguments is a function of its own, ``<segment>_far``, compiled the first time an
+        argument is huge: the segment returns its count of them and the runner calls it
+        (for a plan whose segments only the runner calls: no loop drivers, no chunks)."""
         self.plan, self.math = plan, math
         self.disk = disk  # numba's disk cache, for this program's loops too
         self.compiled_loops: dict = {}  # loop node -> its compiled run, made before load
@@ -111,13 +115,17 @@ class CpuProgram:
         windows = {**view_windows(plan), **(out_windows or {})}
         segment_lines, interleave, vector_tail = {}, {}, {}
         self.windows = windows
-        chunked = chunked and not any(OPS[n.op].kind == "control" for n in plan.graph.nodes)
+        loops = any(OPS[n.op].kind == "control" for n in plan.graph.nodes)
+        chunked = chunked and not loops
+        far_apart = far_apart and not (loops or chunked or returns or out_windows)
         self.chunks = {}  # segment name -> its chunk kernel's KernelSource
+        self.far = {}  # segment name -> the KernelModule of its libm pass (far_apart)
         for k, (first, steps) in enumerate(_segments(plan)):
             name = f"segment{k}"
             read_here = {v for s in steps for v in s.inputs}  # stay arrays: read in the segment
             args = (math, min_parallel, views, windows, returns - read_here)
-            srcs = [kernel_source(s, *args, chunked) for s in steps]
+            alone = far_apart and len(steps) == 1
+            srcs = [kernel_source(s, *args, chunked, far_apart=alone) for s in steps]
             if any(ks.chunk is not None and "prange(" in ks.text for ks in srcs):
                 srcs = [kernel_source(s, *args) for s in steps]  # (a parallel loop left)
             params = [p for ks in srcs for p in ks.params()]
@@ -136,8 +144,24 @@ class CpuProgram:
                 lines.append(ks.text)
                 self.kernel_sources[ks.group.name] = ks
             returned = [ks.returned_name(v) for ks in srcs for v in ks.returned]
-            lines.append(f"    return ({', '.join(returned)},)" if returned else "    return 0")
+            far = srcs[0].far_count if len(srcs) == 1 else None
+            lines.append(
+                f"    return ({', '.join(returned)},)"
+                if returned
+                else f"    return {far}"
+                if far
+                else "    return 0"
+            )
             parts.append("\n\n" + "\n".join(lines) + "\n")
+            if far:
+                far_lines = [
+                    "@numba.njit(error_model='numpy', cache=_TRACEKIT_DISK_CACHE)",
+                    f"def {name}_far({', '.join(params)}):",
+                    *srcs[0].far_lines,
+                    "    return 0",
+                ]
+                parts.append("\n\n" + "\n".join(far_lines) + "\n")
+                self.far[name] = far_lines
             self.segments.append((name, first, steps, srcs))
             segment_lines[name] = lines
             interleave[name] = max(ks.interleave for ks in srcs)
@@ -157,6 +181,7 @@ class CpuProgram:
             name: KernelModule(lines, name, self.pyops, interleave[name], vector_tail[name])
             for name, lines in segment_lines.items()
         }
+        self.far = {name: KernelModule(lines, f"{name}_far", self.pyops) for name, lines in self.far.items()}
         self.source = "\n".join(parts)
         self.module = None
 
@@ -237,6 +262,21 @@ class CpuProgram:
                 progress(done, total, time.perf_counter() - start)
         self.module = mod
         return mod
+
+    def far_function(self, name):
+        """Segment ``name``'s libm pass (:attr:`far`), loaded and compiled at its first call."""
+        loaded = []
+
+        def far(*args):
+            if not loaded:
+                kmod = cache.load(self.far[name].source, disk=self.disk)
+                for pyop, fn in self.pyops.items():
+                    if hasattr(kmod, pyop):
+                        setattr(kmod, pyop, fn)
+                loaded.append(kmod.segment)
+            return loaded[0](*args)
+
+        return far
 
     def _segment_function(self, mod, name):
         """(the dispatcher of segment ``name``, its KernelModule or None), bound into ``mod``
@@ -536,8 +576,12 @@ class Runner:
     def _segment_call(self, name, args) -> str:
         """Source of a call of segment ``name``: a chunk kernel (:attr:`CpuProgram.chunks`)
         on the pool's threads where its work pays for their wake-up, else over the whole loop
-        as one chunk."""
+        as one chunk; a segment whose libm pass is apart, then that pass where it said so."""
         ks = self.program.chunks.get(name)
+        if name in self.program.far:  # its count of huge trig arguments, then the libm pass
+            self.ns[f"{name}_far"] = self.program.far_function(name)
+            call = f"({', '.join(args)})"
+            return f"if {name}{call}:\n        {name}_far{call}"
         if ks is None:
             return f"{name}({', '.join(args)})"
         _, trips, grain = ks.chunk

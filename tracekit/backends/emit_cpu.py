@@ -89,8 +89,12 @@ class KernelSource:
         windows: dict | None = None,
         returns: frozenset = frozenset(),
         chunked: bool = False,
+        far_apart: bool = False,
     ):
         self.step, self.group, self.math = step, step.group, math
+        # the libm pass (see _near_first) as the lines of a function of its own (``far_lines``),
+        # the near pass's count of missed arguments (``far_count``) the segment's result
+        self.far_apart, self.far_lines, self.far_count = far_apart, None, None
         self.min_parallel = min_parallel
         # the parallel loop as a serial loop over a chunk [lo, hi) of it, given at each call
         # (runtime.ChunkPool runs the chunks on threads): ``chunk`` = (its dim, trips, grain)
@@ -378,6 +382,13 @@ class KernelSource:
         self.near = True
         loops(rare=False)
         self.near = False
+        if self.far_apart:  # compiled only where an argument is ever huge
+            kept, self.lines, self.local = self.lines, [], {}
+            fast, self.math = self.math, "libm"
+            loops(rare=True)
+            self.math = fast
+            self.far_lines, self.lines, self.far_count = self.lines, kept, self._far
+            return
         self.emit(f"if {self._far} != 0:", 1)
         start, self.local = len(self.lines), {}
         fast, self.math = self.math, "libm"
@@ -1088,11 +1099,14 @@ def kernel_source(
     windows: dict | None = None,
     returns: frozenset = frozenset(),
     chunked: bool = False,
+    far_apart: bool = False,
 ) -> KernelSource:
     """The kernel of ``step``; ``strided`` inputs are views the plan makes (read in place),
     ``windows`` the views read (or written) through the arrays they slice, ``returns`` the
     0-d results it may give back as scalars (``KernelSource.returned``); ``chunked``: its
-    parallel loop as a chunk of it (``KernelSource.chunk``), where its kind allows."""
-    ks = KernelSource(step, math, min_parallel, strided, windows, returns, chunked)
+    parallel loop as a chunk of it (``KernelSource.chunk``), where its kind allows;
+    ``far_apart``: its pass through libm for huge trig arguments as a function of its own
+    (``KernelSource.far_lines``), which its caller runs where the kernel's result says so."""
+    ks = KernelSource(step, math, min_parallel, strided, windows, returns, chunked, far_apart)
     ks.text = ks.source()
     return ks

@@ -356,10 +356,11 @@ class _ProducerSource(KernelSource):
         return self.lines
 
 
-def kernel_source(step: Step, *args) -> KernelSource:
-    """:func:`emit_cpu.kernel_source`, for a step with tiles too."""
+def kernel_source(step: Step, *args, far_apart=False) -> KernelSource:
+    """:func:`emit_cpu.kernel_source`, for a step with tiles too (whose libm pass stays in the
+    kernel: ``far_apart`` applies to untiled ones)."""
     if not step.tiles:
-        return emit_cpu.kernel_source(step, *args)
+        return emit_cpu.kernel_source(step, *args, far_apart=far_apart)
     ks = TiledKernelSource(step, *args)
     ks.text = ks.source()
     return ks
