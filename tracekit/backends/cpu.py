@@ -33,6 +33,7 @@ from ..pyop import check_results
 from . import cache
 from . import scalar as S
 from .control import loop_runner, prepared
+from .drivers import chunk_driver
 from .cpu_loop import (
     NoDriver,
     allocate,
@@ -90,14 +91,16 @@ class CpuProgram:
         returns: frozenset = frozenset(),
         disk: bool = True,
         chunked: bool = False,
+        pool: bool = False,
     ):
         """``out_windows``: kernel results written straight into a region of another array
         (a loop driver's direct stores), ``{result: Window}``; ``returns``: 0-d results a
         segment may return as scalars instead of storing (a loop driver's scalar state; the
         ones it does are its kernels' ``returned``, in order); ``chunked``: parallel kernels
-        as functions of a chunk of their loop, which the runner runs on Python threads
-        (``runtime.ChunkPool``), in a plan without loops (whose drivers call segments from
-        inside numba)."""
+        as functions of a chunk of their loop, in a plan without loops (whose drivers call
+        segments from inside numba), which the runner runs on numba's threads through a
+        parallel driver (:mod:`.drivers`), or with ``pool`` on Python threads
+        (``runtime.ChunkPool``)."""
         self.plan, self.math = plan, math
         self.disk = disk  # numba's disk cache, for this program's loops too
         self.compiled_loops: dict = {}  # loop node -> its compiled run, made before load
@@ -113,6 +116,8 @@ class CpuProgram:
         self.windows = windows
         chunked = chunked and not any(OPS[n.op].kind == "control" for n in plan.graph.nodes)
         self.chunks = {}  # segment name -> its chunk kernel's KernelSource
+        self.pool = pool
+        self.drivers = {}  # segment name -> its chunks' run on numba's threads (not pool)
         for k, (first, steps) in enumerate(_segments(plan)):
             name = f"segment{k}"
             read_here = {v for s in steps for v in s.inputs}  # stay arrays: read in the segment
@@ -228,6 +233,8 @@ class CpuProgram:
             except Exception as e:
                 source, names = (kernel.source, kernel.original) if kernel else (self.source, {})
                 raise CompileError(_describe_failure(name, steps, e, source, names)) from e
+            if name in self.chunks and not self.pool:
+                self.drivers[name] = chunk_driver(disp, sig, self.disk)
             if len(disp.overloads) == known:
                 self.origins.append("memory")
             else:
@@ -535,13 +542,16 @@ class Runner:
 
     def _segment_call(self, name, args) -> str:
         """Source of a call of segment ``name``: a chunk kernel (:attr:`CpuProgram.chunks`)
-        on the pool's threads where its work pays for their wake-up, else over the whole loop
-        as one chunk."""
+        through its driver on numba's threads, or on the pool's threads where its work pays
+        for their wake-up, else over the whole loop as one chunk."""
         ks = self.program.chunks.get(name)
         if ks is None:
             return f"{name}({', '.join(args)})"
         _, trips, grain = ks.chunk
         index = np.uint64 if ks.chunk_unsigned() else np.int64
+        if name in self.program.drivers:  # on numba's threads
+            self.ns[f"_drive_{name}"] = self.program.drivers[name]
+            return f"_drive_{name}({trips}, {grain}, {', '.join(args)})"
         if ks.work() >= POOL_MIN_WORK:
             self.ns["_chunks"], self.ns[f"_index_{name}"] = run_chunks, index
             operands = "".join(a + ", " for a in args)
