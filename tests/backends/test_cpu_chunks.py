@@ -32,11 +32,24 @@ def pool(monkeypatch):
     return runtime
 
 
+@pytest.fixture
+def driven(monkeypatch):
+    """The default mode, every chunk kernel however small run through a driver."""
+    from tracekit.backends import drivers
+
+    monkeypatch.delenv("TRACEKIT_CPU_THREADS", raising=False)
+    monkeypatch.setattr(drivers, "worth_driving", lambda text, tiled: True)
+    return drivers
+
+
 @pytest.fixture(params=["pool", "numba"])
 def chunked(request, monkeypatch):
     """Chunk kernels, their chunks on the pool's threads or on numba's (a driver)."""
+    from tracekit.backends import drivers
+
     monkeypatch.setenv("TRACEKIT_CPU_THREADS", request.param)
     monkeypatch.setattr(runtime, "other_load", lambda: 0)
+    monkeypatch.setattr(drivers, "worth_driving", lambda text, tiled: True)
     return request.param
 
 
@@ -218,8 +231,7 @@ def test_threads_calling_the_same_compiled_function_at_once(chunked):
     in_threads(call, 6)
 
 
-def test_chunk_kernels_run_on_numba_threads_by_default(monkeypatch):
-    monkeypatch.delenv("TRACEKIT_CPU_THREADS", raising=False)
+def test_chunk_kernels_run_on_numba_threads_by_default(driven, monkeypatch):
     x = np.random.default_rng(12).standard_normal(BIG)
     t, c = compiled(chain, x, x)
     assert kinds(c) == ["elementwise"] and list(c.program.drivers) == list(c.program.chunks)
@@ -234,10 +246,28 @@ def test_chunk_kernels_run_on_numba_threads_by_default(monkeypatch):
         compiled(chain, x, x)
 
 
-def test_operands_of_other_types_than_the_drivers_run_as_one_chunk(monkeypatch):
+def test_large_chunk_kernels_alone_run_through_a_driver(monkeypatch):
+    """By default a kernel that is no large tiled one (``drivers.worth_driving``) stays
+    numba's parallel loop; one that is runs as a chunk kernel through a driver."""
+    from tracekit.backends import drivers
+
+    monkeypatch.delenv("TRACEKIT_CPU_THREADS", raising=False)
+    x = np.random.default_rng(15).standard_normal(BIG)
+
+    def small(x):
+        return x * 2.0 + 1.0
+
+    t, c = compiled(small, x)
+    assert not c.program.chunks and "prange(" in c.source
+    monkeypatch.setattr(drivers, "worth_driving", lambda text, tiled: True)
+    t, c = compiled(small, x)
+    assert list(c.program.drivers) == ["segment0"] and "prange(" not in c.source
+    np.testing.assert_allclose(c(x), t(x), rtol=1e-15)
+
+
+def test_operands_of_other_types_than_the_drivers_run_as_one_chunk(driven):
     """A driver calls its kernel for the argument types both were compiled for; a read-only
     input (another numba type) runs the kernel itself, compiled for it, as one chunk."""
-    monkeypatch.delenv("TRACEKIT_CPU_THREADS", raising=False)
     x = np.random.default_rng(13).standard_normal(BIG)
     t, c = compiled(chain, x, x)
     (run,) = c.program.drivers.values()
@@ -247,7 +277,7 @@ def test_operands_of_other_types_than_the_drivers_run_as_one_chunk(monkeypatch):
     assert len(run.kernel.overloads) == 2 and len(run.drive.overloads) == 1
 
 
-def test_drivers_are_cached_on_disk(monkeypatch, tmp_path):
+def test_drivers_are_cached_on_disk(driven, monkeypatch, tmp_path):
     """A driver's machine code goes to the disk cache beside its kernel's (numba refuses to
     cache a function that calls ``numba.get_num_threads``: the runner passes the count)."""
     import warnings
@@ -255,7 +285,6 @@ def test_drivers_are_cached_on_disk(monkeypatch, tmp_path):
 
     from tracekit.backends import cache
 
-    monkeypatch.delenv("TRACEKIT_CPU_THREADS", raising=False)
     monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(cache, "_modules", OrderedDict())  # none loaded in this process yet
     x = np.random.default_rng(14).standard_normal(BIG)

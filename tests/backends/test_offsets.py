@@ -232,9 +232,10 @@ def test_a_costly_producer_is_computed_in_tiles_of_its_readers_rows(monkeypatch)
     a last tile cut short, a reversed axis, non-contiguous inputs, and threads: the large
     one's tiles as chunks on numba's threads (its driver), or in numba's parallel loop with
     scratch per thread (``TRACEKIT_CPU_THREADS=prange``)."""
-    from tracekit.backends import tiles
+    from tracekit.backends import drivers, tiles
 
     rng = np.random.default_rng(8)
+    monkeypatch.setattr(drivers, "worth_driving", lambda text, tiled: True)  # however small
     for mode in ("numba", "prange"):
         monkeypatch.setenv("TRACEKIT_CPU_THREADS", mode)
         for a in (rng.standard_normal((40, 23)), rng.standard_normal((203, 200))):

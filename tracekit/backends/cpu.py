@@ -30,10 +30,9 @@ from ..loops.op import at_iteration, body_at, in_iteration, moves, not_converged
 from ..numba_interop import kernel_function
 from ..ops import OPS, build_index
 from ..pyop import check_results
-from . import cache
+from . import cache, drivers
 from . import scalar as S
 from .control import loop_runner, prepared
-from .drivers import chunk_driver
 from .cpu_loop import (
     NoDriver,
     allocate,
@@ -125,6 +124,10 @@ class CpuProgram:
             srcs = [kernel_source(s, *args, chunked) for s in steps]
             if any(ks.chunk is not None and "prange(" in ks.text for ks in srcs):
                 srcs = [kernel_source(s, *args) for s in steps]  # (a parallel loop left)
+            elif not pool and not all(
+                drivers.worth_driving(ks.text, bool(ks.step.tiles)) for ks in srcs if ks.chunk
+            ):
+                srcs = [kernel_source(s, *args) for s in steps]  # numba's parallel loop
             params = [p for ks in srcs for p in ks.params()]
             parallel = any("prange(" in ks.text for ks in srcs)
             flags = f"parallel={NO_LOOP_FUSION if parallel else False}"
@@ -234,7 +237,7 @@ class CpuProgram:
                 source, names = (kernel.source, kernel.original) if kernel else (self.source, {})
                 raise CompileError(_describe_failure(name, steps, e, source, names)) from e
             if name in self.chunks and not self.pool:
-                self.drivers[name] = chunk_driver(disp, sig, self.disk)
+                self.drivers[name] = drivers.chunk_driver(disp, sig, self.disk)
             if len(disp.overloads) == known:
                 self.origins.append("memory")
             else:

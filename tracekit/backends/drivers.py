@@ -43,6 +43,30 @@ def drive(kernel, trips, grain, threads, {params}):
 """
 
 
+# Statements from which a kernel computing producers in tiles (tiles.py) runs as a chunk kernel
+# through a driver rather than as numba's parallel loop. The chunk form compiled to slower
+# loops than numba's parallel loop bodies did, the cause not found: laplace3's backward kernels
+# (14 statements, single loop nests reading through pads) ran 2.4 times slower, their inner
+# loops no longer vectorized; hdiff's tiled kernel (47) 7% slower, a 20-op elementwise chain
+# 7-10%. A driver's own compile takes 0.4 s in a new process (1.6 s for isoneutral's 38
+# arrays), once per kernel signature. It pays for large tiled kernels, whose three copies took
+# seconds and whose warm speed held: hdiff's backward kernel (59 statements: 4.3 -> 2.6 s
+# cold, warm -2%), isoneutral's (415: 17.3 -> 6.7 s, warm -1%; benchmarks/README.md).
+DRIVEN_MIN_STATEMENTS = 50
+
+
+def worth_driving(kernel_text: str, tiled: bool) -> bool:
+    """Whether a chunk kernel of source ``kernel_text`` (``tiled``: computing producers in
+    tiles) runs through a driver on numba's threads rather than as numba's parallel loop.
+
+    >>> worth_driving("    for k0_i0 in range(k0_lo, k0_hi):\\n        k0_v1[k0_i0] = 1.0\\n", True)
+    False
+    """
+    lines = (ln.strip() for ln in kernel_text.splitlines())
+    statements = [ln for ln in lines if " = " in ln and not ln.startswith("#")]
+    return tiled and len(statements) >= DRIVEN_MIN_STATEMENTS
+
+
 def driver_source(kernel_types: tuple) -> str:
     """The source of the driver of a chunk kernel of argument types ``kernel_types`` (its
     chunk's bounds first), one module per kernel signature.

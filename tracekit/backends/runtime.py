@@ -265,13 +265,14 @@ def fitted_blas(fn, *args, **kwargs):
 
 
 # ------------------------------------------------------------ chunk kernels on Python threads
-# A parallel kernel of a plan without loops compiles as a serial ``nogil`` function of a chunk
-# [lo, hi) of its parallel loop (emit_cpu.KernelSource.chunk), which skips numba's parfor
-# pipeline for the kernel itself. By default (``numba``) its chunks run on numba's threads
-# through a small parallel driver that calls it by address (drivers.py); with
-# TRACEKIT_CPU_THREADS=pool, on a small persistent pool of Python threads, the calling thread
-# doing one; with ``prange``, every parallel kernel is numba's parallel loop (its body then
-# compiled at four levels: drivers.py).
+# A parallel kernel of a plan without loops may compile as a serial ``nogil`` function of a
+# chunk [lo, hi) of its parallel loop (emit_cpu.KernelSource.chunk), which skips numba's parfor
+# pipeline for the kernel itself. By default (``numba``) a large kernel computing producers in
+# tiles does (drivers.worth_driving), its chunks run on numba's threads by a small parallel
+# driver that calls it by address (drivers.py), and the others stay numba's parallel loops;
+# with TRACEKIT_CPU_THREADS=pool every parallel kernel is a chunk kernel, its chunks on a
+# small persistent pool of Python threads, the calling thread doing one; with ``prange``,
+# every parallel kernel is numba's parallel loop (its body compiled at four levels).
 THREAD_MODES = ("numba", "pool", "prange")
 
 
@@ -288,8 +289,8 @@ def thread_mode() -> str:
 
 
 def chunk_kernels() -> bool:
-    """Whether parallel CPU kernels compile as functions of a chunk of their loop (every mode
-    but ``prange``).
+    """Whether parallel CPU kernels may compile as functions of a chunk of their loop (every
+    mode but ``prange``; by default only those ``drivers.worth_driving`` picks).
 
     >>> chunk_kernels() in (True, False)
     True
