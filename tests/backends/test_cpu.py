@@ -47,6 +47,8 @@ def prange_loops(monkeypatch):
     """numba's parallel loops in every parallel kernel (``TRACEKIT_CPU_THREADS=prange``), for
     tests that read their chunks in the source."""
     monkeypatch.setenv("TRACEKIT_CPU_THREADS", "prange")
+
+
 BIG = emit_cpu.PARALLEL_MIN_WORK + 37  # above the threshold: the prange paths run
 
 # Ops whose results are not exact (transcendental functions and what is built on them).
