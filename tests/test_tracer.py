@@ -804,7 +804,8 @@ def test_an_unseeded_generator_made_inside_the_function_is_said_to_be_baked_in(m
 
     own = getattr(make, "__name__", "") == "<lambda>"  # its line is the innermost user line
     line = make.__code__.co_firstlineno if own else f.__code__.co_firstlineno + 1
-    with pytest.warns(tk.TracerWarning, match=f"seeded from fresh entropy at test_tracer.py:{line}"):
+    said = f"seeded from fresh entropy at test_tracer.py:{line}"
+    with pytest.warns(tk.TracerWarning, match=said):
         t = tk.trace(f, np.ones(3))
     assert any("every call reuses them" in n for n in t.notes)
 

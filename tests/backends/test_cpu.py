@@ -34,6 +34,21 @@ pytestmark = [
 ]
 
 LAYOUTS = ("c", "nc", "neg")
+
+
+def parallel(c) -> bool:
+    """Whether compiled ``c`` runs a kernel on several threads: numba's parallel loop, or a
+    chunk kernel's driver (``drivers.py``)."""
+    return "prange(" in c.source or bool(c.program.drivers)
+
+
+@pytest.fixture
+def prange_loops(monkeypatch):
+    """numba's parallel loops in every parallel kernel (``TRACEKIT_CPU_THREADS=prange``), for
+    tests that read their chunks in the source."""
+    monkeypatch.setenv("TRACEKIT_CPU_THREADS", "prange")
+
+
 BIG = emit_cpu.PARALLEL_MIN_WORK + 37  # above the threshold: the prange paths run
 
 # Ops whose results are not exact (transcendental functions and what is built on them).
@@ -333,7 +348,7 @@ def test_shapes_for_every_dtype(shape):
     if shape and min(shape) == 0:
         assert not c.kernels  # nothing to compute: NumPy makes the empty results
     elif big:
-        assert "prange(" in c.source
+        assert parallel(c)
     for layout in ("c", "neg") if shape else ("c",):
         got, want, _, _ = both(c, t, *(with_layout(x, layout) for x in xs))
         assert_matches(got, want, names, "fast", f"{shape} {layout}")
@@ -349,7 +364,7 @@ def test_broadcast_row_and_column_in_a_large_kernel():
         return np.where(a > row, a * col, row - s), (a + row).astype(np.int32)
 
     c, t = compiled(fn, a, row, col, 0.5)
-    assert len(c.kernels) <= 2 and "prange(" in c.source  # row - s: once per row
+    assert len(c.kernels) <= 2 and parallel(c)  # row - s: once per row
     for layout in LAYOUTS:
         got, want, _, _ = both(c, t, *(with_layout(v, layout) for v in (a, row, col)), 0.5)
         _mask_undefined_casts(got, want, ["where", "astype"], a + row)
@@ -559,7 +574,7 @@ def test_reduction_kernels_compute_again_where_a_trig_argument_is_huge(dt, fn, s
     c, t = compiled(fn, x)
     assert re.search(r"fm_(sin|cos|tan)_near_f\d\d\(", c.source) and "np.sin(" in c.source
     assert not re.search(r"fm_(sin|cos|tan)_f\d\d\(", c.source)  # no full versions inlined
-    assert ("prange(" in c.source) == (x.size >= BIG)
+    assert parallel(c) == (x.size >= BIG)
     huge = x.copy()
     huge[1, 5] = 1e22 if dt == "float64" else 3e7  # one far argument: everything again
     tol = 1e-4 if dt == "float32" else 1e-10
@@ -833,7 +848,7 @@ def test_softmax_and_norm_over_the_first_axis(dt, cols):
 
     c, t = compiled(fn, x)
     assert _column_kernel(c)
-    assert ("prange(" in c.source) == (cols > 20)
+    assert parallel(c) == (cols > 20)
     got, want, _, _ = both(c, t, x)
     tol = 1e-5 if dt == "float32" else 1e-12
     for g, w in zip(got, want):
@@ -860,7 +875,7 @@ def test_a_real_square_root_weighs_as_an_instruction_not_a_call():
 
     x = np.random.default_rng(seed_of("sqrt cost")).uniform(-2, 2, x.shape)
     c, t = compiled(norm, x)
-    assert _column_kernel(c) and "prange(" not in c.source
+    assert _column_kernel(c) and not parallel(c)
     got, want, _, _ = both(c, t, x)
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
@@ -871,7 +886,7 @@ def _shares(bounds, threads) -> list:
 
 
 @pytest.mark.parametrize("cols", [129, 331, 1000])
-def test_column_blocks_hold_even_shares_of_columns(cols):
+def test_column_blocks_hold_even_shares_of_columns(prange_loops, cols):
     """A parallel column kernel's blocks cover every column once, at most COLUMNS each, and
     number a multiple of 4 where they can keep COLUMNS // 4 columns, so the equal runs of
     blocks numba hands two or four threads hold equal shares (331 columns: 82 or 83 a block,
@@ -941,7 +956,7 @@ def test_large_reductions_run_in_parallel_chunks(dt):
         )
 
     c, t = compiled(fn, x)
-    assert c.source.count("prange(") >= 2
+    assert c.source.count("prange(") + len(c.program.drivers) >= 2  # kernels on threads
     got, want, _, _ = both(c, t, x)
     _assert_reductions(got, want, x, ["sum", "max", "argmin", "any", "sum", "argmax", "min"])
 
@@ -995,7 +1010,7 @@ def test_heavy_row_passes_interleave_at_default_settings(dt, cols):
 
 
 @pytest.mark.parametrize("rows", [65, 86, 515])
-def test_row_chunks_hold_even_shares_of_rows(rows):
+def test_row_chunks_hold_even_shares_of_rows(prange_loops, rows):
     """A parallel row kernel's chunks cover every row once, each ``rows // chunks`` rows or one
     more, so the equal runs of chunks numba hands its threads hold equal shares (86 rows in 64
     chunks on two threads: 43 and 43, not 64 and 22 with chunks of 2 and the last ones empty)."""

@@ -1,8 +1,9 @@
-"""Chunk kernels (``TRACEKIT_CPU_THREADS=pool``): parallel CPU kernels compiled as serial
-functions of a chunk of their parallel loop and run on tracekit's own threads
-(``runtime.ChunkPool``), against the reference interpreter and against numba's parallel
-loops: every kernel kind that is chunked, odd sizes, empty arrays, the libm fallback per
-chunk, exceptions inside kernels, and threads calling the same compiled function at once."""
+"""Chunk kernels: parallel CPU kernels compiled as serial functions of a chunk of their
+parallel loop, run on numba's threads through a parallel driver (the default, ``drivers.py``)
+or on tracekit's own threads (``TRACEKIT_CPU_THREADS=pool``, ``runtime.ChunkPool``), against
+the reference interpreter and against numba's parallel loops: every kernel kind that is
+chunked, odd sizes, empty arrays, the libm fallback per chunk, operands of other types than a
+driver's, exceptions inside kernels, and threads calling the same compiled function at once."""
 
 from __future__ import annotations
 
@@ -29,6 +30,27 @@ def pool(monkeypatch):
     monkeypatch.setenv("TRACEKIT_CPU_THREADS", "pool")
     monkeypatch.setattr(runtime, "other_load", lambda: 0)
     return runtime
+
+
+@pytest.fixture
+def driven(monkeypatch):
+    """The default mode, every chunk kernel however small run through a driver."""
+    from tracekit.backends import drivers
+
+    monkeypatch.delenv("TRACEKIT_CPU_THREADS", raising=False)
+    monkeypatch.setattr(drivers, "worth_driving", lambda text, tiled: True)
+    return drivers
+
+
+@pytest.fixture(params=["pool", "numba"])
+def chunked(request, monkeypatch):
+    """Chunk kernels, their chunks on the pool's threads or on numba's (a driver)."""
+    from tracekit.backends import drivers
+
+    monkeypatch.setenv("TRACEKIT_CPU_THREADS", request.param)
+    monkeypatch.setattr(runtime, "other_load", lambda: 0)
+    monkeypatch.setattr(drivers, "worth_driving", lambda text, tiled: True)
+    return request.param
 
 
 def compiled(fn, *args):
@@ -82,7 +104,7 @@ def bias_gelu(x, b):
 
 
 @pytest.mark.parametrize("n", [BIG, BIG + 1, 3 * 5 * 7 * 11 * 13 * 17 + 1, MIDDLE, 1, 0])
-def test_elementwise_chunk_kernels_match_the_interpreter(pool, n):
+def test_elementwise_chunk_kernels_match_the_interpreter(chunked, n):
     rng = np.random.default_rng(n)
     x, y = rng.standard_normal(n), rng.standard_normal(n)
     c = check(chain, x, y)
@@ -93,7 +115,7 @@ def test_elementwise_chunk_kernels_match_the_interpreter(pool, n):
     check(chain, x32, y32, rtol=2e-6, atol=1e-6)  # (float32: interleaved streams)
 
 
-def test_broadcast_chunk_kernels_chunk_their_outer_loop(pool):
+def test_broadcast_chunk_kernels_chunk_their_outer_loop(chunked):
     rng = np.random.default_rng(1)
     x, b = rng.standard_normal((1031, 257)), rng.standard_normal(257)
     c = check(bias_gelu, x, b)
@@ -102,7 +124,7 @@ def test_broadcast_chunk_kernels_chunk_their_outer_loop(pool):
     check(bias_gelu, x[:, ::2], b[::2])  # a strided input
 
 
-def test_huge_arguments_take_the_libm_fallback_in_their_chunk_only(pool):
+def test_huge_arguments_take_the_libm_fallback_in_their_chunk_only(chunked):
     """sin's version for ordinary arguments misses huge ones: the kernel computes the chunks
     that met one again through libm (see ``_near_first``); elements in other chunks keep
     their fast values, and every value is right."""
@@ -119,7 +141,7 @@ def test_huge_arguments_take_the_libm_fallback_in_their_chunk_only(pool):
 
 
 @pytest.mark.parametrize("shape", [(1201, 301), (3, 70001), (70001, 3), (0, 300)])
-def test_row_reductions_chunk_their_rows(pool, shape):
+def test_row_reductions_chunk_their_rows(chunked, shape):
     x = np.random.default_rng(3).standard_normal(shape)
     c = check(softmax, x)
     if x.size:
@@ -127,20 +149,20 @@ def test_row_reductions_chunk_their_rows(pool, shape):
 
 
 @pytest.mark.parametrize("shape", [(301, 1201), (1000, 130), (300, 0)])
-def test_column_reductions_chunk_their_column_blocks(pool, shape):
+def test_column_reductions_chunk_their_column_blocks(chunked, shape):
     x = np.random.default_rng(4).standard_normal(shape)
     c = check(column_norms, x)
     if x.size:
         assert kinds(c) == ["row"] and re.search(r"for k\d+_cb in range\(k\d+_lo", c.source)
 
 
-def test_scans_chunk_their_rows(pool):
+def test_scans_chunk_their_rows(chunked):
     x = np.random.default_rng(5).standard_normal((4099, 67))
     c = check(running, x)
     assert kinds(c) == ["elementwise", "scan"]
 
 
-def test_whole_array_reductions_keep_numba_parallel_loops(pool):
+def test_whole_array_reductions_keep_numba_parallel_loops(chunked):
     x = np.random.default_rng(6).standard_normal(BIG * 4)
     c = check(lambda x: np.sum(np.sin(x) ** 2), x)
     assert not c.program.chunks and "prange(" in c.source
@@ -151,7 +173,7 @@ def costly(a):
     return b[2:] * b[1:-1] - 0.5 * b[:-2] + b[1:-1, ::-1]
 
 
-def test_tiled_kernels_chunk_their_tiles_with_scratch_per_call(pool, monkeypatch):
+def test_tiled_kernels_chunk_their_tiles_with_scratch_per_call(chunked, monkeypatch):
     from tracekit.backends import tiles
 
     a = np.random.default_rng(8).standard_normal((403, 200))
@@ -160,7 +182,7 @@ def test_tiled_kernels_chunk_their_tiles_with_scratch_per_call(pool, monkeypatch
     assert kinds(c) == ["elementwise+tiles"] and "get_thread_id" not in c.source
 
 
-def test_loops_keep_numba_parallel_loops(pool):
+def test_loops_keep_numba_parallel_loops(chunked):
     """A loop's driver calls its kernels from inside numba: no chunk kernels there."""
     x = np.random.default_rng(9).standard_normal(BIG)
 
@@ -195,7 +217,7 @@ def test_an_exception_in_any_chunk_is_raised_in_the_caller(pool, first):
     np.testing.assert_allclose(c(x), t(x), rtol=1e-13)
 
 
-def test_threads_calling_the_same_compiled_function_at_once(pool):
+def test_threads_calling_the_same_compiled_function_at_once(chunked):
     rng = np.random.default_rng(11)
     x, y = rng.standard_normal(BIG), rng.standard_normal(BIG)
     t, c = compiled(chain, x, y)
@@ -209,14 +231,92 @@ def test_threads_calling_the_same_compiled_function_at_once(pool):
     in_threads(call, 6)
 
 
-def test_numba_parallel_loops_remain_the_default(monkeypatch):
-    monkeypatch.delenv("TRACEKIT_CPU_THREADS", raising=False)
+def test_chunk_kernels_run_on_numba_threads_by_default(driven, monkeypatch):
     x = np.random.default_rng(12).standard_normal(BIG)
-    _, c = compiled(chain, x, x)
+    t, c = compiled(chain, x, x)
+    assert kinds(c) == ["elementwise"] and list(c.program.drivers) == list(c.program.chunks)
+    assert "prange(" not in c.source and "nogil=True" in c.source
+    np.testing.assert_allclose(c(x, x), t(x, x), rtol=1e-12, atol=1e-14)
+    monkeypatch.setenv("TRACEKIT_CPU_THREADS", "prange")  # numba's parallel loops
+    t, c = compiled(chain, x, x)
     assert not c.program.chunks and "prange(" in c.source
+    np.testing.assert_allclose(c(x, x), t(x, x), rtol=1e-12, atol=1e-14)
     monkeypatch.setenv("TRACEKIT_CPU_THREADS", "openmp")
     with pytest.raises(ValueError, match="TRACEKIT_CPU_THREADS='openmp'"):
         compiled(chain, x, x)
+
+
+def test_large_chunk_kernels_alone_run_through_a_driver(monkeypatch):
+    """By default a kernel that is no large tiled one (``drivers.worth_driving``) stays
+    numba's parallel loop; one that is runs as a chunk kernel through a driver."""
+    from tracekit.backends import drivers
+
+    monkeypatch.delenv("TRACEKIT_CPU_THREADS", raising=False)
+    x = np.random.default_rng(15).standard_normal(BIG)
+
+    def small(x):
+        return x * 2.0 + 1.0
+
+    t, c = compiled(small, x)
+    assert not c.program.chunks and "prange(" in c.source
+    monkeypatch.setattr(drivers, "worth_driving", lambda text, tiled: True)
+    t, c = compiled(small, x)
+    assert list(c.program.drivers) == ["segment0"] and "prange(" not in c.source
+    np.testing.assert_allclose(c(x), t(x), rtol=1e-15)
+
+
+def test_operands_of_other_types_than_the_drivers_run_as_one_chunk(driven):
+    """A driver calls its kernel for the argument types both were compiled for; a read-only
+    input (another numba type) runs the kernel itself, compiled for it, as one chunk."""
+    x = np.random.default_rng(13).standard_normal(BIG)
+    t, c = compiled(chain, x, x)
+    (run,) = c.program.drivers.values()
+    fixed = x.copy()
+    fixed.flags.writeable = False
+    np.testing.assert_allclose(c(fixed, fixed), t(x, x), rtol=1e-12, atol=1e-14)
+    assert len(run.kernel.overloads) == 2 and len(run.drive.overloads) == 1
+
+
+def test_drivers_are_cached_on_disk(driven, monkeypatch, tmp_path):
+    """A driver's machine code goes to the disk cache beside its kernel's (numba refuses to
+    cache a function that calls ``numba.get_num_threads``: the runner passes the count)."""
+    import warnings
+    from collections import OrderedDict
+
+    from tracekit.backends import cache
+
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cache, "_modules", OrderedDict())  # none loaded in this process yet
+    x = np.random.default_rng(14).standard_normal(BIG)
+    with quiet():
+        t = tk.trace(chain, x, x * 0.5)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        c = tk.compile(t, progress=False)
+    assert not [w for w in said if "Cannot cache" in str(w.message)]
+    assert len(c.program.drivers) == 1
+    assert list((tmp_path / "__pycache__").glob("tk_*.drive-*.nbi"))
+    np.testing.assert_allclose(c(x, x * 0.5), t(x, x * 0.5), rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("trips, grain", [(1001, 4), (7, 1), (1, 8), (0, 1), (64, 64)])
+def test_a_driver_covers_the_loop_once_in_whole_grains(trips, grain):
+    from tracekit.backends.drivers import chunk_driver
+
+    @numba.njit(nogil=True)
+    def count(lo, hi, seen, starts):
+        for i in range(lo, hi):
+            seen[i] += 1
+            starts[i] = lo
+        return 0
+
+    types = (numba.int64, numba.int64, numba.int64[::1], numba.int64[::1])
+    count.compile(types)
+    run = chunk_driver(count, types, disk=False)
+    seen, starts = np.zeros(trips, np.int64), np.zeros(trips, np.int64)
+    run(trips, grain, seen, starts)
+    assert (seen == 1).all() and (starts % grain == 0).all()
+    assert len(np.unique(starts)) <= numba.get_num_threads()
 
 
 # ---------------------------------------------------------------------- the pool itself

@@ -229,21 +229,29 @@ def costly(a):
 def test_a_costly_producer_is_computed_in_tiles_of_its_readers_rows(monkeypatch):
     """A value too costly to compute again at its 4 offsets: its rows, a tile (and its halo)
     at a time, go to scratch inside the kernel reading it, with odd sizes, several tiles,
-    a last tile cut short, a reversed axis, non-contiguous inputs, and threads."""
-    from tracekit.backends import tiles
+    a last tile cut short, a reversed axis, non-contiguous inputs, and threads: the large
+    one's tiles as chunks on numba's threads (its driver), or in numba's parallel loop with
+    scratch per thread (``TRACEKIT_CPU_THREADS=prange``)."""
+    from tracekit.backends import drivers, tiles
 
     rng = np.random.default_rng(8)
-    for a in (rng.standard_normal((40, 23)), rng.standard_normal((203, 200))):
-        monkeypatch.setattr(tiles, "TILE_BYTES", 8 * a.shape[1] * 11)  # 9 rows + 2 halo rows
-        c = _compile(costly, a)
-        (d,) = [d for d in c.plan.offsets if d.value.shape == (a.shape[0] - 1, a.shape[1])]
-        assert d.fused and d.how.startswith("tiles of ") and "+2 halo rows" in d.how, str(d)
-        assert "computed in tiles" in str(d) and "test_offsets.py" in str(d)
-        (k,) = c.plan.kernels
-        assert len(k.tiles) == 1 and "in tiles of" in str(c.plan)
-        for x in (a, np.asfortranarray(a), np.repeat(a, 2, axis=1)[:, ::2]):
-            np.testing.assert_allclose(c(x), costly(x), rtol=1e-13, atol=1e-14)
-    assert "prange" in c.source and "get_thread_id" in c.source  # the large one: threads
+    monkeypatch.setattr(drivers, "worth_driving", lambda text, tiled: True)  # however small
+    for mode in ("numba", "prange"):
+        monkeypatch.setenv("TRACEKIT_CPU_THREADS", mode)
+        for a in (rng.standard_normal((40, 23)), rng.standard_normal((203, 200))):
+            monkeypatch.setattr(tiles, "TILE_BYTES", 8 * a.shape[1] * 11)  # 9 + 2 halo rows
+            c = _compile(costly, a)
+            (d,) = [d for d in c.plan.offsets if d.value.shape == (a.shape[0] - 1, a.shape[1])]
+            assert d.fused and d.how.startswith("tiles of ") and "+2 halo rows" in d.how
+            assert "computed in tiles" in str(d) and "test_offsets.py" in str(d)
+            (k,) = c.plan.kernels
+            assert len(k.tiles) == 1 and "in tiles of" in str(c.plan)
+            for x in (a, np.asfortranarray(a), np.repeat(a, 2, axis=1)[:, ::2]):
+                np.testing.assert_allclose(c(x), costly(x), rtol=1e-13, atol=1e-14)
+        if mode == "prange":
+            assert "prange" in c.source and "get_thread_id" in c.source  # the large one
+        else:
+            assert list(c.program.drivers) == list(c.program.chunks) == ["segment0"]
 
 
 def read_twice(a):

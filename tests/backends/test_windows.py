@@ -7,6 +7,8 @@ into regions of their buffers, must equal NumPy, and their kernels index the bas
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from helpers.run import hypothesis_settings
@@ -151,10 +153,13 @@ def kij_stencil(f):
 
 
 def _loop_nest(c) -> list:
-    """The loop variables of the compiled kernels' loops, outermost first (prange starred)."""
+    """The loop variables of the compiled kernels' loops, outermost first (the parallel one
+    starred: a ``prange``, or a chunk kernel's loop over its chunk)."""
     lines = [ln.strip() for ln in _segments(c).splitlines()]
     return [
-        ln.split()[1] + ("*" if "prange" in ln else "") for ln in lines if ln.startswith("for ")
+        ln.split()[1] + ("*" if re.search(r"prange\(|range\(k\d+_lo,", ln) else "")
+        for ln in lines
+        if ln.startswith("for ")
     ]
 
 

@@ -28,7 +28,7 @@ from .offsets import fuse_at_offsets
 from .pads import pads_of_blocks, read_pads_in_place
 from .planner import blas_out
 from .planner import plan as make_plan
-from .runtime import check_out_types, chunk_kernels, fit_threads
+from .runtime import check_out_types, chunk_kernels, fit_threads, thread_mode
 from .tiles import tile_producers
 
 TARGETS = ("cpu", "cuda", "dask")
@@ -102,8 +102,9 @@ class Compiled:
             if stream is not None:
                 raise ValueError("stream= applies to target='cuda' only")
 
+            chunked, pool = chunk_kernels(), thread_mode() == "pool"
             self.program = CpuProgram(
-                self.plan, math, disk=cache, chunked=chunk_kernels(), far_apart=True
+                self.plan, math, disk=cache, chunked=chunked, pool=pool, far_apart=True
             )
             whole = whole_graph_source(self.plan, self.program) if plain else None
             if whole:

@@ -30,7 +30,7 @@ from ..loops.op import at_iteration, body_at, in_iteration, moves, not_converged
 from ..numba_interop import kernel_function
 from ..ops import OPS, build_index
 from ..pyop import check_results
-from . import cache
+from . import cache, drivers
 from . import scalar as S
 from .control import loop_runner, prepared
 from .cpu_loop import (
@@ -90,18 +90,21 @@ class CpuProgram:
         returns: frozenset = frozenset(),
         disk: bool = True,
         chunked: bool = False,
+        pool: bool = False,
         far_apart: bool = False,
     ):
         """``out_windows``: kernel results written straight into a region of another array
         (a loop driver's direct stores), ``{result: Window}``; ``returns``: 0-d results a
         segment may return as scalars instead of storing (a loop driver's scalar state; the
         ones it does are its kernels' ``returned``, in order); ``chunked``: parallel kernels
-        as functions of a chunk of their loop, which the runner runs on Python threads
-        (``runtime.ChunkPool``), in a plan without loops (whose drivers call segments from
-        inside numba). ``far_apart``: a one-kernel segment's pass through libm for huge trig
-        arguments is a function of its own, ``<segment>_far``, compiled the first time an
-        argument is huge: the segment returns its count of them and the runner calls it
-        (for a plan whose segments only the runner calls: no loop drivers, no chunks)."""
+        as functions of a chunk of their loop, in a plan without loops (whose drivers call
+        segments from inside numba), which the runner runs on numba's threads through a
+        parallel driver (:mod:`.drivers`), or with ``pool`` on Python threads
+        (``runtime.ChunkPool``). ``far_apart``: a one-kernel segment's pass through libm for
+        huge trig arguments is a function of its own, ``<segment>_far``, compiled the first
+        time an argument is huge: the segment returns its count of them and the runner calls
+        it (for a plan whose segments only the runner calls: no loop drivers; not for chunk
+        kernels)."""
         self.plan, self.math = plan, math
         self.disk = disk  # numba's disk cache, for this program's loops too
         self.compiled_loops: dict = {}  # loop node -> its compiled run, made before load
@@ -117,9 +120,11 @@ class CpuProgram:
         self.windows = windows
         loops = any(OPS[n.op].kind == "control" for n in plan.graph.nodes)
         chunked = chunked and not loops
-        far_apart = far_apart and not (loops or chunked or returns or out_windows)
+        far_apart = far_apart and not (loops or returns or out_windows)
         self.chunks = {}  # segment name -> its chunk kernel's KernelSource
         self.far = {}  # segment name -> the KernelModule of its libm pass (far_apart)
+        self.pool = pool
+        self.drivers = {}  # segment name -> its chunks' run on numba's threads (not pool)
         for k, (first, steps) in enumerate(_segments(plan)):
             name = f"segment{k}"
             read_here = {v for s in steps for v in s.inputs}  # stay arrays: read in the segment
@@ -127,7 +132,13 @@ class CpuProgram:
             alone = far_apart and len(steps) == 1
             srcs = [kernel_source(s, *args, chunked, far_apart=alone) for s in steps]
             if any(ks.chunk is not None and "prange(" in ks.text for ks in srcs):
-                srcs = [kernel_source(s, *args) for s in steps]  # (a parallel loop left)
+                srcs = [kernel_source(s, *args, far_apart=alone) for s in steps]  # (a prange left)
+            elif not pool and not all(
+                drivers.worth_driving(ks.text, bool(ks.step.tiles)) for ks in srcs if ks.chunk
+            ):
+                srcs = [kernel_source(s, *args, far_apart=alone) for s in steps]  # numba's loop
+            if alone and srcs[0].chunk is not None and srcs[0].far_lines is not None:
+                srcs = [kernel_source(steps[0], *args, chunked)]  # a chunk keeps its libm pass
             params = [p for ks in srcs for p in ks.params()]
             parallel = any("prange(" in ks.text for ks in srcs)
             flags = f"parallel={NO_LOOP_FUSION if parallel else False}"
@@ -181,7 +192,9 @@ class CpuProgram:
             name: KernelModule(lines, name, self.pyops, interleave[name], vector_tail[name])
             for name, lines in segment_lines.items()
         }
-        self.far = {name: KernelModule(lines, f"{name}_far", self.pyops) for name, lines in self.far.items()}
+        self.far = {
+            name: KernelModule(lines, f"{name}_far", self.pyops) for name, lines in self.far.items()
+        }
         self.source = "\n".join(parts)
         self.module = None
 
@@ -253,6 +266,8 @@ class CpuProgram:
             except Exception as e:
                 source, names = (kernel.source, kernel.original) if kernel else (self.source, {})
                 raise CompileError(_describe_failure(name, steps, e, source, names)) from e
+            if name in self.chunks and not self.pool:
+                self.drivers[name] = drivers.chunk_driver(disp, sig, self.disk)
             if len(disp.overloads) == known:
                 self.origins.append("memory")
             else:
@@ -575,8 +590,9 @@ class Runner:
 
     def _segment_call(self, name, args) -> str:
         """Source of a call of segment ``name``: a chunk kernel (:attr:`CpuProgram.chunks`)
-        on the pool's threads where its work pays for their wake-up, else over the whole loop
-        as one chunk; a segment whose libm pass is apart, then that pass where it said so."""
+        through its driver on numba's threads, or on the pool's threads where its work pays
+        for their wake-up, else over the whole loop as one chunk; a segment whose libm pass is
+        apart, then that pass where it said so."""
         ks = self.program.chunks.get(name)
         if name in self.program.far:  # its count of huge trig arguments, then the libm pass
             self.ns[f"{name}_far"] = self.program.far_function(name)
@@ -586,6 +602,9 @@ class Runner:
             return f"{name}({', '.join(args)})"
         _, trips, grain = ks.chunk
         index = np.uint64 if ks.chunk_unsigned() else np.int64
+        if name in self.program.drivers:  # on numba's threads
+            self.ns[f"_drive_{name}"] = self.program.drivers[name]
+            return f"_drive_{name}({trips}, {grain}, {', '.join(args)})"
         if ks.work() >= POOL_MIN_WORK:
             self.ns["_chunks"], self.ns[f"_index_{name}"] = run_chunks, index
             operands = "".join(a + ", " for a in args)

@@ -11,6 +11,7 @@ Imported by generated code only (it imports numba).
 
 import numba
 import numpy as np
+from numba.extending import intrinsic
 
 from tracekit.backends import helpers as _shared
 from tracekit.backends.scalar import _fma
@@ -145,3 +146,29 @@ def _cmul(a, b):
     br = b.real
     bi = b.imag
     return complex(_fma(ar, br, -(ai * bi)), _fma(ar, bi, ai * br))
+
+
+@intrinsic
+def _call_at(typingctx, address, lo, hi, operands):
+    """``f(lo, hi, *operands)`` for the numba function at ``address`` (an int64: a compiled
+    overload's entry point, whose argument types are exactly these and whose result is an
+    int64), called with numba's calling convention and without linking its code in
+    (``drivers.py``)."""
+    from numba.core import cgutils, types
+
+    arg_types = (lo, hi, *operands.types)
+
+    def codegen(context, builder, signature, args):
+        target, lo_value, hi_value, packed = args
+        values = [lo_value, hi_value]
+        values += [builder.extract_value(packed, i) for i in range(len(operands.types))]
+        fnty = context.call_conv.get_function_type(types.int64, arg_types)
+        pointer = builder.inttoptr(target, fnty.as_pointer())
+        status, result = context.call_conv.call_function(
+            builder, pointer, types.int64, arg_types, values
+        )
+        with cgutils.if_unlikely(builder, status.is_error):
+            context.call_conv.return_status_propagate(builder, status)
+        return result
+
+    return types.int64(address, lo, hi, operands), codegen

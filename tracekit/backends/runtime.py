@@ -265,24 +265,37 @@ def fitted_blas(fn, *args, **kwargs):
 
 
 # ------------------------------------------------------------ chunk kernels on Python threads
-# With TRACEKIT_CPU_THREADS=pool, a parallel kernel compiles as a serial ``nogil`` function of a
+# A parallel kernel of a plan without loops may compile as a serial ``nogil`` function of a
 # chunk [lo, hi) of its parallel loop (emit_cpu.KernelSource.chunk), which skips numba's parfor
-# pipeline (a third to two thirds of a kernel's compile: benchmarks/README.md), and the runner
-# runs its chunks on a small persistent pool of Python threads, the calling thread doing one.
-THREAD_MODES = ("numba", "pool")
+# pipeline for the kernel itself. By default (``numba``) a large kernel computing producers in
+# tiles does (drivers.worth_driving), its chunks run on numba's threads by a small parallel
+# driver that calls it by address (drivers.py), and the others stay numba's parallel loops;
+# with TRACEKIT_CPU_THREADS=pool every parallel kernel is a chunk kernel, its chunks on a
+# small persistent pool of Python threads, the calling thread doing one; with ``prange``,
+# every parallel kernel is numba's parallel loop (its body compiled at four levels).
+THREAD_MODES = ("numba", "pool", "prange")
 
 
-def chunk_kernels() -> bool:
-    """Whether parallel CPU kernels run as chunks on tracekit's own threads
-    (``TRACEKIT_CPU_THREADS=pool``) rather than as numba's parallel loops (``numba``).
+def thread_mode() -> str:
+    """How parallel CPU kernels run (``TRACEKIT_CPU_THREADS``, one of :data:`THREAD_MODES`).
 
-    >>> chunk_kernels() in (True, False)
+    >>> thread_mode() in THREAD_MODES
     True
     """
     mode = os.environ.get("TRACEKIT_CPU_THREADS", "numba").strip().lower()
     if mode not in THREAD_MODES:
         raise ValueError(f"TRACEKIT_CPU_THREADS={mode!r}: choose one of {THREAD_MODES}")
-    return mode == "pool"
+    return mode
+
+
+def chunk_kernels() -> bool:
+    """Whether parallel CPU kernels may compile as functions of a chunk of their loop (every
+    mode but ``prange``; by default only those ``drivers.worth_driving`` picks).
+
+    >>> chunk_kernels() in (True, False)
+    True
+    """
+    return thread_mode() != "prange"
 
 
 class _Worker:

@@ -566,7 +566,7 @@ def _build(run, period, trips, loop, end, uses, ctx):
     number of its first iterations that would roll (a value of the next is used after it).
     ``uses``: (each value's last reader, the values used after the nodes, the names taken)."""
     last_use, live_out, taken = uses
-    graph, stacks = ctx.graph, ctx.stacks
+    stacks = ctx.stacks
     where = {}
     for idx, node in enumerate(run):
         t, j = divmod(idx, period)
@@ -593,7 +593,9 @@ def _build(run, period, trips, loop, end, uses, ctx):
             if kind == "table":
                 what = _table(np.stack([ctx.constants[v] for v in values]), ctx, taken)
                 if what is None:
-                    return f"{run[j].op} at {run[j].source} reads another constant in each iteration"
+                    return (
+                        f"{run[j].op} at {run[j].source} reads another constant in each iteration"
+                    )
                 role = kind, what
             if kind == "carried" and carried.setdefault(what, first) is not first:
                 return "a carried value starts from two different values"
