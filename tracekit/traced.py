@@ -206,7 +206,7 @@ def _replayable(graph, tables=frozenset()) -> bool:
         if OPS[n.op].kind == "opaque":
             return False
         if n.attrs and moves(n.attrs):
-            if n.op != "index" or n.inputs[0] not in tables:
+            if not OPS[n.op].view or n.inputs[0] not in tables:
                 return False
             tables.update(n.outputs)
         for body in (a for a in n.attrs.values() if isinstance(a, Graph)):

@@ -122,7 +122,7 @@ def test_fuzz_loop_draws_stencil_chains_from_a_stream_of_their_own():
     assert F.generate(chosen[0], "full") == F.generate(chosen[0], "full", chain=False)
 
 
-LOOP_CHAINS = [("cuda", 16), ("grad", 51), ("full", 11)]
+LOOP_CHAINS = [("cuda", 6), ("grad", 33), ("full", 1)]  # (grad 33: a number from a table)
 
 
 @pytest.mark.parametrize("profile,seed", LOOP_CHAINS, ids=[f"{p}-{s}" for p, s in LOOP_CHAINS])
@@ -155,7 +155,7 @@ def test_fuzz_loop_draws_time_stepped_chains_from_a_stream_of_their_own():
 def test_shrinker_counts_the_two_registers_of_a_loop_that_stacks_a_value():
     """A loop step stacking a value makes two registers (the carried value, the stack): steps
     reading either depend on it, and removing one keeps the later registers' numbers right."""
-    prog = F.generate(16, "full", loop_chain=True)  # the loop alone, carrying its argument
+    prog = F.generate(3, "full", loop_chain=True)  # the loop alone, carrying its argument
     carry, stacked = prog["outputs"]
     negate = [{"k": "unary", "fn": "negative", "a": r} for r in (stacked, carry)]
     prog = dict(prog, steps=[*prog["steps"], *negate], outputs=[stacked + 1, stacked + 2])
