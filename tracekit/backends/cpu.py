@@ -133,10 +133,11 @@ class CpuProgram:
             srcs = [kernel_source(s, *args, chunked, far_apart=alone) for s in steps]
             if any(ks.chunk is not None and "prange(" in ks.text for ks in srcs):
                 srcs = [kernel_source(s, *args, far_apart=alone) for s in steps]  # (a prange left)
-            elif not pool and not all(
-                drivers.worth_driving(ks.text, bool(ks.step.tiles)) for ks in srcs if ks.chunk
-            ):
-                srcs = [kernel_source(s, *args, far_apart=alone) for s in steps]  # numba's loop
+            elif not pool and not (
+                any(ks.chunk for ks in srcs)
+                and all(drivers.worth_driving(ks.text, bool(ks.step.tiles)) for ks in srcs)
+            ):  # numba's parallel loop, or a serial kernel: as without chunk kernels
+                srcs = [kernel_source(s, *args, far_apart=alone) for s in steps]
             if alone and srcs[0].chunk is not None and srcs[0].far_lines is not None:
                 srcs = [kernel_source(steps[0], *args, chunked)]  # a chunk keeps its libm pass
             params = [p for ks in srcs for p in ks.params()]
