@@ -716,7 +716,7 @@ def test_blas_calls_run_on_the_cores_others_leave_and_restore_the_count_even_whe
 ):
     from tracekit.backends import runtime
 
-    a, b = np.ones((96, 64)), np.full((64, 64), 0.01)
+    a, b = np.ones((96, 64)), np.full((64, 640), 0.01)  # b wide: on BLAS's own threads
     c, _ = compiled(lambda a, b: np.tanh(a @ b), a, b)
     controls, before = _blas_count_set_to(2)
     seen, matmul = [], np.matmul
@@ -735,7 +735,7 @@ def test_blas_calls_run_on_the_cores_others_leave_and_restore_the_count_even_whe
                 with pytest.raises(FloatingPointError):
                     c(a, b)
             else:
-                np.testing.assert_allclose(c(a, b), np.tanh(np.full((96, 64), 0.64)))
+                np.testing.assert_allclose(c(a, b), np.tanh(np.full((96, 640), 0.64)))
             assert seen[-1] == [during] * len(controls), others
             assert [get() for get, _ in controls] == [2] * len(controls)  # restored
         monkeypatch.setattr(runtime, "other_load", lambda: 5)
@@ -757,9 +757,82 @@ def test_products_openblas_runs_on_one_thread_anyway_are_called_as_numpy_does():
     assert not may((96,), (96, 96)) and may((97,), (97, 96)) and may((5, 97, 96), (96,))
     assert not may((), (3,)) and not may((3,), (3,))
     small, _ = compiled(lambda a, b: a @ b, np.ones((8, 8)), np.ones((8, 8)))
-    large, _ = compiled(lambda a, b: a @ b, np.ones((80, 64)), np.ones((64, 64)))
+    large, _ = compiled(lambda a, b: a @ b, np.ones((80, 64)), np.ones((64, 640)))
     assert "_blas(np.matmul" not in small.runner.source
     assert "_blas(np.matmul" in large.runner.source
+
+
+@pytest.mark.parametrize(
+    "shapes, dtype",
+    [
+        (((8, 1024), (1024, 199)), np.float64),
+        (((1552, 128), (128, 64)), np.float32),
+        (((65, 96), (96, 70)), np.complex128),
+        (((567, 128), (128, 512)), np.complex64),
+        (((7, 300), (300, 400)), np.float64),
+    ],  # fmt: skip
+)
+def test_products_of_a_narrow_b_run_in_blocks_of_rows_on_numbas_threads(shapes, dtype):
+    """A product whose ``b`` has at most MAX_COLUMNS columns runs on numba's threads, one block
+    of rows each, BLAS on one thread (its libraries set so for the call, then restored), and
+    the kernel after it is parallel: no thread of BLAS's own spins beside it."""
+    from tracekit.backends import matmul_threads, runtime
+
+    if not matmul_threads.numba_has_blas():
+        pytest.skip("numba's BLAS needs SciPy")
+    a, b, _ = _operands(*shapes, dtype, None, np.random.default_rng(1))
+    fn = lambda a, b: np.exp(np.sin(a @ b * 0.03 + 1.0) * 0.5)  # noqa: E731
+    controls, before = _blas_count_set_to(2)
+    seen = []
+    try:
+        c, _ = compiled(fn, a, b)
+        assert "_matmul_threads(" in c.runner.source and "_blas(" not in c.runner.source
+        alone, _ = compiled(lambda v: np.exp(np.sin(v * 0.03 + 1.0) * 0.5), a @ b)
+        assert ("prange(" in c.program.source) == ("prange(" in alone.program.source)
+        np.testing.assert_allclose(c(a, b), fn(a, b), rtol=1e-4, atol=1e-4)
+        spy = lambda *args: seen.append([get() for get, _ in controls])  # noqa: E731
+        runtime.on_one_blas_thread(spy)
+        assert seen == [[1] * len(controls)]
+        assert [get() for get, _ in controls] == [2] * len(controls)
+        with pytest.raises(ZeroDivisionError):
+            runtime.on_one_blas_thread(lambda: 1 / 0)
+        assert [get() for get, _ in controls] == [2] * len(controls)
+    finally:
+        _restore(controls, before)
+
+
+def test_a_product_on_numbas_threads_into_a_strided_or_read_only_operand_equals_numpys():
+    from tracekit.backends import matmul_threads
+
+    if not matmul_threads.numba_has_blas():
+        pytest.skip("numba's BLAS needs SciPy")
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((90, 40)), rng.standard_normal((30, 40))
+    out = np.zeros((90, 60))
+    matmul_threads.matmul(a, b.T, out[:, ::2], disk=False)  # b a view, out not C-contiguous
+    np.testing.assert_allclose(out[:, ::2], a @ b.T, rtol=1e-12)
+    assert not out[:, 1::2].any()
+    a.setflags(write=False)
+    got = np.empty((90, 30))
+    matmul_threads.matmul(a, b.T, got, disk=False)
+    np.testing.assert_allclose(got, a @ b.T, rtol=1e-12)
+
+
+def test_a_product_on_one_blas_thread_beside_a_fitted_call_restores_every_count(monkeypatch):
+    from tracekit.backends import runtime
+
+    controls, before = _blas_count_set_to(2)
+    counts = lambda: [get() for get, _ in controls]  # noqa: E731
+    monkeypatch.setattr(runtime, "other_load", lambda: 0)
+    try:
+        inside = runtime.fitted_blas(lambda: (counts(), runtime.on_one_blas_thread(counts)))
+        assert inside == ([2] * len(controls), [1] * len(controls))
+        assert counts() == [2] * len(controls)
+        inside = runtime.on_one_blas_thread(lambda: (counts(), runtime.fitted_blas(counts)))
+        assert inside == ([1] * len(controls), [1] * len(controls))
+        assert counts() == [2] * len(controls)
+    finally:
+        _restore(controls, before)
 
 
 def test_overlapping_blas_calls_restore_the_count_when_the_last_one_ends(monkeypatch):

@@ -30,7 +30,7 @@ from ..loops.op import at_iteration, body_at, in_iteration, moves, not_converged
 from ..numba_interop import kernel_function
 from ..ops import OPS, build_index
 from ..pyop import check_results
-from . import cache, drivers
+from . import cache, drivers, matmul_threads
 from . import scalar as S
 from .control import loop_runner, prepared
 from .cpu_loop import (
@@ -112,7 +112,10 @@ class CpuProgram:
         self.kernel_sources = {}
         self.segments = []
         parts = [MODULE_HEADER, ""]
-        blas = any(s.kind == "host" and blas_out(s.nodes[0]) for s in plan.steps)
+        blas = any(  # products on BLAS's own threads (not on numba's: matmul_threads)
+            s.kind == "host" and blas_out(s.nodes[0]) and not matmul_threads.runs_here(s.nodes[0])
+            for s in plan.steps
+        )
         min_parallel = PARALLEL_MIN_WORK_BESIDE_BLAS if blas else PARALLEL_MIN_WORK
         views = frozenset(o for st in plan.steps if st.kind == "view" for o in st.outputs)
         windows = {**view_windows(plan), **(out_windows or {})}
@@ -201,6 +204,10 @@ class CpuProgram:
 
     def load(self, disk=True, progress=None):
         self.disk = disk
+        for step in self.plan.steps:  # products on numba's threads: compiled with the kernels
+            if step.kind == "host" and blas_out(step.nodes[0]):
+                if matmul_threads.runs_here(step.nodes[0]):
+                    matmul_threads.prepare(step.nodes[0].out.dtype, disk)
         self.loops = {  # each loop: one compiled driver, or its body compiled once
             node: self.loop_run(node)
             for step in self.plan.steps
@@ -235,6 +242,10 @@ class CpuProgram:
             return "machine code " + said[origins[0]]
         parts = [f"{n} of {len(origins)} functions {said[o]}" for o, n in counts.items()]
         return "machine code: " + ", ".join(parts) if parts else "no machine code"
+
+    def threaded_matmul(self, a, b, out):
+        """``np.matmul(a, b, out=out)`` on numba's threads (:mod:`.matmul_threads`)."""
+        return matmul_threads.matmul(a, b, out, self.disk)
 
     def loop_run(self, node):
         """Loop ``node`` of this plan compiled (:func:`compile_loop`), once."""
@@ -655,6 +666,9 @@ class Runner:
         if blas_out(node) and node.out.dtype.kind in "fc" and node.out.ndim >= 1:
             # BLAS writes straight into a pooled (or the caller's) buffer: no fresh allocation
             out = self._alloc(node.out, result_pos)
+            if matmul_threads.runs_here(node):
+                self.ns["_matmul_threads"] = self.program.threaded_matmul
+                return f"_matmul_threads({ins[0]}, {ins[1]}, {out})"
             if not blas_may_thread(*(np.shape(x) for x in node.inputs)):
                 return f"np.matmul({ins[0]}, {ins[1]}, out={out})"
             return f"_blas(np.matmul, {ins[0]}, {ins[1]}, out={out})"

@@ -172,3 +172,50 @@ def _call_at(typingctx, address, lo, hi, operands):
         return result
 
     return types.int64(address, lo, hi, operands), codegen
+
+
+@intrinsic
+def _gemm_at(typingctx, address, a, b, out, row, rows, col, cols):
+    """``out[row : row + rows, col : col + cols] = a[row : row + rows] @ b[:, col : col + cols]``
+    for C-contiguous matrices of one dtype, through the Fortran ``?gemm`` at ``address`` (an
+    int64: SciPy's ``cython_blas``, :mod:`.matmul_threads`). Row-major ``a @ b`` is
+    column-major ``b.T @ a.T``: that product is the one asked of the Fortran routine, its
+    blocks addressed by their first element and the matrices' leading dimensions."""
+    from llvmlite import ir
+    from numba.core import cgutils, types
+
+    def codegen(context, builder, signature, args):
+        target, a_value, b_value, out_value, first_row, count, first_col, width = args
+        i32, byte = ir.IntType(32), ir.IntType(8).as_pointer()
+        arrays = [
+            context.make_array(ty)(context, builder, value)
+            for ty, value in zip((a, b, out), (a_value, b_value, out_value))
+        ]
+        inner = builder.extract_value(arrays[0].shape, 1)
+        lead = builder.extract_value(arrays[1].shape, 1)  # b's and out's columns
+        block_a = builder.gep(arrays[0].data, [builder.mul(first_row, inner)])
+        block_b = builder.gep(arrays[1].data, [first_col])
+        first_out = builder.add(builder.mul(first_row, lead), first_col)
+        block_out = builder.gep(arrays[2].data, [first_out])
+
+        def slot(value):
+            return builder.bitcast(cgutils.alloca_once_value(builder, value), byte)
+
+        def int_slot(value):
+            return slot(builder.trunc(value, i32))
+
+        def pointer(value):
+            return builder.bitcast(value, byte)
+
+        no_transpose = slot(ir.Constant(ir.IntType(8), ord("N")))
+        one, zero = (context.get_constant(a.dtype, v) for v in (1, 0))
+        arguments = [no_transpose, no_transpose, int_slot(width), int_slot(count)]
+        arguments += [int_slot(inner), slot(one), pointer(block_b), int_slot(lead)]
+        arguments += [pointer(block_a), int_slot(inner), slot(zero), pointer(block_out)]
+        arguments += [int_slot(lead)]
+        fnty = ir.FunctionType(ir.VoidType(), [byte] * len(arguments))
+        builder.call(builder.inttoptr(target, fnty.as_pointer()), arguments)
+        return context.get_dummy_value()
+
+    signature = types.none(address, a, b, out, types.int64, types.int64, types.int64, types.int64)
+    return signature, codegen

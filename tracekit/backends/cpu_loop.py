@@ -33,6 +33,7 @@ from ..ir import Var
 from ..loops.op import Affine
 from ..ops import OPS, py_literal
 from . import cache, small_matmul
+from .matmul_threads import numba_has_blas
 from .planner import blas_out, handed_over, in_place_updates
 from .windows import Window, without_ellipsis
 
@@ -168,7 +169,7 @@ class _Driver:
         if a in self.scalars or b in self.scalars:
             raise NoDriver("a matmul of a scalar")
         (m, k), nc = a.shape, b.shape[1]
-        blas, disk = _numba_blas(), self.program.disk
+        blas, disk = numba_has_blas(), self.program.disk
         if small_matmul.candidate(m, k, nc, a.dtype) and (
             not blas or small_matmul.faster_than_blas(m, k, nc, a.dtype, disk)
         ):
@@ -489,12 +490,6 @@ def _direct_stores(plan, segments, in_place: set) -> dict:
             continue  # the kernel, or a step before the store, reads what the region holds
         out[value] = i
     return out
-
-
-def _numba_blas() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("scipy") is not None
 
 
 def _unread_views_dropped(lines: list, views: set, read_after: set) -> list:

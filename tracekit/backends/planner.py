@@ -23,6 +23,7 @@ import numpy as np
 from ..ir import Graph, Node, Var, format_node
 from ..numba_interop import kernel_function
 from ..ops import OPS
+from . import matmul_threads
 
 SUPPORTED_KINDS = "biufc"
 
@@ -525,7 +526,11 @@ def _topological(steps: list) -> list:
 def _host_reason(node: Node) -> str:
     op = OPS[node.op]
     if op.kind == "matmul":
-        return "LAPACK through NumPy" if op.lapack else "BLAS through NumPy"
+        if op.lapack:
+            return "LAPACK through NumPy"
+        if blas_out(node) and matmul_threads.runs_here(node):
+            return "BLAS on numba's threads, a block of rows each"
+        return "BLAS through NumPy"
     if op.kind == "opaque":
         if node.attrs["pyop"].is_numba:
             return "numba python op that is not elementwise: called between kernels"

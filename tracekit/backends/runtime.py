@@ -152,7 +152,7 @@ _OPENBLAS_SYMBOLS = (
 # times GEMM_MULTITHREAD_THRESHOLD, 4 by default): tracekit calls those as NumPy does.
 _ONE_THREAD_GEMM, _ONE_THREAD_GEMV = 65536 * 4, 2304 * 4
 _blas_lock = threading.Lock()
-_blas_state = {"controls": None, "depth": 0, "restore": (), "as_set": 0}
+_blas_state = {"controls": None, "depth": 0, "ones": 0, "restore": (), "as_set": 0}
 
 
 def _loaded_openblas() -> list[str]:
@@ -196,28 +196,35 @@ def openblas_controls() -> list[tuple]:
     return _blas_state["controls"]
 
 
-def _lower_blas_threads():
+def _lower_blas_threads(one: bool = False):
+    """Set every OpenBLAS library's thread count for a call of tracekit's starting now: one
+    (``one``: the caller runs BLAS on threads of its own) or the cores other processes leave
+    free. The counts the libraries had are kept by the first call to start and restored when
+    the last one ends; while any call on one thread runs, the libraries stay on one."""
     with _blas_lock:
-        _blas_state["depth"] += 1
-        if _blas_state["depth"] > 1:  # another thread's call lowered them: it restores them
+        state = _blas_state
+        if not state["depth"] and not state["ones"]:
+            state["restore"] = [(get, put, get()) for get, put in openblas_controls()]
+        state["ones" if one else "depth"] += 1
+        for get, put, count in state["restore"]:
+            _put_if_changed(get, put, 1 if state["ones"] else max(1, count - other_load()))
+
+
+def _restore_blas_threads(one: bool = False):
+    with _blas_lock:
+        state = _blas_state
+        state["ones" if one else "depth"] -= 1
+        if state["ones"]:
             return
-        restore = []
-        for get, put in () if _blas_state["as_set"] else openblas_controls():
-            now = get()
-            want = max(1, now - other_load())
-            if want < now:
-                put(want)
-                restore.append((put, now))
-        _blas_state["restore"] = restore
+        for get, put, count in state["restore"]:
+            _put_if_changed(get, put, count if not state["depth"] else max(1, count - other_load()))
+        if not state["depth"]:
+            state["restore"] = ()
 
 
-def _restore_blas_threads():
-    with _blas_lock:
-        _blas_state["depth"] -= 1
-        if _blas_state["depth"] == 0:
-            for put, count in _blas_state["restore"]:
-                put(count)
-            _blas_state["restore"] = ()
+def _put_if_changed(get, put, count: int):
+    if get() != count:
+        put(count)
 
 
 @contextlib.contextmanager
@@ -257,11 +264,27 @@ def fitted_blas(fn, *args, **kwargs):
     >>> fitted_blas(np.matmul, np.eye(2), np.ones((2, 1))).ravel()
     array([1., 1.])
     """
+    if _blas_state["as_set"]:
+        return fn(*args, **kwargs)
     _lower_blas_threads()
     try:
         return fn(*args, **kwargs)
     finally:
         _restore_blas_threads()
+
+
+def on_one_blas_thread(fn, *args):
+    """``fn(*args)`` with every OpenBLAS library on one thread, restored after it: for a numba
+    parallel function each of whose threads calls BLAS (:mod:`.matmul_threads`).
+
+    >>> on_one_blas_thread(max, 1, 2)
+    2
+    """
+    _lower_blas_threads(one=True)
+    try:
+        return fn(*args)
+    finally:
+        _restore_blas_threads(one=True)
 
 
 # ------------------------------------------------------------ chunk kernels on Python threads
