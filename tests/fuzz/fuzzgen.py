@@ -2810,6 +2810,15 @@ def force_streams():
     emit_cpu.STREAM_MIN_WORK = emit_cpu.STREAM_MIN_FAST_MATH = 0
 
 
+def force_threaded_matmul():
+    """Every product of two float matrices of a narrow ``b`` on numba's threads, in blocks of
+    one row at the least (the fuzzer's matrices are small: the default needs 262,144
+    multiply-adds and 4 rows a block)."""
+    from tracekit.backends import matmul_threads
+
+    matmul_threads.MIN_PRODUCT, matmul_threads.MIN_ROWS = 0, 1
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seconds", type=float, default=60.0)
@@ -2834,9 +2843,17 @@ def main(argv=None):
         help="every CPU elementwise kernel in interleaved streams, however small (with --no-save:"
         " a saved regression replays with the default settings)",
     )
+    p.add_argument(
+        "--force-threaded-matmul",
+        action="store_true",
+        help="every product of a narrow b on numba's threads, however small (with --no-save: a"
+        " saved regression replays with the default settings)",
+    )
     args = p.parse_args(argv)
     if args.force_streams:
         force_streams()
+    if args.force_threaded_matmul:
+        force_threaded_matmul()
     profiles = args.profiles.split(",")
     if args.one is not None:
         prof = profiles[args.one % len(profiles)]

@@ -25,7 +25,8 @@ PARALLEL_MIN_WORK = 1 << 15
 # Beside BLAS calls a parallel kernel costs more than it gains below this: NumPy's OpenBLAS and
 # numba's OpenMP threads each spin a while after their work, and on few cores they take turns
 # slowing each other down (measured: matmul 1024² + a parallel gelu epilogue 19 ms, with the
-# epilogue serial 13 ms, the matmul alone 12 ms)
+# epilogue serial 13 ms, the matmul alone 12 ms). Products on numba's threads
+# (matmul_threads.py) leave no such threads: beside those alone, PARALLEL_MIN_WORK holds.
 PARALLEL_MIN_WORK_BESIDE_BLAS = 1 << 22
 # A chunk kernel (KernelSource.chunk) runs on Python threads from this much work; below it, on
 # the calling thread alone: waking a pool's thread costs more than waking numba's

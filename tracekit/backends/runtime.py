@@ -150,7 +150,7 @@ _OPENBLAS_SYMBOLS = (
 # OpenBLAS runs a product on one thread whatever its setting below these sizes (its interface
 # code: m * n * k for a matrix product, m * n for a matrix-vector one, against 65536 and 2304
 # times GEMM_MULTITHREAD_THRESHOLD, 4 by default): tracekit calls those as NumPy does.
-_ONE_THREAD_GEMM, _ONE_THREAD_GEMV = 65536 * 4, 2304 * 4
+ONE_THREAD_GEMM, _ONE_THREAD_GEMV = 65536 * 4, 2304 * 4
 _blas_lock = threading.Lock()
 _blas_state = {"controls": None, "depth": 0, "ones": 0, "restore": (), "as_set": 0}
 
@@ -251,7 +251,7 @@ def blas_may_thread(a_shape, b_shape) -> bool:
     (False, True)
     """
     if len(a_shape) >= 2 and len(b_shape) >= 2:
-        return a_shape[-2] * a_shape[-1] * b_shape[-1] > _ONE_THREAD_GEMM
+        return a_shape[-2] * a_shape[-1] * b_shape[-1] > ONE_THREAD_GEMM
     matrix = max(a_shape, b_shape, key=len)  # a matrix and a vector, or no matrix
     return len(matrix) >= 2 and matrix[-2] * matrix[-1] > _ONE_THREAD_GEMV
 
