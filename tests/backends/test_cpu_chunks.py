@@ -383,3 +383,29 @@ def test_a_chunked_result_dropped_by_the_caller_is_reused(pool):
         again = c(x, x)
     assert again.ctypes.data == address
     np.testing.assert_allclose(again, t(x, x), rtol=1e-12, atol=1e-14)
+
+
+def test_a_chunk_kernel_marks_its_arrays_noalias_as_numba_marks_a_parallel_loop_body(driven):
+    """A chunk kernel is compiled by ``_NoAliasPipeline``: its pointer arguments (the arrays'
+    data) are ``noalias`` in its LLVM, as numba makes a ``prange`` body's where it finds no
+    aliases; without the mark its loops vectorized only behind run-time checks (7-10% slower).
+    A kernel that writes what it reads (an in-place update) still gives the interpreter's
+    values."""
+    x = np.linspace(-2.0, 2.0, BIG)
+    c = check(chain, x, x[::-1].copy())
+    assert c.program.chunks
+    name = next(iter(c.program.chunks))
+    module = c.program.kernel_modules[name]
+    assert "pipeline_class=_NoAliasPipeline" in module.source
+    dispatcher = c.program.module.__dict__[name]
+    llvm = "\n".join(dispatcher.inspect_llvm().values())
+    defines = [ln for ln in llvm.splitlines() if ln.startswith("define") and "segment" in ln]
+    assert any(ln.count("noalias") >= 3 for ln in defines), defines
+
+    def update(a, b):
+        a[1:] = a[1:] * 2.0 + b[1:]
+        return a
+
+    a = np.linspace(0.0, 1.0, BIG)
+    t, c = compiled(update, a.copy(), a)
+    np.testing.assert_array_equal(c(a.copy(), a), t(a.copy(), a))

@@ -149,7 +149,7 @@ class CpuProgram:
             if len(srcs) == 1 and srcs[0].chunk is not None:
                 self.chunks[name] = srcs[0]
                 params = [srcs[0].lo, srcs[0].hi, *params]
-                flags = "nogil=True"
+                flags = "nogil=True, pipeline_class=_NoAliasPipeline"
             lines = [
                 f"@numba.njit({flags}, error_model='numpy', cache=_TRACEKIT_DISK_CACHE)",
                 f"def {name}({', '.join(params)}):",
@@ -385,11 +385,13 @@ _INTRINSICS = frozenset(S.KERNEL_INTRINSICS) | {"_fma"}
 
 @functools.cache
 def _helpers() -> frozenset:
-    """The names ``cpu_helpers.py`` defines (``def _x(`` or, for the helpers shared with CUDA,
-    ``_x = _inline(``). The file is read, not imported (importing it imports numba)."""
+    """The names ``cpu_helpers.py`` defines (``def _x(``, ``class _X(`` or, for the helpers
+    shared with CUDA, ``_x = _inline(``). The file is read, not imported (importing it imports
+    numba)."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_helpers.py")
     with open(path, encoding="utf-8") as f:
-        found = re.findall(r"^(?:def (_\w+)\(|(_\w+) = _inline\()", f.read(), re.MULTILINE)
+        pattern = r"^(?:(?:def|class) (_\w+)\(|(_\w+) = _inline\()"
+        found = re.findall(pattern, f.read(), re.MULTILINE)
     return frozenset(a or b for a, b in found)
 
 
@@ -398,6 +400,7 @@ def _helper_imports(source: str) -> str:
     process (numba's dispatchers are never freed, so a copy per module would stay for good).
     An edit to them changes every module's cache key (``cache.module_key``)."""
     called = set(re.findall(r"\b(_\w+)\(", source))
+    called |= set(re.findall(r"\bpipeline_class=(_\w+)\b", source))
     lines = []
     if called & _helpers():
         names = ", ".join(sorted(called & _helpers()))

@@ -11,6 +11,7 @@ Imported by generated code only (it imports numba).
 
 import numba
 import numpy as np
+from numba.core.compiler import CompilerBase, DefaultPassBuilder
 from numba.extending import intrinsic
 
 from tracekit.backends import helpers as _shared
@@ -219,3 +220,15 @@ def _gemm_at(typingctx, address, a, b, out, row, rows, col, cols):
 
     signature = types.none(address, a, b, out, types.int64, types.int64, types.int64, types.int64)
     return signature, codegen
+
+
+class _NoAliasPipeline(CompilerBase):
+    """numba's nopython pipeline with the function's pointer arguments (its arrays' data)
+    marked ``noalias``, as numba marks a ``prange`` loop's body where it finds no aliases: a
+    chunk kernel (``emit_cpu.KernelSource.chunk``) is that body, and without the mark LLVM
+    vectorizes its loops only behind run-time checks of every pair of arrays, or not at all
+    where the pairs are too many."""
+
+    def define_pipelines(self):
+        self.state.flags.noalias = True
+        return [DefaultPassBuilder.define_nopython_pipeline(self.state)]

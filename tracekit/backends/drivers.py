@@ -44,15 +44,20 @@ def drive(kernel, trips, grain, threads, {params}):
 
 
 # Statements from which a kernel computing producers in tiles (tiles.py) runs as a chunk kernel
-# through a driver rather than as numba's parallel loop. The chunk form compiled to slower
-# loops than numba's parallel loop bodies did, the cause not found: laplace3's backward kernels
-# (14 statements, single loop nests reading through pads) ran 2.4 times slower, their inner
-# loops no longer vectorized; hdiff's tiled kernel (47) 7% slower, a 20-op elementwise chain
-# 7-10%. A driver's own compile takes 0.4 s in a new process (1.6 s for isoneutral's 38
-# arrays), once per kernel signature. It pays for large tiled kernels, whose three copies took
-# seconds and whose warm speed held: hdiff's backward kernel (59 statements: 4.3 -> 2.6 s
-# cold, warm -2%), isoneutral's (415: 17.3 -> 6.7 s, warm -1%; benchmarks/README.md).
-DRIVEN_MIN_STATEMENTS = 50
+# through a driver rather than as numba's parallel loop. A driver's own compile takes 0.4 s in
+# a new process (1.6 s for isoneutral's 38 arrays), once per kernel signature and machine (the
+# disk cache keeps it); the kernel's body is compiled once instead of four times. Chunk
+# kernels ran 7-10% slower than numba's parallel loop bodies until they were compiled with
+# their arrays marked ``noalias``, as numba marks those bodies (``cpu_helpers.
+# _NoAliasPipeline``): on one thread, hdiff's tiled kernel (47 statements) then 0.573 against
+# 0.588 ms, biharmonic's 0.914 against 0.991 ms. Cold, new processes, this threshold at 10
+# against 50 (benchmarks/README.md, the seventeenth session): hdiff 2.3 -> 1.7 s, blur3 1.81
+# -> 1.38 s, laplace3 2.18 -> 1.84 s, biharmonic grad 2.68 -> 1.94 s, warm the same. Kernels
+# that are not tiled stay numba's loops: laplace3's backward kernels (reading through pads,
+# 14 statements) ran 2x slower as chunk kernels on one thread even so, their inner loop
+# vectorized in part only (36 instructions on 512-bit registers against 575), the cause not
+# found.
+DRIVEN_MIN_STATEMENTS = 10
 
 
 def worth_driving(kernel_text: str, tiled: bool) -> bool:
