@@ -816,6 +816,9 @@ def test_a_product_on_numbas_threads_into_a_strided_or_read_only_operand_equals_
     got = np.empty((90, 30))
     matmul_threads.matmul(a, b.T, got, disk=False)
     np.testing.assert_allclose(got, a @ b.T, rtol=1e-12)
+    a32 = a.astype(np.float32)  # operands of mixed dtypes: NumPy's product, cast into out
+    matmul_threads.matmul(a32, b.T, got, disk=False)
+    np.testing.assert_allclose(got, a32 @ b.T, rtol=1e-6)
 
 
 def test_a_product_on_one_blas_thread_beside_a_fitted_call_restores_every_count(monkeypatch):

@@ -81,16 +81,19 @@ def runs_here(node) -> bool:
         and shapes[1][1] <= MAX_COLUMNS
         and shapes[0][0] >= MIN_ROWS
         and shapes[0][0] * shapes[0][1] * shapes[1][1] > MIN_PRODUCT
+        and max(*shapes[0], *shapes[1]) < 2**31  # the Fortran routine's ints
         and numba_has_blas()
     )
 
 
 def matmul(a, b, out, disk: bool = True):
     """``np.matmul(a, b, out=out)`` in blocks of rows on numba's threads, BLAS on one thread
-    in each (``a`` and ``b`` made C-contiguous; an ``out`` that is not goes to NumPy)."""
+    in each (``a`` and ``b`` made C-contiguous); operands this cannot take (an ``out`` not
+    C-contiguous, other than matrices of one dtype) go to NumPy."""
     import numba
 
-    if not out.flags.c_contiguous:
+    fits = a.ndim == b.ndim == out.ndim == 2 and a.dtype == b.dtype == out.dtype
+    if not (fits and out.flags.c_contiguous and out.dtype.name in GEMM):
         return fitted_blas(np.matmul, a, b, out=out)
     a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
     threads = numba.get_num_threads()  # (numba's call inside the function: no disk cache)
