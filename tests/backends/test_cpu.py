@@ -527,13 +527,23 @@ def test_trig_kernels_compute_again_where_an_argument_is_huge(dt, interleaved, m
                 np.testing.assert_allclose(got, _trig_chain(case, y), rtol=tol, atol=tol)
 
 
-def test_the_libm_pass_is_compiled_only_where_an_argument_is_huge():
+@pytest.mark.parametrize("threads", ["prange", "numba"])
+def test_the_libm_pass_is_compiled_only_where_an_argument_is_huge(threads, monkeypatch):
     """A one-kernel segment's pass through libm is a function of its own (``segment0_far``),
     which the runner calls where the kernel counted a huge argument: not compiled with the
-    kernel, compiled at the first huge argument, NumPy's results either way."""
+    kernel, compiled at the first huge argument, NumPy's results either way. A chunk kernel
+    through a driver (this float64 kernel calls fast-math functions enough for one:
+    ``drivers.worth_driving``) keeps its pass inside."""
+    monkeypatch.setenv("TRACEKIT_CPU_THREADS", threads)
     x = np.random.default_rng(seed_of("far apart")).uniform(-20, 20, BIG)
     y = np.linspace(-2, 2, BIG)
     c, t = compiled(_trig_chain, x, y)
+    if threads == "numba":
+        assert list(c.program.drivers) == ["segment0"] and "segment0_far" not in c.source
+        for case in (x, np.where(np.arange(BIG) == 7, 1e22, x)):
+            got, want, _, _ = both(c, t, case, y)
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+        return
     assert "def segment0_far(" in c.source and "return k0_far" in c.source
     far = c.runner.ns["segment0_far"]
     assert far.__closure__ is not None  # the lazy loader: nothing compiled yet

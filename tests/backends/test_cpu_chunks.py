@@ -38,7 +38,7 @@ def driven(monkeypatch):
     from tracekit.backends import drivers
 
     monkeypatch.delenv("TRACEKIT_CPU_THREADS", raising=False)
-    monkeypatch.setattr(drivers, "worth_driving", lambda text, tiled: True)
+    monkeypatch.setattr(drivers, "worth_driving", lambda *args: True)
     return drivers
 
 
@@ -49,7 +49,7 @@ def chunked(request, monkeypatch):
 
     monkeypatch.setenv("TRACEKIT_CPU_THREADS", request.param)
     monkeypatch.setattr(runtime, "other_load", lambda: 0)
-    monkeypatch.setattr(drivers, "worth_driving", lambda text, tiled: True)
+    monkeypatch.setattr(drivers, "worth_driving", lambda *args: True)
     return request.param
 
 
@@ -259,7 +259,7 @@ def test_large_chunk_kernels_alone_run_through_a_driver(monkeypatch):
 
     t, c = compiled(small, x)
     assert not c.program.chunks and "prange(" in c.source
-    monkeypatch.setattr(drivers, "worth_driving", lambda text, tiled: True)
+    monkeypatch.setattr(drivers, "worth_driving", lambda *args: True)
     t, c = compiled(small, x)
     assert list(c.program.drivers) == ["segment0"] and "prange(" not in c.source
     np.testing.assert_allclose(c(x), t(x), rtol=1e-15)
@@ -409,3 +409,40 @@ def test_a_chunk_kernel_marks_its_arrays_noalias_as_numba_marks_a_parallel_loop_
     a = np.linspace(0.0, 1.0, BIG)
     t, c = compiled(update, a.copy(), a)
     np.testing.assert_array_equal(c(a.copy(), a), t(a.copy(), a))
+
+
+def _softmax(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _great_circle(a, b):
+    d = np.sin((b - a) / 2) ** 2 + np.cos(a) * np.cos(b) * np.sin((b + a) / 2) ** 2
+    return 2 * np.arctan2(np.sqrt(d), np.sqrt(1 - d))
+
+
+def _gelu32(x):
+    return 0.5 * x * (1.0 + np.tanh(0.7978845608 * (x + 0.044715 * x**3)))
+
+
+@pytest.mark.parametrize(
+    "fn, shapes, dtype, driven",
+    [
+        (_softmax, [(600, 512)], np.float32, True),  # a row kernel
+        (_great_circle, [(BIG,), (BIG,)], np.float64, True),  # float64 fast-math calls
+        (_gelu32, [(BIG,)], np.float32, False),
+    ],  # a float32 chain: numba's loop  # fmt: skip
+    ids=["softmax", "great-circle", "gelu-f32"],
+)
+def test_which_kernels_take_a_driver_by_default(fn, shapes, dtype, driven, monkeypatch):
+    """By default a row kernel, or one calling float64 fast-math functions four times or more,
+    runs as a chunk kernel through a driver (one compile of its body, not four); a float32
+    elementwise chain stays numba's parallel loop (its chunk form ran 3-5% slower)."""
+    monkeypatch.delenv("TRACEKIT_CPU_THREADS", raising=False)
+    monkeypatch.setattr(runtime, "other_load", lambda: 0)
+    rng = np.random.default_rng(21)
+    args = [rng.uniform(-1.0, 1.0, s).astype(dtype) for s in shapes]
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    c = check(fn, *args, rtol=tol, atol=tol)
+    assert bool(c.program.drivers) == driven
+    assert ("prange(" in c.source) != driven

@@ -138,7 +138,12 @@ class CpuProgram:
                 srcs = [kernel_source(s, *args, far_apart=alone) for s in steps]  # (a prange left)
             elif not pool and not (
                 any(ks.chunk for ks in srcs)
-                and all(drivers.worth_driving(ks.text, bool(ks.step.tiles)) for ks in srcs)
+                and all(
+                    drivers.worth_driving(
+                        ks.text, bool(ks.step.tiles), ks.reads_pads, ks.group.kind
+                    )
+                    for ks in srcs
+                )
             ):  # numba's parallel loop, or a serial kernel: as without chunk kernels
                 srcs = [kernel_source(s, *args, far_apart=alone) for s in steps]
             if alone and srcs[0].chunk is not None and srcs[0].far_lines is not None:

@@ -338,6 +338,12 @@ class KernelSource:
         kernel's loops again, through libm: see ``_near_first``)."""
         return self.chunk is not None and depth == 1 and self.chunk[0] == dim
 
+    @property
+    def reads_pads(self) -> bool:
+        """Whether the kernel reads a pad in place (a window with a fill: the element or the
+        pad's constant, by a comparison of the indices)."""
+        return any(w.fill is not None for w in self.windows.values())
+
     def chunk_unsigned(self) -> bool:
         """Whether the chunk's bounds may be uint64: the chunk loop's index only indexes
         arrays (an elementwise kernel without windows). numba adds no negative-index
