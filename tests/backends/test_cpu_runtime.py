@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import warnings
 import weakref
 from pathlib import Path
@@ -636,6 +637,40 @@ def test_kernels_leave_the_cores_other_processes_keep_busy(monkeypatch):
         assert numba.get_num_threads() == 1
     finally:
         numba.set_num_threads(base)
+
+
+def test_a_task_that_runs_for_one_look_takes_no_core(monkeypatch):
+    """The load sample is the fewer of two looks ``SAMPLE_S`` apart: a task seen once (another
+    process's for a moment, or a thread of this one going idle between the two reads of a
+    look) takes no core from the kernels; one seen twice does."""
+    from tracekit.backends import runtime
+
+    looks = iter([1, 0, 1, 1, 2, 2, 0])
+    monkeypatch.setattr(runtime, "_others_running", lambda: next(looks))
+    monkeypatch.setattr(runtime, "_load", [-runtime.SAMPLE_S, 0, 0])
+    seen = []
+    for _ in range(7):
+        runtime._load[0] = -runtime.SAMPLE_S  # each call a new look
+        seen.append(runtime.other_load())
+    assert seen == [0, 0, 0, 1, 1, 2, 0]
+
+
+def test_a_busy_process_beside_this_one_is_seen():
+    from tracekit.backends import runtime
+
+    if not os.path.exists("/proc/loadavg"):
+        pytest.skip("the runnable count comes from Linux's /proc")
+    spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        looks = []
+        for _ in range(3):
+            time.sleep(runtime.SAMPLE_S)
+            looks.append(runtime.other_load())
+        assert max(looks) >= 1, looks
+    finally:
+        spin.kill()
+        spin.wait()
 
 
 def test_the_load_sample_counts_other_processes_only():

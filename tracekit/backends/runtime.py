@@ -59,7 +59,7 @@ def simulator_active() -> bool:
 # every SAMPLE_S seconds from the count of runnable tasks (Linux; elsewhere the load average).
 SAMPLE_S = 0.25
 _per_thread = threading.local()
-_load = [-SAMPLE_S, 0]  # when sampled, other processes' runnable tasks
+_load = [-SAMPLE_S, 0, 0]  # when sampled, other processes' runnable tasks, the last sample
 _gate = [0.0, None]  # until when the last caller's thread count stands, and its thread
 
 
@@ -80,19 +80,33 @@ def _own_running() -> int:
     return n
 
 
+def _others_running() -> int:
+    """The machine's runnable tasks less this process's. A thread of this process that starts
+    or stops running between the two reads (a thread pool going idle after a call: numba's,
+    OpenBLAS's, a peer library's) would look like another process's: it counts as this
+    process's if it ran at either of two looks, one on each side of the machine's count.
+    (With one look, right after calls of torch.compile and jax.jit functions, 45% of samples
+    saw another process where there was none, and tracekit's kernels ran on one thread for the
+    next ``SAMPLE_S``: 12% with two looks, 1.5% with two looks in both of two samples.)"""
+    before = _own_running()
+    runnable = _runnable("/proc/loadavg")
+    return runnable - max(before, _own_running())
+
+
 def other_load() -> int:
     """Cores the rest of the machine keeps busy now (other processes' runnable tasks), looked
-    at again after ``SAMPLE_S`` seconds."""
+    at again after ``SAMPLE_S`` seconds: the fewer of this look's and the last one's, so that
+    a task that ran for a moment does not take a core from the kernels for ``SAMPLE_S``."""
     now = time.monotonic()
     if now - _load[0] >= SAMPLE_S:
         try:
-            others = _runnable("/proc/loadavg") - _own_running()
+            others = _others_running()
         except (OSError, ValueError, IndexError):
             try:
                 others = int(os.getloadavg()[0])
             except OSError:
                 others = 0
-        _load[:] = [now, max(0, others)]
+        _load[:] = [now, max(0, min(others, _load[2])), others]
     return _load[1]
 
 
