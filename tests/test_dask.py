@@ -149,6 +149,28 @@ def test_explicit_dask_target_for_a_trace_of_numpy_arrays():
         c(da.from_array(X[:5], chunks=(5, 20)))
 
 
+def _python_numbers_between_groups(x, y, s):
+    counts = np.concatenate([x.astype(np.uint32)] * 2)
+    mean = np.mean(counts, axis=0, keepdims=True)  # (a tree reduction: the groups split here)
+    a = s * 7.25  # a Python float computed in one group (a result too), read in another
+    ge = counts >= 7.25
+    return x, y, counts, mean, a, ge, a**ge
+
+
+@pytest.mark.parametrize("s", [0.5, -1.5])
+def test_python_numbers_computed_in_one_group_and_read_in_another(s):
+    """A Python float that one group computes reaches the next as a 0-d block, as a Python
+    int does: its kernels take it as a 0-d array made the Python number again (fuzz seed
+    20400071, shrunk: 'argument 3: traced with a Python float, got ndarray')."""
+    x, y = np.array([True]), (np.arange(2) + 1j).reshape(2, 1, 1)
+    t = tk.trace(_python_numbers_between_groups, x, y, 0.5)
+    c = tk.compile(t, target="dask", progress=False)
+    got = dask.compute(*c(da.from_array(x), da.from_array(y), s), scheduler="sync")
+    for g, w in zip(got, _python_numbers_between_groups(x, y, s)):
+        assert np.asarray(g).dtype == np.asarray(w).dtype
+        np.testing.assert_allclose(g, w, rtol=1e-14)
+
+
 def test_nothing_is_computed_while_tracing_and_branches_on_data_are_refused():
     def f(x):
         if x.max() > 0:  # reads the data

@@ -176,7 +176,7 @@ class Compiled:
             result = fast(args, pool)
             if result is None:
                 return None
-            return result[()] if result.ndim == 0 else result
+            return result[()] if getattr(result, "ndim", None) == 0 else result
 
         return quick
 

@@ -597,12 +597,12 @@ def _inputs_of(nodes) -> list:
 
 
 def _python_numbers_as_arrays(inputs) -> tuple[list, list]:
-    """A group's inputs, with each Python bool or int among them (a Python number computed in
-    another group: its block is a 0-d array) as a 0-d array input that a weak ``astype``
-    turns into the Python number the group's nodes read; those nodes."""
+    """A group's inputs, with each Python number among them (an argument, or a number computed
+    in another group: its block is a 0-d array there) as a 0-d array input that a weak
+    ``astype`` turns into the Python number the group's nodes read; those nodes."""
     ins, made = [], []
     for v in inputs:
-        if v.weak and v.dtype.kind in "biu":
+        if v.weak:
             block = Var(f"{v.name}_block", v.shape, v.dtype)
             made.append(Node("astype", (block,), {"dtype": v.dtype}, (v,)))
             v = block
@@ -637,7 +637,7 @@ class ChunkKernel:
         )
 
     def __call__(self, *blocks):
-        blocks = [b if isinstance(b, float | complex) else np.asarray(b) for b in blocks]
+        blocks = [np.asarray(b) for b in blocks]  # (Python numbers too: 0-d array inputs)
         if getattr(self, "_key", None) is None:
             self._key = self.graph.key()
         key = (self._key, tuple(_block_type(b) for b in blocks), self.math)
@@ -668,7 +668,7 @@ class ChunkKernel:
 
 
 def _block_type(b) -> tuple:
-    return (type(b).__name__,) if isinstance(b, float | complex) else (b.shape, b.dtype.str)
+    return (b.shape, b.dtype.str)
 
 
 def at_shapes(g: Graph, shapes: list) -> Graph:
