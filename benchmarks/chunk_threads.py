@@ -99,7 +99,8 @@ def _program(fn, args, min_parallel):
         raise _Planned
 
     threshold = cpu.PARALLEL_MIN_WORK if min_parallel is None else min_parallel
-    with mock.patch.object(cpu.CpuProgram, "load", load):
+    prange = {"TRACEKIT_CPU_THREADS": "prange"}  # the kernel as numba's parallel loop
+    with mock.patch.object(cpu.CpuProgram, "load", load), mock.patch.dict(os.environ, prange):
         with mock.patch.object(cpu, "PARALLEL_MIN_WORK", threshold):
             try:
                 tk.compile(tk.trace(fn, *args), progress=False)
