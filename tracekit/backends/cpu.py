@@ -112,10 +112,10 @@ class CpuProgram:
         self.kernel_sources = {}
         self.segments = []
         parts = [MODULE_HEADER, ""]
-        blas = any(  # products on BLAS's own threads (not on numba's: matmul_threads)
-            s.kind == "host" and blas_out(s.nodes[0]) and not matmul_threads.runs_here(s.nodes[0])
-            for s in plan.steps
-        )
+        products = [s.nodes[0] for s in plan.steps if s.kind == "host" and blas_out(s.nodes[0])]
+        # products on numba's threads (matmul_threads); the others on BLAS's own threads
+        self.threaded_products = frozenset(filter(matmul_threads.runs_here, products))
+        blas = len(self.threaded_products) < len(products)
         min_parallel = PARALLEL_MIN_WORK_BESIDE_BLAS if blas else PARALLEL_MIN_WORK
         views = frozenset(o for st in plan.steps if st.kind == "view" for o in st.outputs)
         windows = {**view_windows(plan), **(out_windows or {})}
@@ -209,10 +209,8 @@ class CpuProgram:
 
     def load(self, disk=True, progress=None):
         self.disk = disk
-        for step in self.plan.steps:  # products on numba's threads: compiled with the kernels
-            if step.kind == "host" and blas_out(step.nodes[0]):
-                if matmul_threads.runs_here(step.nodes[0]):
-                    matmul_threads.prepare(step.nodes[0].out.dtype, disk)
+        for node in self.threaded_products:  # compiled (or loaded) with the kernels
+            matmul_threads.prepare(node.out.dtype, disk)
         self.loops = {  # each loop: one compiled driver, or its body compiled once
             node: self.loop_run(node)
             for step in self.plan.steps
@@ -674,7 +672,7 @@ class Runner:
         if blas_out(node) and node.out.dtype.kind in "fc" and node.out.ndim >= 1:
             # BLAS writes straight into a pooled (or the caller's) buffer: no fresh allocation
             out = self._alloc(node.out, result_pos)
-            if matmul_threads.runs_here(node):
+            if node in self.program.threaded_products:
                 self.ns["_matmul_threads"] = self.program.threaded_matmul
                 return f"_matmul_threads({ins[0]}, {ins[1]}, {out})"
             if not blas_may_thread(*(np.shape(x) for x in node.inputs)):

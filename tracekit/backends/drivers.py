@@ -3,11 +3,11 @@
 numba compiles a ``prange`` loop's body as a function of its own, then links it into two
 wrappers and into the calling function, and LLVM optimises and compiles it again at each of
 those four levels: a large kernel's compile was mostly those copies (isoneutral's 430-statement
-kernel took 10.5 s of LLVM in a new process, 2.3 s of it for the body itself). Here a large
-parallel kernel (:func:`worth_driving`) is instead a serial function of a chunk ``[lo, hi)`` of
-its parallel loop (``emit_cpu.KernelSource.chunk``, compiled once), and a small ``prange``
-driver runs its chunks on numba's threads, calling it through its address: the driver's body
-is a call, and is all that numba copies.
+kernel took 10.5 s of LLVM in a new process, 2.3 s of it for the body itself). Here a
+parallel kernel that :func:`worth_driving` picks is instead a serial function of a chunk
+``[lo, hi)`` of its parallel loop (``emit_cpu.KernelSource.chunk``, compiled once), and a
+small ``prange`` driver runs its chunks on numba's threads, calling it through its address:
+the driver's body is a call, and is all that numba copies.
 
 A driver is compiled for the exact argument types of its kernel (its machine code calls the
 kernel with numba's calling convention, for those types) and refuses any others; arguments of

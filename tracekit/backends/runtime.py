@@ -87,7 +87,7 @@ def _others_running() -> int:
     process's if it ran at either of two looks, one on each side of the machine's count.
     (With one look, right after calls of torch.compile and jax.jit functions, 45% of samples
     saw another process where there was none, and tracekit's kernels ran on one thread for the
-    next ``SAMPLE_S``: 12% with two looks, 1.5% with two looks in both of two samples.)"""
+    next ``SAMPLE_S``: 12% with two looks, 0.7% with two looks in both of two samples.)"""
     before = _own_running()
     runnable = _runnable("/proc/loadavg")
     return runnable - max(before, _own_running())
@@ -304,12 +304,12 @@ def on_one_blas_thread(fn, *args):
 # ------------------------------------------------------------ chunk kernels on Python threads
 # A parallel kernel of a plan without loops may compile as a serial ``nogil`` function of a
 # chunk [lo, hi) of its parallel loop (emit_cpu.KernelSource.chunk), which skips numba's parfor
-# pipeline for the kernel itself. By default (``numba``) a large kernel computing producers in
-# tiles does (drivers.worth_driving), its chunks run on numba's threads by a small parallel
-# driver that calls it by address (drivers.py), and the others stay numba's parallel loops;
-# with TRACEKIT_CPU_THREADS=pool every parallel kernel is a chunk kernel, its chunks on a
-# small persistent pool of Python threads, the calling thread doing one; with ``prange``,
-# every parallel kernel is numba's parallel loop (its body compiled at four levels).
+# pipeline for the kernel itself. By default (``numba``) the kernels drivers.worth_driving picks
+# do (tiled, row and float64 fast-math kernels), their chunks run on numba's threads by a small
+# parallel driver that calls them by address (drivers.py), and the others stay numba's
+# parallel loops; with TRACEKIT_CPU_THREADS=pool every parallel kernel is a chunk kernel, its
+# chunks on a small persistent pool of Python threads, the calling thread doing one; with
+# ``prange``, every parallel kernel is numba's parallel loop (its body compiled at four levels).
 THREAD_MODES = ("numba", "pool", "prange")
 
 
