@@ -79,11 +79,14 @@ def _others_running() -> int:
     return n
 
 
-def settle(pause_s: float = 0.002, most_s: float = 0.1) -> float:
+def settle(pause_s: float = 0.002, most_s: float = 0.5) -> float:
     """Sleep ``pause_s``, then on until no other thread of this process runs (at most
     ``most_s`` in all): the thread pools a peer leaves spinning after its calls (torch's
-    OpenMP workers spin about 10 ms, OpenBLAS's and XLA's a while too) would otherwise hold a
-    core through the next peer's batch. Returns the seconds slept."""
+    OpenMP workers spin about 10 ms, OpenBLAS's 104 ms after a product, XLA's a while too)
+    would otherwise hold a core through the next peer's batch. (With ``most_s`` 0.1 the batch
+    after a product met OpenBLAS's last 4 ms of spinning: torch.compile's batches of a
+    18x128 by 128x2048 product then took 4-15 ms a call against 0.09 ms.) Returns the seconds
+    slept."""
     t0 = time.perf_counter()
     time.sleep(pause_s)
     while _others_running() and time.perf_counter() - t0 < most_s:
