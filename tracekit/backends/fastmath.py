@@ -68,8 +68,9 @@ Implementation notes
 * Float <-> int reinterpretation uses a tiny LLVM ``bitcast`` intrinsic; float
   -> int *conversions* are never applied to values that may be nan/inf/huge
   (they are undefined in LLVM).
-* ``sin``/``cos``/``tan``: Cody-Waite reduction by pi/2 up to ``|x| <= 2**20``
-  (float32, three float32 parts) and ``|x| <= 3e6`` (float64, 3x32+53 bits),
+* ``sin``/``cos``/``tan``: Cody-Waite reduction up to ``|x| <= 2**20`` (float32: ``sin``
+  and ``cos`` by pi in float64, ``tan`` by pi/2 in three float32 parts) and ``|x| <= 3e6``
+  (float64, by pi/2 in 3x32+53 bits),
   Payne-Hanek beyond, so every finite input is accurate (the hardest double,
   6381956970095103 * 2**797, is in the tests).  The float32 Payne-Hanek uses
   integer arithmetic on four 64-bit words of 2/pi; the float64 one reads four
@@ -83,9 +84,11 @@ Implementation notes
   (float32 polynomials; where one rounding too many would cost an ulp, a float32 pair carries
   the error to the last sum); float32 ``power, arctan2, arcsinh, arccosh, arctanh, cbrt,
   hypot, logaddexp`` and ``power_const`` are evaluated with the float64 kernels and rounded
-  once (accurate, about half the float32 speed); float32 ``tan`` reduces its argument as
-  ``sin`` does (in float32) and evaluates only the polynomials in float64, float32 ``exp2``
-  splits off the integer part exactly and evaluates a polynomial of the rest in float64.
+  once (accurate, about half the float32 speed); float32 ``sin`` and ``cos`` reduce by pi in
+  float64 (``x - n*pi`` exact in its first part) and evaluate one odd polynomial in float64
+  (twice the speed of the float32 pair reduction with both polynomials that ``tan`` keeps: it
+  reduces in float32 and evaluates only the polynomials in float64); float32 ``exp2`` splits
+  off the integer part exactly and evaluates ``exp`` of the rest times ln2 as a float32 pair.
 * ``logaddexp`` is NumPy's formula ``max + log1p(exp(-|x-y|))``, which cancels near the zero
   of ``e**x + e**y = 1`` (NumPy's float32 loop is thousands of ulps off there). float32
   evaluates it in float64 and is within an ulp down to results of 2**-26; float64 promises
@@ -480,6 +483,8 @@ _NAN32 = _f32(np.nan)
 _L2E32 = _f32(_h("0x1.715476p+0"))
 _LN2HI32 = _f32(_h("0x1.62e400p-1"))  # 16 significant bits: k*LN2HI exact
 _LN2LO32 = _f32(_h("0x1.7f7d1cp-20"))
+_LN2_32 = _f32(np.log(2.0))  # ln2 as a float32 pair
+_LN2_LO32 = _f32(np.log(2.0) - float(_LN2_32))
 _MINNORM32 = _f32(_h("0x1p-126"))
 _TWO23_32 = _f32(8388608.0)
 _SQRTH32_BITS = 0x3F3504F3  # bits of sqrt(0.5) (rounded down)
@@ -515,6 +520,7 @@ _PIO2_1, _PIO2_2, _PIO2_3, _PIO2_4 = _PIO2_64
 _PIO2_H, _PIO2_L = _PIO2_DD
 _PIO4_H, _PIO4_L = _PIO2_H / 2, _PIO2_L / 2
 _PI_H, _PI_L = _PIO2_H * 2, _PIO2_L * 2
+_INV_PI64 = 1.0 / np.pi
 _PIO2_H32 = _f32(_PIO2_H)  # pi/2, pi/4 and pi as float32 pairs
 _PIO2_L32 = _f32((_PIO2_H - float(_PIO2_H32)) + _PIO2_L)
 _PIO4_H32, _PIO4_L32 = _PIO2_H32 / _f32(2), _PIO2_L32 / _f32(2)
@@ -527,18 +533,6 @@ _NAN = np.nan
 # Fitted with a Remez exchange in 50-digit arithmetic (mpmath), rounded to
 # the working precision.
 _COEFFS = {
-    # float32 exp2 in float64: 2^f = sum (f ln2)^n / n!, |f| <= 1/2 (Taylor, 2^-32.3)
-    "EXP2_32": (
-        "0x1.0000000000000p+0",
-        "0x1.62e42fefa39efp-1",
-        "0x1.ebfbdff82c58fp-3",
-        "0x1.c6b08d704a0c0p-5",
-        "0x1.3b2ab6fba4e77p-7",
-        "0x1.5d87fe78a6731p-10",
-        "0x1.430912f86c787p-13",
-        "0x1.ffcbfc588b0c7p-17",
-        "0x1.62c0223a5c824p-20",
-    ),
     # float32: expm1(r) - r = r^2 * P(r), |r| <= ln2/2, relative to exp(r)  (2^-28.2)
     "EXP32": (
         "0x1.fffffc0000000p-2",
@@ -739,6 +733,12 @@ _COEFFS["COSH32"] = (
     "0x1.5555560000000p-5", "0x1.6c16ca0000000p-10", "0x1.a00eb00000000p-16",
     "0x1.2c69680000000p-22",
 )  # fmt: skip
+# float32 sin and cos in float64: sin(r) = r + r^3 S(r^2), |r| <= pi/2, fitted by least squares
+# weighted toward equal relative error at the Chebyshev nodes of r^2 (mpmath); 2**-35.2 relative
+_COEFFS["SIN_HALF_PI"] = (
+    "-0x1.55555546fdc2ap-3", "0x1.11110c34a98cap-7", "-0x1.a017d3f5712c5p-13",
+    "0x1.716fe1ffee27fp-19", "-0x1.9a5c5838388a2p-26",
+)  # fmt: skip
 # log(m) tail for the double-double log: s^7 * sum_k 2 z^k / (2k+7) (Taylor, z <= 0.0295)
 _COEFFS["LOGDD_TAIL"] = tuple(float(2.0 / (2 * k + 7)).hex() for k in range(10))
 
@@ -760,7 +760,6 @@ def _poly(name, dtype, start=0):
 
 
 _p_exp32 = _poly("EXP32", _f32)
-_p_exp2_32 = _poly("EXP2_32", float)
 _p_expm1_32 = _poly("EXPM1_32", _f32)
 _p_log32 = _poly("LOG32", _f32)
 _p_tanh32 = _poly("TANH32", _f32)
@@ -774,6 +773,7 @@ _p_log64 = _poly("LOG64", float)
 _p_logdd_tail = _poly("LOGDD_TAIL", float)
 _p_tanh64 = _poly("TANH64", float)
 _p_sin64 = _poly("SIN64", float, start=1)
+_p_sin_half_pi = _poly("SIN_HALF_PI", float)
 _S0_64 = _h(_COEFFS["SIN64"][0])
 _p_cos64 = _poly("COS64", float)
 _p_erf64s = _poly("ERF64S", float)
@@ -962,6 +962,39 @@ def _reduce32(x):
         rh = rbh
         rl = rbl
     return q, rh, rl
+
+
+@_helper
+def _sin_by_pi32(x, half):
+    """(sin r, n) for a float32 x, |x| <= _LIM32 (0 taken beyond): n = rint(x/pi - half), an
+    int64, r = x - (n + half)*pi in float64 (half 0 or 1/2), |r| <= pi/2. x less (n + half)
+    times pi's first 53 bits is exact (a multiple of 2**-52 below 2), the rest of pi leaves an
+    error far below r's ulp; sin r to 2**-35 relative: rounded to float32, within 1 ulp."""
+    xd = np.float64(x if abs(x) <= _LIM32 else _ZERO32)
+    j = _fma(xd, _INV_PI64, -half) + _SHD
+    n = _as_int(j) - _SHD_BITS
+    nf = (j - _SHD) + half
+    r = _fma(nf, -_PI_H, xd)
+    r = _fma(nf, -_PI_L, r)
+    z = r * r
+    return _fma(r * z, _p_sin_half_pi(z), r), n
+
+
+@_helper
+def _sin_near32(x):
+    """sin_f32 for |x| <= _LIM32 and +-inf/nan: sin(x) = (-1)**n sin(x - n*pi)."""
+    s, n = _sin_by_pi32(x, 0.0)
+    res = _f32(-s if n & 1 else s)
+    res = x if x == _ZERO32 else res
+    return res if abs(x) < _INF32 else _NAN32
+
+
+@_helper
+def _cos_near32(x):
+    """cos_f32 for |x| <= _LIM32 and +-inf/nan: cos(x) = (-1)**(n+1) sin(x - (n + 1/2)*pi)."""
+    s, n = _sin_by_pi32(x, 0.5)
+    res = _f32(s if n & 1 else -s)
+    return res if abs(x) < _INF32 else _NAN32
 
 
 # ---------------------------------------------------------------------------
@@ -1703,14 +1736,14 @@ def erf_f32(x):
 def sin_f32(x):
     """Sine for float32.
 
-    Cody-Waite reduction by pi/2 (three float32 parts, fma, float32 pair
-    result) for |x| <= 2**20; float64 Payne-Hanek reduction (table of 2/pi
-    bits) beyond, so every finite input is accurate.  sin(-0.0) = -0.0.
+    For |x| <= 2**20 in float64: reduction by pi (exact to far below the result's
+    ulp), one odd polynomial, rounded once; float64 Payne-Hanek reduction (table
+    of 2/pi bits) beyond, so every finite input is accurate.  sin(-0.0) = -0.0.
     Domain: all float32 (+-inf -> nan).  max error vs correctly rounded: 1 ulp.
     """
     x = _f32(x)
     q, rh, rl = _reduce32(x)
-    return _sin32_of(x, q, rh, rl)
+    return _sin_near32(x) if abs(x) <= _LIM32 else _sin32_of(x, q, rh, rl)
 
 
 @_helper
@@ -1726,13 +1759,13 @@ def _sin32_of(x, q, rh, rl):
 
 @_jit
 def cos_f32(x):
-    """Cosine for float32 (same reduction as sin_f32).
+    """Cosine for float32 (as sin_f32: cos(x) = -sin(x - pi/2) near, Payne-Hanek beyond).
 
     Domain: all float32 (+-inf -> nan).  max error vs correctly rounded: 1 ulp.
     """
     x = _f32(x)
     q, rh, rl = _reduce32(x)
-    return _cos32_of(x, q, rh, rl)
+    return _cos_near32(x) if abs(x) <= _LIM32 else _cos32_of(x, q, rh, rl)
 
 
 @_helper
@@ -1758,19 +1791,22 @@ def power_f32(x, y):
 
 @_jit
 def exp2_f32(x):
-    """2**x for float32: x = k + f (k an integer, |f| <= 1/2, both exact), 2**f by a degree-8
-    polynomial in float64 (2**-32 relative), times 2**k exactly in float64, rounded once
-    (subnormal and overflowing results too).
+    """2**x for float32, in float32: x = k + f (k an integer, |f| <= 1/2, both exact), f*ln2
+    as a float32 pair r + dr, exp(r + dr) by exp_f32's polynomial, times 2**k in two steps
+    (subnormal and overflowing results as NumPy's).
 
     Domain: all float32.  max error vs correctly rounded: 1 ulp.
     """
-    x64 = np.float64(_f32(x))
-    xc = _select(x64 > 129.0, 129.0, _select(x64 < -151.0, -151.0, x64))  # nan stays nan
-    kf = xc + _SHD
-    k = _as_int(kf) - _SHD_BITS
-    f = xc - (kf - _SHD)
-    res = _f32(_ldexp64(_p_exp2_32(f), k))
-    return res if x64 == x64 else _NAN32
+    x = _f32(x)
+    xc = _f32(129.0) if x > _f32(129.0) else x  # nan stays nan
+    xc = _f32(-151.0) if xc < _f32(-151.0) else xc
+    kf = xc + _SH32
+    k = _as_int(kf) - _SH32_BITS
+    f = xc - (kf - _SH32)
+    r = f * _LN2_32
+    dr = _fma(f, _LN2_32, -r) + f * _LN2_LO32
+    t = _fma(_p_exp32(r), r * r, r)
+    return _ldexp32(_ONE32 + (t + dr), k)
 
 
 @_helper
@@ -2049,18 +2085,14 @@ def tan_f64(x):
 def sin_near_f32(x):
     """sin_f32 for |x| <= 2**20 and +-inf/nan; any other value for other arguments
     (``trig_far_f32``).  max error vs correctly rounded: 1 ulp."""
-    x = _f32(x)
-    q, rh, rl = _near32(x)
-    return _sin32_of(x, q, rh, rl)
+    return _sin_near32(_f32(x))
 
 
 @_jit
 def cos_near_f32(x):
     """cos_f32 for |x| <= 2**20 and +-inf/nan (see sin_near_f32).
     max error vs correctly rounded: 1 ulp."""
-    x = _f32(x)
-    q, rh, rl = _near32(x)
-    return _cos32_of(x, q, rh, rl)
+    return _cos_near32(_f32(x))
 
 
 @_jit
