@@ -156,6 +156,53 @@ def test_column_reductions_chunk_their_column_blocks(chunked, shape):
         assert kinds(c) == ["row"] and re.search(r"for k\d+_cb in range\(k\d+_lo", c.source)
 
 
+def centred_rows(x):
+    y = np.log1p(np.abs(x)) * 1.5
+    d = y - y.mean(axis=-1, keepdims=True)
+    return d / np.sqrt((d * d).mean(axis=-1, keepdims=True) + 1e-5) * y
+
+
+def centred_columns(x):
+    d = x - x.mean(axis=0)
+    return d / np.sqrt((d * d).mean(axis=0) + 1e-5) * np.exp(-np.abs(x))
+
+
+@pytest.mark.parametrize("fn", [centred_rows, centred_columns])
+def test_scratch_is_never_allocated_on_numbas_threads(chunked, fn):
+    """A chunk kernel on numba's threads takes its scratch (accumulators, row values, values
+    kept for a later pass) as rows of arrays its caller passes, one row per thread (malloc
+    on numba's threads contends for a lock where two threads share an arena); on the
+    pool's Python threads, which all have numba's thread id 0, each chunk allocates its own.
+    Threads calling the kernel at once each have theirs."""
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((1201, 301))
+    t, c = compiled(fn, x)
+    (ks,) = c.program.chunks.values()
+    if chunked == "numba":
+        assert ks.workspace and "np.empty(" not in c.source and "get_thread_id()" in c.source
+    else:
+        assert not ks.workspace and "np.empty(" in c.source
+    inputs = [x * (k + 1) for k in range(4)]
+    wants = [t(a) for a in inputs]
+
+    def call(k):
+        for _ in range(10):
+            np.testing.assert_allclose(c(inputs[k]), wants[k], rtol=1e-12, atol=1e-14)
+
+    in_threads(call, 4)
+
+
+@pytest.mark.parametrize("fn", [centred_rows, centred_columns])
+def test_a_parallel_loops_scratch_is_one_row_per_thread_allocated_before_it(fn, monkeypatch):
+    monkeypatch.setenv("TRACEKIT_CPU_THREADS", "prange")  # numba's parallel loops
+    monkeypatch.setattr(runtime, "other_load", lambda: 0)
+    x = np.random.default_rng(14).standard_normal((1201, 301))
+    c = check(fn, x)
+    body = c.source[c.source.index("prange(") :]
+    assert "np.empty(" not in body and "get_thread_id()" in body
+    assert re.search(r"np\.empty\(\(\d+, \d+\)", c.source[: c.source.index("prange(")])
+
+
 def test_scans_chunk_their_rows(chunked):
     x = np.random.default_rng(5).standard_normal((4099, 67))
     c = check(running, x)

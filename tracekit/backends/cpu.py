@@ -133,7 +133,10 @@ class CpuProgram:
             read_here = {v for s in steps for v in s.inputs}  # stay arrays: read in the segment
             args = (math, min_parallel, views, windows, returns - read_here)
             alone = far_apart and len(steps) == 1
-            srcs = [kernel_source(s, *args, chunked, far_apart=alone) for s in steps]
+            srcs = [
+                kernel_source(s, *args, chunked, far_apart=alone, thread_scratch=not pool)
+                for s in steps
+            ]
             if any(ks.chunk is not None and "prange(" in ks.text for ks in srcs):
                 srcs = [kernel_source(s, *args, far_apart=alone) for s in steps]  # (a prange left)
             elif not pool and not (
@@ -147,7 +150,8 @@ class CpuProgram:
             ):  # numba's parallel loop, or a serial kernel: as without chunk kernels
                 srcs = [kernel_source(s, *args, far_apart=alone) for s in steps]
             if alone and srcs[0].chunk is not None and srcs[0].far_lines is not None:
-                srcs = [kernel_source(steps[0], *args, chunked)]  # a chunk keeps its libm pass
+                # a chunk keeps its libm pass
+                srcs = [kernel_source(steps[0], *args, chunked, thread_scratch=not pool)]
             params = [p for ks in srcs for p in ks.params()]
             parallel = any("prange(" in ks.text for ks in srcs)
             flags = f"parallel={NO_LOOP_FUSION if parallel else False}"
@@ -271,6 +275,10 @@ class CpuProgram:
                 for ks in srcs
                 for _, v, whole, owner in ks.owned_operands()
             )
+            workspace = [(shape, dtype) for ks in srcs for _, shape, dtype in ks.workspace]
+            sig += tuple(_rows_type(dtype) for _, dtype in workspace)
+            if workspace:  # numba.get_thread_id in it: its threads' symbols made known to LLVM
+                numba_threads()
             if name in self.chunks:  # the chunk's bounds
                 sig = (_chunk_index(self.chunks[name]),) * 2 + sig
             known, hits = len(disp.overloads), sum(disp.stats.cache_hits.values())
@@ -367,6 +375,20 @@ def _chunk_index(ks):
     import numba
 
     return numba.uint64 if ks.chunk_unsigned() else numba.int64
+
+
+def numba_threads() -> int:
+    """numba's thread count, its threads started (which defines their functions' symbols)."""
+    import numba
+
+    return numba.get_num_threads()
+
+
+def _rows_type(dtype):
+    """The numba type of a chunk kernel's scratch (``KernelSource.workspace``)."""
+    import numba
+
+    return numba.types.Array(numba.from_dtype(dtype), 2, "C")
 
 
 def _numba_type(v: Var, ks, whole=False):
@@ -514,6 +536,9 @@ class Runner:
                             args.append(names[v])
                         else:  # an input or a host op's value: a copy only if it is strided
                             args.append(f"_contiguous({names[v]})")
+                for ks in srcs:  # scratch of a chunk kernel, one row per numba thread
+                    for _, shape, dtype in ks.workspace:
+                        args.append(self._workspace(shape, dtype))
                 self.ns[name] = getattr(program.module, name)
                 lines.append(f"    {self._segment_call(name, args)}")
                 for v in (v for st in steps for v in st.outputs if v.weak):
@@ -642,6 +667,12 @@ class Runner:
             return f"_recycled(pool, {k}, {shape!r}, {dt})"
         k = self.n_temps
         self.n_temps += 1
+        return f"_temp(pool, {k}, {shape!r}, {dt})"
+
+    def _workspace(self, shape: tuple, dtype) -> str:
+        k, dt = self.n_temps, f"_dt_w{self.n_temps}"
+        self.n_temps += 1
+        self.ns[dt] = dtype
         return f"_temp(pool, {k}, {shape!r}, {dt})"
 
     def _operand(self, v: Var, name: str, ks) -> str:

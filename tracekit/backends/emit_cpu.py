@@ -76,6 +76,17 @@ def _init(node, dtype) -> str:
     return S.literal(accumulation(node).identity(dtype), np.dtype(dtype))
 
 
+APART = 256  # bytes between two threads' scratch: a line and its prefetched neighbour, twice
+
+
+def apart(size: int, dtype) -> int:
+    """Elements of a row of per-thread scratch of ``size`` elements: ``size`` and
+    :data:`APART` bytes more, a whole number of cache lines, so that two threads' rows share
+    none (two threads writing one line slow each other down)."""
+    itemsize = np.dtype(dtype).itemsize
+    return -(-size * itemsize // 64) * 64 // itemsize + APART // itemsize
+
+
 class KernelSource:
     """Source of one kernel: loop nests over its operands ``<kernel>_<var>`` (no ``def``)."""
 
@@ -91,6 +102,7 @@ class KernelSource:
         returns: frozenset = frozenset(),
         chunked: bool = False,
         far_apart: bool = False,
+        thread_scratch: bool = False,
     ):
         self.step, self.group, self.math = step, step.group, math
         # the libm pass (see _near_first) as the lines of a function of its own (``far_lines``),
@@ -100,6 +112,12 @@ class KernelSource:
         # the parallel loop as a serial loop over a chunk [lo, hi) of it, given at each call
         # (runtime.ChunkPool runs the chunks on threads): ``chunk`` = (its dim, trips, grain)
         self.chunked, self.chunk = chunked, None
+        # a chunk kernel's scratch: rows (one per numba thread) of arrays its caller passes,
+        # ``workspace`` (one array of rows per dtype), where ``thread_scratch`` (its chunks run
+        # on numba's threads), else allocated in the chunk (see _scratch_buffers)
+        self.thread_scratch = thread_scratch and chunked
+        self._work: dict = {}  # parameter -> [elements of a row, dtype]
+        self._work_at: dict = {}  # a scratch array's name -> its offset in its row
         self.lo, self.hi = f"{step.group.name}_lo", f"{step.group.name}_hi"
         g = self.group
         self.p = f"{g.name}_"
@@ -191,7 +209,16 @@ class KernelSource:
         return [(*op, self) for op in self.operands()]
 
     def params(self) -> list[str]:
-        return [p for p, _, _ in self.operands()]
+        return [p for p, _, _ in self.operands()] + [p for p, _, _ in self.workspace]
+
+    @property
+    def workspace(self) -> list:
+        """A chunk kernel's scratch its caller passes: ``(parameter, (rows, size), dtype)``, an
+        array per dtype, a row per numba thread holding each scratch array of the dtype."""
+        import numba
+
+        rows = numba.config.NUMBA_NUM_THREADS
+        return [(p, (rows, apart(size, dtype)), dtype) for p, (size, dtype) in self._work.items()]
 
     def read(self, v: Var) -> str:
         if v in self.local:
@@ -353,6 +380,45 @@ class KernelSource:
         return all(
             OPS[n.op].kind == "elementwise" or OPS[n.op].keeps_order for n in self.group.nodes
         )
+
+    def _scratch_buffers(self, buffers, depth, header=None, chunk=False):
+        """Scratch ``buffers`` (name, size, dtype) at ``depth``: inside a ``prange`` body
+        (whose header is line ``header``) one row per numba thread of arrays the calling
+        thread allocates before the loop; at the top of a chunk kernel whose chunks run on
+        numba's threads (``chunk``, :attr:`thread_scratch`) the rows of arrays its caller
+        passes (:attr:`workspace`); else arrays of their own. No ``np.empty`` runs on numba's
+        threads: allocations there contend for malloc's lock wherever two threads share an
+        arena (in a process of more threads than arenas, 8 per core: one that has run
+        jax.jit), where a column kernel ran 1.6x slower on two threads than on one."""
+        import numba
+
+        slots = numba.config.NUMBA_NUM_THREADS
+        if chunk and self.thread_scratch:
+            rows = []
+            for name, size, dtype in buffers:
+                dtype = np.dtype(dtype)
+                param = f"{self.p}{dtype.name}_work"
+                if name not in self._work_at:  # (the libm pass reuses the near pass's)
+                    used = self._work.setdefault(param, [0, dtype])
+                    self._work_at[name] = used[0]
+                    used[0] += apart(size, dtype) - APART // dtype.itemsize  # whole lines
+                at = self._work_at[name]
+                rows.append((name, f"{param}[{self.p}slot, {at}:{at + size}]"))
+        elif header is not None:
+            indent = "    " * (depth - 1)
+            self.lines[header:header] = [
+                f"{indent}{name}_t = np.empty(({slots}, {apart(size, dtype)}), {S.ctor(dtype)})"
+                for name, size, dtype in buffers
+            ]
+            rows = [(name, f"{name}_t[{self.p}slot]") for name, _, _ in buffers]
+        else:
+            for name, size, dtype in buffers:
+                self.emit(f"{name} = np.empty({size}, {S.ctor(dtype)})", depth)
+            return
+        if rows:
+            self.emit(f"{self.p}slot = numba.get_thread_id()", depth)
+        for name, row in rows:
+            self.emit(f"{name} = {row}", depth)
 
     def _prange(self, name, n, depth):
         """A parallel loop: numba compiles its body as a function of its own (see
@@ -622,18 +688,18 @@ class KernelSource:
         nch = min(n_outer, CHUNKS) if parallel else 1
         i0, ch = L.names[outer], f"{self.p}ch"
         depth = 1
+        header = None  # the prange's first line
         if parallel and self.chunked:
             self.chunk = (outer, n_outer, 1)
         elif parallel:
+            header = len(self.lines)
             self._prange(ch, nch, depth)
             depth += 1
         chunk_depth = depth
         self._far_chunk(chunk_depth)
-        for v in scratch:
-            if v not in self.alias:
-                self.emit(
-                    f"{self.p}s_{v.ident} = np.empty({L.red_total}, {S.ctor(v.dtype)})", depth
-                )
+        buffers = [(f"{self.p}s_{v.ident}", L.red_total, v.dtype) for v in scratch]
+        buffers = [b for b, v in zip(buffers, scratch) if v not in self.alias]
+        self._scratch_buffers(buffers, depth, header, chunk=parallel and self.chunked)
         if self._in_chunk(outer, depth):
             lo, hi = self.lo, self.hi
         elif parallel:  # rows spread evenly over the chunks (see _even_chunk)
@@ -756,29 +822,37 @@ class KernelSource:
         nblocks = self._column_blocks(n)
         b, c, width, start = f"{self.p}cb", f"{self.p}c", f"{self.p}cn", f"{self.p}c0"
         depth = 1
-        if not serial and self._parallel() and nblocks > 1:
+        rows = [v for v in g.role if g.role[v] == "row"]
+        buffers = [
+            (f"{self.p}r_{r.out.ident}", COLUMNS, acc_dtype(r, r.out.dtype)) for r in self.reduces
+        ]
+        buffers += [(f"{self.p}cv_{v.ident}", COLUMNS, v.dtype) for v in rows]
+        buffers += [
+            (f"{self.p}s_{v.ident}", L.red_total * COLUMNS, v.dtype)
+            for v in scratch
+            if v not in self.alias
+        ]
+        parallel = not serial and self._parallel() and nblocks > 1
+        chunk = parallel and self.chunked and self.chunk is None
+        per_thread = parallel and not chunk
+        if not per_thread:  # the call's (or the chunk's) blocks one after another: once
+            self._scratch_buffers(buffers, depth, chunk=chunk)
+        header = len(self.lines)
+        if parallel:
             self._parallel_loop(b, nblocks, depth, "columns")
         elif self._in_chunk("columns", depth):
             self.emit(f"for {b} in range({self.lo}, {self.hi}):", depth)
         else:
             self.emit(f"for {b} in range({nblocks}):", depth)
         depth += 1
+        if per_thread:
+            self._scratch_buffers(buffers, depth, header)
         lo, hi = (
             f"np.uint64({k}) * np.uint64({n}) // np.uint64({nblocks})" for k in (b, f"{b} + 1")
         )
         self.emit(f"{start} = {lo}", depth)
         self.emit(f"{width} = {hi} - {start}", depth)
         self._far_chunk(depth)
-        for r in self.reduces:
-            acc = S.ctor(acc_dtype(r, r.out.dtype))
-            self.emit(f"{self.p}r_{r.out.ident} = np.empty({COLUMNS}, {acc})", depth)
-        rows = [v for v in g.role if g.role[v] == "row"]
-        for v in rows:
-            self.emit(f"{self.p}cv_{v.ident} = np.empty({COLUMNS}, {S.ctor(v.dtype)})", depth)
-        for v in scratch:
-            if v not in self.alias:
-                size = L.red_total * COLUMNS
-                self.emit(f"{self.p}s_{v.ident} = np.empty({size}, {S.ctor(v.dtype)})", depth)
         self.acc_at = f"[{c}]"
         flat = f"np.uint64({L.flat_red()}) * np.uint64({COLUMNS}) + {c}"
 
@@ -1107,13 +1181,17 @@ def kernel_source(
     returns: frozenset = frozenset(),
     chunked: bool = False,
     far_apart: bool = False,
+    thread_scratch: bool = False,
 ) -> KernelSource:
     """The kernel of ``step``; ``strided`` inputs are views the plan makes (read in place),
     ``windows`` the views read (or written) through the arrays they slice, ``returns`` the
     0-d results it may give back as scalars (``KernelSource.returned``); ``chunked``: its
     parallel loop as a chunk of it (``KernelSource.chunk``), where its kind allows;
     ``far_apart``: its pass through libm for huge trig arguments as a function of its own
-    (``KernelSource.far_lines``), which its caller runs where the kernel's result says so."""
-    ks = KernelSource(step, math, min_parallel, strided, windows, returns, chunked, far_apart)
+    (``KernelSource.far_lines``), which its caller runs where the kernel's result says so;
+    ``thread_scratch``: a chunk kernel's scratch from its caller (``KernelSource.workspace``)."""
+    ks = KernelSource(
+        step, math, min_parallel, strided, windows, returns, chunked, far_apart, thread_scratch
+    )
     ks.text = ks.source()
     return ks

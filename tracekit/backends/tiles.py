@@ -226,10 +226,12 @@ class TiledKernelSource(KernelSource):
     """A consumer kernel that computes its tiled producers' rows for each tile of its rows
     into per-thread scratch, then reads them there (``Step.tiles``)."""
 
-    def __init__(self, step: Step, math, min_parallel, strided, windows, returns, chunked=False):
+    def __init__(
+        self, step: Step, math, min_parallel, strided, windows, returns, chunked=False, **kw
+    ):
         own = dataclasses.replace(step, inputs=step.kernel_inputs, tiles=[])
         windows = {**(windows or {}), **{v: w for t in step.tiles for v, w in t.windows.items()}}
-        super().__init__(own, math, min_parallel, strided, windows, returns, chunked)
+        super().__init__(own, math, min_parallel, strided, windows, returns, chunked, **kw)
         self.step, self.tiles = step, step.tiles
         self.scratch = {}  # each tiled value: (its scratch's name, the source of its row 0)
         self.producers = []
@@ -356,11 +358,13 @@ class _ProducerSource(KernelSource):
         return self.lines
 
 
-def kernel_source(step: Step, *args, far_apart=False) -> KernelSource:
+def kernel_source(step: Step, *args, far_apart=False, thread_scratch=False) -> KernelSource:
     """:func:`emit_cpu.kernel_source`, for a step with tiles too (whose libm pass stays in the
     kernel: ``far_apart`` applies to untiled ones)."""
     if not step.tiles:
-        return emit_cpu.kernel_source(step, *args, far_apart=far_apart)
-    ks = TiledKernelSource(step, *args)
+        return emit_cpu.kernel_source(
+            step, *args, far_apart=far_apart, thread_scratch=thread_scratch
+        )
+    ks = TiledKernelSource(step, *args, thread_scratch=thread_scratch)
     ks.text = ks.source()
     return ks
