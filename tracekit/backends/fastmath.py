@@ -1220,10 +1220,9 @@ def _exp2_64_impl(x):
     j = xc + _SHD
     k = _as_int(j) - _SHD_BITS
     r = xc - (j - _SHD)  # exact, |r| <= 1/2
-    rh = r * _LN2_DDH
+    rh = r * _LN2_DDH  # |rh| <= ln2/2 (+tiny): exp_mant's range, no second reduction
     rl = _fma(r, _LN2_DDH, -rh) + r * _LN2_DDL
-    r2, dr2, k2 = _exp_reduce64(rh, rl)
-    return _ldexp64(_exp_mant64(r2, dr2), k + k2)
+    return _ldexp64(_exp_mant64(rh, rl), k)
 
 
 @_helper
