@@ -661,19 +661,19 @@ class Runner:
         if v in result_pos:
             i = result_pos[v]
             return f"_out({i}, outs, pool, {shape!r}, {dt})"
-        if v in self.escaping:
-            k = self.n_temps
-            self.n_temps += 1
-            return f"_recycled(pool, {k}, {shape!r}, {dt})"
-        k = self.n_temps
-        self.n_temps += 1
-        return f"_temp(pool, {k}, {shape!r}, {dt})"
+        return self._pooled("_recycled" if v in self.escaping else "_temp", shape, dt)
 
     def _workspace(self, shape: tuple, dtype) -> str:
-        k, dt = self.n_temps, f"_dt_w{self.n_temps}"
-        self.n_temps += 1
+        dt = f"_dt_w{self.n_temps}"
         self.ns[dt] = dtype
-        return f"_temp(pool, {k}, {shape!r}, {dt})"
+        return self._pooled("_temp", shape, dt)
+
+    def _pooled(self, fn: str, shape: tuple, dt: str) -> str:
+        """Source of a buffer the call's pool keeps under a key of its own (``fn``: ``_temp``
+        or ``_recycled``), of ``shape`` and the dtype named ``dt``."""
+        k = self.n_temps
+        self.n_temps += 1
+        return f"{fn}(pool, {k}, {shape!r}, {dt})"
 
     def _operand(self, v: Var, name: str, ks) -> str:
         if ks.layout.is_scalar(v) and v in ks.inputs:

@@ -354,11 +354,16 @@ class KernelSource:
     def _parallel_loop(self, name, n, depth, dim):
         """A parallel loop of ``n`` trips over ``dim``: ``prange``, or in a chunk kernel (at the
         top level, once) a loop over the chunk ``[lo, hi)`` of it."""
-        if not (self.chunked and depth == 1 and self.chunk is None):
+        if not self._chunk_loop_at(depth):
             self._prange(name, n, depth)
             return
         self.chunk = (dim, n, 1)
         self.emit(f"for {name} in range({self.lo}, {self.hi}):", depth)
+
+    def _chunk_loop_at(self, depth) -> bool:
+        """Whether a parallel loop at ``depth`` is the chunk kernel's loop over its chunk
+        (the first at the top level) rather than a ``prange``."""
+        return self.chunked and depth == 1 and self.chunk is None
 
     def _in_chunk(self, dim, depth) -> bool:
         """Whether a serial loop over ``dim`` at ``depth`` covers the chunk only (the same
@@ -697,8 +702,9 @@ class KernelSource:
             depth += 1
         chunk_depth = depth
         self._far_chunk(chunk_depth)
-        buffers = [(f"{self.p}s_{v.ident}", L.red_total, v.dtype) for v in scratch]
-        buffers = [b for b, v in zip(buffers, scratch) if v not in self.alias]
+        buffers = [
+            (f"{self.p}s_{v.ident}", L.red_total, v.dtype) for v in scratch if v not in self.alias
+        ]
         self._scratch_buffers(buffers, depth, header, chunk=parallel and self.chunked)
         if self._in_chunk(outer, depth):
             lo, hi = self.lo, self.hi
@@ -833,7 +839,7 @@ class KernelSource:
             if v not in self.alias
         ]
         parallel = not serial and self._parallel() and nblocks > 1
-        chunk = parallel and self.chunked and self.chunk is None
+        chunk = parallel and self._chunk_loop_at(depth)
         per_thread = parallel and not chunk
         if not per_thread:  # the call's (or the chunk's) blocks one after another: once
             self._scratch_buffers(buffers, depth, chunk=chunk)

@@ -943,21 +943,27 @@ def _near32(x):
 
 
 @_helper
-def _reduce32(x):
-    """x = q*pi/2 + rh + rl (float32 pair) for any finite float32 x."""
-    q, rh, rl = _near32(x)
+def _far32(x):
+    """x = q*pi/2 + rh + rl (float32 pair) for a finite float32 |x| > _LIM32, by Payne-Hanek
+    in float64 (any value below)."""
     ax = abs(x)
-    small = ax <= _LIM32
-    # large arguments: Payne-Hanek in float64 (selected, both are evaluated)
-    axl = ax if not small else _LIM32
-    qb, rb = _ph32(axl)
+    qb, rb = _ph32(ax if ax > _LIM32 else _LIM32)
     rbh = _f32(rb)
     rbl = _f32(rb - np.float64(rbh))
     if x < _ZERO32:
         qb = -qb
         rbh = -rbh
         rbl = -rbl
-    if not small:
+    return qb, rbh, rbl
+
+
+@_helper
+def _reduce32(x):
+    """x = q*pi/2 + rh + rl (float32 pair) for any finite float32 x."""
+    q, rh, rl = _near32(x)
+    # large arguments: Payne-Hanek (selected, both are evaluated)
+    qb, rbh, rbl = _far32(x)
+    if abs(x) > _LIM32:
         q = qb
         rh = rbh
         rl = rbl
@@ -1741,7 +1747,7 @@ def sin_f32(x):
     Domain: all float32 (+-inf -> nan).  max error vs correctly rounded: 1 ulp.
     """
     x = _f32(x)
-    q, rh, rl = _reduce32(x)
+    q, rh, rl = _far32(x)
     return _sin_near32(x) if abs(x) <= _LIM32 else _sin32_of(x, q, rh, rl)
 
 
@@ -1763,7 +1769,7 @@ def cos_f32(x):
     Domain: all float32 (+-inf -> nan).  max error vs correctly rounded: 1 ulp.
     """
     x = _f32(x)
-    q, rh, rl = _reduce32(x)
+    q, rh, rl = _far32(x)
     return _cos_near32(x) if abs(x) <= _LIM32 else _cos32_of(x, q, rh, rl)
 
 
