@@ -728,6 +728,28 @@ def test_the_engines_agree_with_each_other():
     assert out[0] == out[1]
 
 
+def heat(u, steps):
+    for _ in range(steps):
+        u[1:-1, 1:-1] += 0.1 * (
+            u[2:, 1:-1] + u[:-2, 1:-1] + u[1:-1, 2:] + u[1:-1, :-2] - 4 * u[1:-1, 1:-1]
+        )
+    return u
+
+
+def test_a_thousand_step_loop_is_drawn_once_by_each_engine(engine):
+    """The drawing of a rolled loop does not grow with its trip count: a heat equation of
+    1,000 in-place steps (whose unrolled picture crashed the system ``dot``) is its body once."""
+    t = tk.trace(heat, np.zeros((16, 16)), 1000)
+    (loop,) = [n for n in t.graph.nodes if n.op == "loop"]
+    svg = tk.render(t).pipe(format="svg")
+    d = Drawing(svg)
+    cluster = f"node-{loop.outputs[0].name}"
+    assert "\u00d71000" in d.text(cluster).replace(",", "")
+    body_ops = [g for g in d.ids("op") if g.startswith(cluster + "/")]
+    assert len(body_ops) == len(loop.attrs["body"].nodes) < 20
+    assert len(svg) < 100_000, len(svg)
+
+
 def test_render_to_a_file(tmp_path, engine):
     path = tk.render(mlp_traced()).render(tmp_path / "mlp", format="svg")
     assert path.endswith("mlp.svg") and ET.parse(path).getroot().tag == SVG + "svg"

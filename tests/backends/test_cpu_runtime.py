@@ -639,6 +639,34 @@ def test_kernels_leave_the_cores_other_processes_keep_busy(monkeypatch):
         numba.set_num_threads(base)
 
 
+def _small_loop_beside(x, steps):
+    y = np.tanh(x) * 2.0  # (a parallel kernel from 2**15 elements)
+    s = y[:64]
+    for t in range(steps):
+        s = np.sin(s) * 0.5 + t
+    return y + s.sum()
+
+
+@pytest.mark.parametrize("size, parallel", [(64, False), (40_000, True)])
+def test_a_call_fits_the_threads_only_where_a_kernel_may_run_in_parallel(
+    monkeypatch, size, parallel
+):
+    """A call of the whole graph as one numba function sets the thread count first only where
+    one of its functions has a parallel loop: elsewhere the look at the load is time lost."""
+    import tracekit.backends as backends
+    from tracekit.backends import cpu
+
+    x = np.linspace(0, 1, size)
+    c, _ = compiled(_small_loop_beside, x, 50)  # (a loop too large to unroll)
+    assert c.runner.quick_whole
+    fits = []
+    monkeypatch.setitem(c.runner.ns, "_fit_threads", lambda: fits.append(1))
+    monkeypatch.setattr(backends, "fit_threads", lambda: fits.append(1))
+    np.testing.assert_allclose(c(x, 50), _small_loop_beside(x, 50))
+    assert cpu.runs_parallel(c.runner.whole) is parallel
+    assert len(fits) == parallel
+
+
 def test_a_task_that_runs_for_one_look_takes_no_core(monkeypatch):
     """The load sample is the fewer of two looks ``SAMPLE_S`` apart: a task seen once (another
     process's for a moment, or a thread of this one going idle between the two reads of a

@@ -165,10 +165,11 @@ class Compiled:
         apply (the general path then checks the arguments and says what is wrong)."""
         pools, make_pool = self._pools, self._pool
         fast = self.runner.quick
-        if fast is None:
-            return None
+        if fast is None or self.runner.quick_whole:
+            return fast  # (whole_graph's: it fits the threads where it needs to)
 
         def quick(args):
+            fit_threads()
             try:
                 pool = pools.pool
             except AttributeError:
@@ -218,12 +219,12 @@ class Compiled:
         >>> c(np.zeros(1000, np.float32), out=out) is out, out[:3]
         (True, array([1., 1., 1.], dtype=float32))
         """
-        if self.target == "cpu":
-            fit_threads()
         if out is None and self._quick is not None:
             result = self._quick(args)
             if result is not None:
                 return result
+        if self.target == "cpu":
+            fit_threads()
         if self.target == "cuda":  # device arrays in/out, streams: the cuda runner's own path
             if self._workspace:  # (its inputs stay on the device: the workspace has none)
                 with run_workspace(self.graph, []):

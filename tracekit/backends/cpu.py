@@ -46,7 +46,7 @@ from .emit_cpu import PARALLEL_MIN_WORK, PARALLEL_MIN_WORK_BESIDE_BLAS, POOL_MIN
 from .offsets import fuse_at_offsets
 from .planner import Plan, blas_out, calls_blas, escaping, handed_over, in_place_updates
 from .planner import plan as make_plan
-from .runtime import blas_may_thread, fitted_blas, run_chunks
+from .runtime import blas_may_thread, fit_threads, fitted_blas, run_chunks, runs_parallel
 from .tiles import kernel_source
 from .windows import view_windows
 
@@ -572,6 +572,7 @@ class Runner:
         self.fn = self.ns["run"]
         self.fast = self.ns.get("fast")
         self.quick = self.ns.get("quick")
+        self.quick_whole = "def quick(args):" in self.source
 
     def _fast_source(self, body, outs, call_statics=None) -> str | None:
         """``fast(args, outs, pool)``: the whole call for plain arrays of the traced shapes and
@@ -579,7 +580,8 @@ class Runner:
 
         With ``call_statics`` (per argument of the call, None for an array or ``(value,)``
         for a static value), ``quick(args, pool)``: the same for the call's own arguments,
-        the static values among them checked in line."""
+        the static values among them checked in line; ``quick(args)`` where the call runs
+        ``whole_graph``, which takes no pool."""
         g = self.plan.graph
         args = [v for v, s in zip(g.inputs, g.specs) if s.kind == "arg"]
         others = [v for v, s in zip(g.inputs, g.specs) if s.kind != "arg"]
@@ -617,10 +619,14 @@ class Runner:
             )
             lines.append("        return None")
         if call_statics is not None and self.whole is not None:  # (no constants, no captures)
-            self.ns["_whole"] = self.whole
+            self.ns["_whole"], self.ns["_fit_threads"] = self.whole, fit_threads
+            lines[0] = "def quick(args):"
             for v in args:  # the whole graph's driver takes C-contiguous arrays
                 lines += [f"    if not v_{v.ident}.flags.c_contiguous:", "        return None"]
-            lines.append(f"    return _whole({', '.join(f'v_{v.ident}' for v in args)})[0]")
+            if runs_parallel(self.whole):  # (its thread count, on a busy machine)
+                lines.append("    _fit_threads()")
+            scalar = "[()]" if g.outputs[0].shape == () else ""
+            lines.append(f"    return _whole({', '.join(f'v_{v.ident}' for v in args)})[0]{scalar}")
             return "\n".join(lines) + "\n"
         if call_statics is not None:
             lines.append("    outs = None")

@@ -128,6 +128,28 @@ def one_thread():
         numba.set_num_threads(threads)
 
 
+def runs_parallel(function) -> bool:
+    """Whether numba function ``function`` may start a parallel region: it or a numba function
+    its module (or theirs) holds was compiled with ``parallel=``.
+
+    >>> import numba
+    >>> runs_parallel(numba.njit(lambda x: x + 1))
+    False
+    """
+    from numba.core.registry import CPUDispatcher
+
+    seen, todo = set(), [function]
+    while todo:
+        f = todo.pop()
+        if id(f) in seen:
+            continue
+        seen.add(id(f))
+        if f.targetoptions.get("parallel", False) is not False:  # (numba empties a dict of
+            return True  # options as it compiles: {} is parallel too)
+        todo += [v for v in f.py_func.__globals__.values() if isinstance(v, CPUDispatcher)]
+    return False
+
+
 def fit_threads():
     """Set the calling thread's numba thread count for its next kernels: the count it had
     (``numba.set_num_threads``) less the cores other processes keep busy, one at least."""
