@@ -3,7 +3,7 @@ the residuals saved in every iteration (the default), with the state alone saved
 iteration (``checkpoint=1``: the reverse replays each body), with checkpointing in segments, and
 jax's ``grad`` of the same program written with ``lax.fori_loop``; each measured in a fresh
 process of its own, side by side in one run. Also the largest difference between the
-gradients.
+gradients (with respect to ``x`` and ``w``).
 
 ``--program moving``: a loop whose indices move with the iteration count (a row of ``a`` read
 and an element of ``out`` written in iteration ``t``), whose checkpoint segments count from
@@ -13,11 +13,18 @@ their offsets.
     .venv/bin/python benchmarks/loop_grad.py --steps 100 --size 64
     .venv/bin/python benchmarks/loop_grad.py --program moving
     .venv/bin/python benchmarks/loop_grad.py --before /tmp/old   # and another checkout's rows
+    .venv/bin/python benchmarks/loop_grad.py --state lasting   # a state that stays of order 1
 
 ``--before DIR``: the tracekit rows again with the tracekit of another checkout at ``DIR`` (an
 earlier revision, ``git archive REV | tar -x -C DIR``), in the same run. ``--rounds N``: every
 row N times, the rows interleaved (a loaded machine slows them alike); build and first call
 are the first round's, warm ms the median of the rounds' medians.
+
+With the default ``--state decaying`` (``w`` 0.9 times a normal) the state decays towards 0
+and, after some hundred steps, part of it is subnormal (the run says how much): x86 takes
+many times longer for arithmetic on subnormal numbers, which XLA's CPU code flushes to zero and
+NumPy and tracekit keep, so warm times then compare IEEE arithmetic with flushed arithmetic.
+``--state lasting`` (``w`` in [1.5, 2.5)) keeps the state of order 1.
 """
 
 from __future__ import annotations
@@ -48,9 +55,11 @@ def moving(x, w, a, out, steps):
     return (x * x).sum() + (out * out).sum()
 
 
-def _data(size, steps=0, program="plain"):
+def _data(size, steps=0, program="plain", state="decaying"):
     rng = np.random.default_rng(0)
     x, w = rng.standard_normal((size, size)), 0.9 * rng.standard_normal((size, size))
+    if state == "lasting":  # every |w| > 1: x = tanh(w * x) has a fixed point other than 0
+        w = rng.uniform(1.5, 2.5, (size, size))
     if program == "plain":
         return x, w
     return x, w, 0.1 * rng.standard_normal((steps, size)), np.zeros(steps)
@@ -86,11 +95,17 @@ def _with_fori(steps, kind):
 
 
 def run_one(
-    how: str, steps: int, size: int, repeats: int, kind: str = "plain", root: Path = ROOT
+    how: str,
+    steps: int,
+    size: int,
+    repeats: int,
+    kind: str = "plain",
+    root: Path = ROOT,
+    state: str = "decaying",
 ) -> dict:
     """In this process: build the gradient function, call it ``repeats`` times; the numbers
     (tracekit imported from the checkout at ``root``)."""
-    args = _data(size, steps, kind)
+    args = _data(size, steps, kind, state)
     if how == "jax":
         import jax
         import jax.numpy as jnp
@@ -98,11 +113,12 @@ def run_one(
         jax.config.update("jax_enable_x64", True)
         on_device = [jnp.asarray(a) for a in args]
         base, start = _rss_mb(), time.perf_counter()
-        fn = jax.jit(jax.grad(_with_fori(steps, kind))).lower(*on_device).compile()
+        fn = jax.jit(jax.grad(_with_fori(steps, kind), argnums=(0, 1)))
+        fn = fn.lower(*on_device).compile()
         build = time.perf_counter() - start
 
         def call():
-            return np.asarray(fn(*on_device).block_until_ready())
+            return np.stack(jax.block_until_ready(fn(*on_device)))  # d/dx and d/dw
     else:
         sys.path.insert(0, str(root))
         import tracekit as tk
@@ -116,7 +132,7 @@ def run_one(
         one = np.ones(())
 
         def call():
-            return b(*[np.copy(a) for a in args], one)[0]
+            return np.stack(b(*[np.copy(a) for a in args], one)[:2])
 
     start = time.perf_counter()
     grad = call()
@@ -137,6 +153,19 @@ def run_one(
     }
 
 
+def _subnormal_share(args) -> str:
+    """How much of the loop's final state is subnormal or zero: arithmetic on subnormal
+    numbers is many times slower on x86, unless flushed to zero (XLA's CPU code flushes them;
+    NumPy and tracekit keep IEEE's)."""
+    data = _data(args.size, args.steps, args.program, args.state)
+    x, w = data[0], data[1]
+    for t in range(args.steps):
+        x = np.tanh(x * w + (data[2][t] if args.program == "moving" else 0.0)) * 0.9 + 0.1 * x
+    ax = np.abs(x)
+    subnormal = float(np.mean((ax > 0) & (ax < np.finfo(x.dtype).tiny)))
+    return f"{100 * subnormal:.1f}% subnormal, {100 * float(np.mean(ax == 0)):.1f}% zero"
+
+
 def _other(root) -> bool:
     """``root`` is another checkout than this one (``--before``)."""
     return Path(root).resolve() != ROOT
@@ -155,11 +184,19 @@ def main(argv=None):
     ap.add_argument("--program", choices=("plain", "moving"), default="plain")
     ap.add_argument("--before", type=Path, help="another checkout: its tracekit rows too")
     ap.add_argument("--rounds", type=int, default=1, help="each row this many times, interleaved")
+    ap.add_argument(
+        "--state",
+        choices=("decaying", "lasting"),
+        default="decaying",
+        help="w of 0.9 times a normal (a state that decays to 0) or in [1.5, 2.5)",
+    )
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
-        row = run_one(args.one, args.steps, args.size, args.repeats, args.program, args.root)
+        row = run_one(
+            args.one, args.steps, args.size, args.repeats, args.program, args.root, args.state
+        )
         print(json.dumps(row))
         return
     segment = max(1, int(round(args.steps**0.5)))
@@ -179,11 +216,12 @@ def main(argv=None):
         for r in rows:
             cmd = [sys.executable, __file__, "--one", r["how"], "--steps", str(args.steps)]
             cmd += ["--size", str(args.size), "--repeats", str(args.repeats)]
-            cmd += ["--program", args.program, "--root", r["root"]]
+            cmd += ["--program", args.program, "--root", r["root"], "--state", args.state]
             out = subprocess.run(cmd, capture_output=True, text=True, check=True)
             got = json.loads(out.stdout.strip().splitlines()[-1])
             r["warm"].append(got["warm_ms"])
             r.update({k: v for k, v in got.items() if k not in r})  # the first round's
+    print(f"the state after the loop: {_subnormal_share(args)}")
     ref = np.load(f"/tmp/loop_grad_{args.program}_jax.npy")
     head = ["build s", "first call s", "warm ms", "peak RSS MB", "growth MB", "max |g - jax|"]
     print(f"{'':23s} " + " ".join(f"{h:>13s}" for h in head))
