@@ -270,6 +270,22 @@ def test_jit_retraces_on_new_shapes_and_dtypes_and_explains_why():
         assert "cache hit" in f.explain() and len(calls) == 3
 
 
+def test_jit_calls_alternating_between_signatures_are_each_right():
+    """A call goes first to the compiled fast path of the call before it, which checks the
+    arguments it was traced for (shapes, dtypes, static values): any other call takes the
+    signature's own entry."""
+    f = tk.jit(lambda x, k: np.tanh(x) * k, wait=True)
+    a32, a64 = np.linspace(0, 1, 6, dtype=np.float32), np.linspace(0, 1, 6)
+    calls = [(a32, 2), (a32, 2), (a64, 2), (a64, 2), (a32, 3), (a32, 3), (a32, 2), (a64[:3], 2)]
+    calls += [(a64[::2], 2), (a64[::2], 2.5), (a64[::2], 2)]
+    for x, k in calls:
+        got, want = f(x, k), np.tanh(x) * k
+        assert got.dtype == want.dtype and got.shape == want.shape, (x.dtype, x.shape, k)
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert f.explain().startswith("cache hit")
+    assert f._last_quick is not None  # (the path under test was taken)
+
+
 def test_jit_static_arguments():
     @tk.jit
     def f(x, n, mode="add"):
@@ -624,19 +640,33 @@ def test_kernels_leave_the_cores_other_processes_keep_busy(monkeypatch):
     base = numba.config.NUMBA_NUM_THREADS
     numba.set_num_threads(base)
     monkeypatch.setattr(runtime, "_per_thread", threading.local())  # as in a new thread
-    c, _ = compiled(lambda x: np.tanh(x) + 1, np.ones(4))
+    n = 1 << 16  # (a kernel large enough to be parallel)
+    c, _ = compiled(lambda x: np.tanh(x) + 1, np.ones(n))
+    assert c.runner.threads
     try:
         for others, want in ((base + 3, 1), (0, base), (1, max(1, base - 1))):
             monkeypatch.setattr(runtime, "other_load", lambda o=others: o)
             monkeypatch.setattr(runtime, "_gate", [0.0, None])  # look again at this call
-            np.testing.assert_allclose(c(np.zeros(4)), np.ones(4))
+            np.testing.assert_allclose(c(np.zeros(n)), np.ones(n))
             assert numba.get_num_threads() == want, (others, want)
         numba.set_num_threads(1)  # the user's own setting is the most it uses
         monkeypatch.setattr(runtime, "_gate", [0.0, None])
-        c(np.zeros(4))
+        c(np.zeros(n))
         assert numba.get_num_threads() == 1
     finally:
         numba.set_num_threads(base)
+
+
+def test_a_serial_program_leaves_the_thread_count_alone(monkeypatch):
+    """A call whose kernels are all serial does not look at the machine's load: nothing it
+    runs would use the threads."""
+    import tracekit.backends as backends
+
+    c, _ = compiled(lambda x: np.tanh(x) + 1, np.ones(4))
+    assert not c.runner.threads
+    monkeypatch.setattr(backends, "fit_threads", lambda: pytest.fail("fitted the threads"))
+    np.testing.assert_allclose(c(np.zeros(4)), np.ones(4))
+    np.testing.assert_allclose(c(np.zeros(4), out=np.empty(4)), np.ones(4))
 
 
 def _small_loop_beside(x, steps):

@@ -131,6 +131,7 @@ class Compiled:
         self._workspace = uses_workspace(self.graph)  # python ops reading the run's workspace
         if (not plain or self._workspace) and target == "cpu":
             self.runner.fast = None  # the generated fast path returns one fresh plain result
+        self._fits = target == "cpu" and self.runner.threads  # (numba's thread count)
         self._quick = self._quick_call() if target == "cpu" and not self._workspace else None
         self._consts = [g.constants[v] for v, s in zip(g.inputs, g.specs) if s.kind == "const"]
         self.kernels = [
@@ -165,11 +166,18 @@ class Compiled:
         apply (the general path then checks the arguments and says what is wrong)."""
         pools, make_pool = self._pools, self._pool
         fast = self.runner.quick
-        if fast is None or self.runner.quick_whole:
+        if fast is not None and self.runner.quick_whole:
             return fast  # (whole_graph's: it fits the threads where it needs to)
+        if fast is None:  # arrays only: the fast path takes them as they are, no out=
+            plain = self.runner.fast
+            if plain is None or self._statics is not None:
+                return None
+            fast = lambda args, pool: plain(args, None, pool)  # noqa: E731
+        fits = self._fits
 
         def quick(args):
-            fit_threads()
+            if fits:
+                fit_threads()
             try:
                 pool = pools.pool
             except AttributeError:
@@ -223,7 +231,7 @@ class Compiled:
             result = self._quick(args)
             if result is not None:
                 return result
-        if self.target == "cpu":
+        if self._fits:
             fit_threads()
         if self.target == "cuda":  # device arrays in/out, streams: the cuda runner's own path
             if self._workspace:  # (its inputs stay on the device: the workspace has none)

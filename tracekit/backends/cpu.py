@@ -573,6 +573,21 @@ class Runner:
         self.fast = self.ns.get("fast")
         self.quick = self.ns.get("quick")
         self.quick_whole = "def quick(args):" in self.source
+        self.threads = self._may_start_threads()
+
+    def _may_start_threads(self) -> bool:
+        """Whether a call may start numba's threads (or the pool's, as many): then the call
+        fits their count to the machine's load first (:func:`fit_threads`). Loops and python
+        ops count as doing so."""
+        from numba.core.registry import CPUDispatcher
+
+        for key, v in self.ns.items():
+            if isinstance(v, CPUDispatcher):
+                if runs_parallel(v):
+                    return True
+            elif key in ("_chunks", "_matmul_threads", "_check_pyop") or key.startswith("loop"):
+                return True
+        return False
 
     def _fast_source(self, body, outs, call_statics=None) -> str | None:
         """``fast(args, outs, pool)``: the whole call for plain arrays of the traced shapes and

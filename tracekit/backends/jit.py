@@ -72,6 +72,9 @@ def _has_dask_array(args) -> bool:
 _PLAIN_STATICS = (int, bool, str, type(None))  # static arguments the quick signature keeps
 
 
+HIT = "cache hit: no retrace, no recompile"
+
+
 def _plain_key(args):
     """The quick signature of a call whose arguments are NumPy arrays and simple static values
     (``f(x, steps)``): (shape, dtype) of each array, (type, value) of each static, no pytree
@@ -193,6 +196,7 @@ class JitFunction:
         self.options.setdefault("progress", None)
         self.tier: str | None = None  # which tier answered the last call
         self._last_entry = None
+        self._last_quick = None  # the last entry's Compiled._quick (on the CPU)
         if target == "cpu" and not self._blocking():
             start_worker()  # now, not on the first call's path
         self._cache: OrderedDict = OrderedDict()
@@ -286,6 +290,12 @@ class JitFunction:
         return tuple(ba.args), dict(ba.kwargs)
 
     def __call__(self, *args, **kwargs):
+        quick = self._last_quick  # the last call's compiled fast path: it checks the arguments
+        if quick is not None and not kwargs:
+            result = quick(args)
+            if result is not None:
+                self._last_reason = HIT
+                return result
         key = None if kwargs else _plain_key(args)
         if key is not None:
             entry = self._plain.get(key)
@@ -296,7 +306,7 @@ class JitFunction:
                     pass  # the general path below retraces and says so
                 else:
                     self._last_sig, self._last_entry, self.tier = entry.signature, entry, entry.tier
-                    self._last_reason = "cache hit: no retrace, no recompile"
+                    self._last_reason, self._last_quick = HIT, getattr(entry, "_quick", None)
                     return result
         kw = None
         if kwargs:
@@ -317,8 +327,8 @@ class JitFunction:
             entry = self._store(sig, args, kw)
             reason = reason or self._first_or_changed(cached, sig, entry)
         else:
-            reason = "cache hit: no retrace, no recompile"
-        self._last_sig = sig
+            reason = HIT
+        self._last_sig, self._last_quick = sig, None
         try:
             result = entry(*args)
         except GuardError as e:
@@ -327,6 +337,7 @@ class JitFunction:
             reason = f"retraced: a value baked into the trace changed ({e})"
             result = entry(*args)
         self._last_reason, self._last_entry, self.tier = reason, entry, entry.tier
+        self._last_quick = getattr(entry, "_quick", None)  # (a Tiered entry has none)
         if isinstance(entry, Tiered) and not entry.started:
             entry.start()  # after its first answer: that answer does not share the GIL
         return result
