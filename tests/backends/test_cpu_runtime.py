@@ -657,6 +657,23 @@ def test_kernels_leave_the_cores_other_processes_keep_busy(monkeypatch):
         numba.set_num_threads(base)
 
 
+def test_a_kernels_second_compile_keeps_numbas_loop_fusion_off():
+    """A read-only argument compiles a kernel again: with the options numba emptied at the
+    first compile (a dict it pops), its loop fusion would be on and could merge kernels of a
+    segment that must run one after the other."""
+    from numba.core.cpu_options import ParallelOptions
+
+    x = np.random.default_rng(0).random(1 << 16)
+    c, _ = compiled(lambda x: np.exp(x) * 2 + x, x, cache=False)
+    read_only = x.copy()
+    read_only.flags.writeable = False
+    np.testing.assert_allclose(c(x), np.exp(x) * 2 + x)
+    np.testing.assert_allclose(c(read_only), np.exp(x) * 2 + x)
+    segment = c.runner.ns["segment0"]
+    assert len(segment.signatures) == 2
+    assert ParallelOptions(segment.targetoptions["parallel"]).fusion is False
+
+
 def test_a_serial_program_leaves_the_thread_count_alone(monkeypatch):
     """A call whose kernels are all serial does not look at the machine's load: nothing it
     runs would use the threads."""

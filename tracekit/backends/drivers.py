@@ -26,12 +26,13 @@ import numba
 from numba import prange
 
 from tracekit.backends.cpu_helpers import _call_at
+from tracekit.backends.scalar import _NO_LOOP_FUSION
 
 {flag}
 # the kernel's argument types: {types}
 
 
-@numba.njit(parallel={{"fusion": False}}, error_model="numpy", cache=_TRACEKIT_DISK_CACHE)
+@numba.njit(parallel=_NO_LOOP_FUSION, error_model="numpy", cache=_TRACEKIT_DISK_CACHE)
 def drive(kernel, trips, grain, threads, {params}):
     if trips <= 0:
         return 0

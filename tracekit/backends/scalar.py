@@ -331,6 +331,14 @@ def interleaved_loops(count: int, vector_tail: bool = True):
 
 
 def __getattr__(name):  # the intrinsics are built on first use (numba imports are slow)
+    if name == "_NO_LOOP_FUSION":
+        # numba reads a dict of parallel options by popping its keys, so a dispatcher's dict is
+        # empty after its first compile and a second one (a read-only argument) would fuse
+        # loops; an instance is copied instead
+        from numba.core.cpu_options import ParallelOptions
+
+        globals()[name] = options = ParallelOptions({"fusion": False})
+        return options
     if name == "_fma":
         globals()["_fma"] = fn = _make_fma()
         return fn
