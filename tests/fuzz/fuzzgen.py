@@ -2279,6 +2279,11 @@ def check(prog, checks=CHECKS, compiled_cache=None):
             raise Failure(target, f"tk.compile raised {type(e).__name__}: {e}") from e
         _check_calls(target, harness.bind(c), "call", draws, approx, tol)
         stats["checks"].append(target)
+        if target == "cpu" and prog["seed"] % 4 == 1 and _runs_read_only(harness, draws):
+            # read-only arguments (the kernels are compiled again for them: numba's types)
+            on = "call on read-only inputs"
+            _check_calls("cpu-read-only", harness.bind(c), on, draws, approx, tol, _read_only)
+            stats["checks"].append("cpu-read-only")
         if target == "cpu" and any(st.tiles for st in c.plan.steps):
             stats["checks"].append("cpu-tiles")  # (see _small_tiles)
     if "grad" in checks and prog.get("profile") == "grad":
@@ -2417,14 +2422,14 @@ def _all_steps(steps):
             yield from _all_steps(st["body"])
 
 
-def _check_calls(check, fn, what, draws, approx, tol):
-    """Call ``fn`` on a copy of each draw's inputs and compare with NumPy's results. A draw
-    whose branches go otherwise than the trace's must fail a guard (or, by chance, compute
-    NumPy's results); any other must not."""
+def _check_calls(check, fn, what, draws, approx, tol, prepare=None):
+    """Call ``fn`` on a copy of each draw's inputs (``prepare(copy)``, where given) and compare
+    with NumPy's results. A draw whose branches go otherwise than the trace's must fail a
+    guard (or, by chance, compute NumPy's results); any other must not."""
     import tracekit as tk
 
     for xs, want, ys, flipped in draws:
-        zs = copy_inputs(xs)
+        zs = copy_inputs(xs) if prepare is None else prepare(copy_inputs(xs))
         try:
             with quiet():
                 got = fn(*zs)
@@ -2436,6 +2441,24 @@ def _check_calls(check, fn, what, draws, approx, tol):
             raise Failure(check, f"{what} raised {type(e).__name__}: {e}") from e
         _compare_all(check, _as_tuple(got), want, approx, zs, ys, tol)
         _check_fresh(check, _as_tuple(got), zs)
+
+
+def _read_only(xs):
+    for x in xs:
+        if isinstance(x, np.ndarray):
+            x.flags.writeable = False
+    return xs
+
+
+def _runs_read_only(harness, draws) -> bool:
+    """Whether NumPy runs the program on read-only inputs (it writes into none of them)."""
+    for xs, _, _, _ in draws:
+        try:
+            with quiet():
+                harness.bind(None)(*_read_only(copy_inputs(xs)))
+        except Exception:
+            return False
+    return True
 
 
 def _check_trace_answer(harness, draw, approx, tol) -> bool:

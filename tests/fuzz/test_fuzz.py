@@ -99,6 +99,13 @@ def test_fuzz_reaches_the_tiled_schedule():
     assert "cpu-tiles" in stats["checks"], json.dumps(prog)
 
 
+def test_fuzz_calls_compiled_programs_on_read_only_inputs():
+    """Every fourth program that NumPy runs on read-only inputs (it writes into none) is called
+    again on them (numba compiles the kernels again for them), and checked against NumPy."""
+    stats = F.check(F.generate(25, "full"), ("interp", "cpu"))
+    assert "cpu-read-only" in stats["checks"]
+
+
 CHAINS = [("cuda", 6), ("grad", 11), ("full", 9)]
 
 
