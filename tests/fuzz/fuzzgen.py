@@ -465,7 +465,8 @@ ADVERSARIAL_NAMES = [f"v{i}" for i in range(100)] + (
     "tid lane sh np math numba prange cuda range len min max abs slice float int sum vars ars "
     "_wadd _maximum _cdiv fm_tanh_f32 _fm _fast_math _empty _ndarray _out _temp _scalar "
     "_recycled _dt_v1 _const_v1 _wide_vectors inputs outs pool args run fast segment0 c1 traced "
-    "fuzz_program self k0_slot k0_float64_work k0_float32_work k0_s_v1_t _dt_w0 numba_threads"
+    "fuzz_program self k0_slot k0_float64_work k0_float32_work k0_s_v1_t _dt_w0 numba_threads "
+    "_fit_threads _whole quick _NO_LOOP_FUSION _static_1 s_1"
 ).split()
 
 
