@@ -564,6 +564,7 @@ class Runner:
         body = lines[2:] if g.inputs else lines[1:]  # after the def and the unpacking
         lines.append(f"    return [{', '.join(outs)}], [{', '.join(guards)}]")
         self.source = "\n".join(lines) + "\n"
+        self.quick_whole = False  # quick(args) runs whole_graph (set by _fast_source)
         fast = self._fast_source(body, outs)
         if fast:
             self.source += "\n\n" + fast
@@ -573,7 +574,6 @@ class Runner:
         self.fn = self.ns["run"]
         self.fast = self.ns.get("fast")
         self.quick = self.ns.get("quick")
-        self.quick_whole = "def quick(args):" in self.source
         self.threads = self._may_start_threads()
 
     def _may_start_threads(self) -> bool:
@@ -636,7 +636,7 @@ class Runner:
             lines.append("        return None")
         if call_statics is not None and self.whole is not None:  # (no constants, no captures)
             self.ns["_whole"], self.ns["_fit_threads"] = self.whole, fit_threads
-            lines[0] = "def quick(args):"
+            lines[0], self.quick_whole = "def quick(args):", True
             for v in args:  # the whole graph's driver takes C-contiguous arrays
                 lines += [f"    if not v_{v.ident}.flags.c_contiguous:", "        return None"]
             if runs_parallel(self.whole):  # (its thread count, on a busy machine)
