@@ -312,6 +312,33 @@ def test_large_chunk_kernels_alone_run_through_a_driver(monkeypatch):
     np.testing.assert_allclose(c(x), t(x), rtol=1e-15)
 
 
+def _laplace3_stage(v):
+    c = v[1:-1, 1:-1, 1:-1]
+    return 6.0 * c - (
+        v[2:, 1:-1, 1:-1] + v[:-2, 1:-1, 1:-1] + v[1:-1, 2:, 1:-1]
+        + v[1:-1, :-2, 1:-1] + v[1:-1, 1:-1, 2:] + v[1:-1, 1:-1, :-2]
+    )  # fmt: skip
+
+
+def test_a_stencils_backward_stage_reads_its_pads_through_a_driver(monkeypatch):
+    """A backward stencil stage reads the gradient of each shifted slice through its pad,
+    in place: such a kernel runs as a chunk kernel through a driver (compiled once, not four
+    times), and the bounds of its pads on outer loops' indices are one branchless value
+    (``&``) that LLVM takes out of the inner loop, the inner loop's own bound last."""
+    monkeypatch.delenv("TRACEKIT_CPU_THREADS", raising=False)
+    rng = np.random.default_rng(22)
+    x, w = rng.standard_normal((33, 34, 35)), rng.standard_normal((29, 30, 31))
+
+    def loss(x, w):
+        return (_laplace3_stage(_laplace3_stage(x)) * w).sum()
+
+    t, c = compiled(tk.grad(loss), x, w)
+    assert c.program.drivers and "prange(" not in c.program.source
+    outer_then_inner = r"if \(1 <= (\w+)\) & \(\1 < \d+\) & \(1 <= (\w+)\) & \(\2 < \d+\) and "
+    assert re.search(outer_then_inner, c.program.source), c.program.source
+    np.testing.assert_allclose(c(x, w), t(x, w), rtol=1e-13, atol=1e-12)
+
+
 def test_operands_of_other_types_than_the_drivers_run_as_one_chunk(driven):
     """A driver calls its kernel for the argument types both were compiled for; a read-only
     input (another numba type) runs the kernel itself, compiled for it, as one chunk."""

@@ -56,17 +56,16 @@ def drive(kernel, trips, grain, threads, {params}):
 # 0.588 ms, biharmonic's 0.914 against 0.991 ms. Cold, new processes, this threshold at 10
 # against 50 (benchmarks/README.md, the seventeenth session): hdiff 2.3 -> 1.7 s, blur3 1.81
 # -> 1.38 s, laplace3 2.18 -> 1.84 s, biharmonic grad 2.68 -> 1.94 s, warm the same. Kernels
-# that are not tiled stay numba's loops: laplace3's backward kernels (reading through pads,
-# 14 statements) ran 2x slower as chunk kernels on one thread even so, their inner loop
-# vectorized in part only (36 instructions on 512-bit registers against 575), the cause not
-# found.
+# reading pads in place (laplace3's backward stages, 14 statements) ran 2x slower as chunk
+# kernels until their pads' bounds on outer loops became one branchless value
+# (``KernelSource._within``); since, laplace3 grad compiles in 1.15 s against 2.95 s as
+# numba's loops, warm the same (0.92 against 0.89 ms).
 DRIVEN_MIN_STATEMENTS = 10
-# Other kernels: a kernel reading pads in place stays numba's loop (laplace3's, above), and so
-# does an elementwise one unless its compile is large: the chunk form of float32 elementwise
-# chains ran 3-5% slower on one thread (gelu 10M: 8.6-9.0 against 9.1-9.3 ms; the 20-op chain
-# 291 against 305 us) for 0.1 s of compile, while cold_compile.py's great-circle kernel (six
-# float64 fast-math calls) compiled in 1.3-1.4 s against 2.1-2.4 s, warm within 1%, and row
-# kernels were as fast or faster warm (softmax 2048x2048 f32: 1.74-1.86 against 1.91-1.99 ms,
+# Other kernels: an elementwise one stays numba's loop unless its compile is large: the chunk form
+# of float32 elementwise chains ran 3-5% slower on one thread (gelu 10M: 8.6-9.0 against 9.1-9.3 ms;
+# the 20-op chain 291 against 305 us) for 0.1 s of compile, while cold_compile.py's great-circle
+# kernel (six float64 fast-math calls) compiled in 1.3-1.4 s against 2.1-2.4 s, warm within 1%, and
+# row kernels were as fast or faster warm (softmax 2048x2048 f32: 1.74-1.86 against 1.91-1.99 ms,
 # cold 0.53 against 0.76-0.79 s; layernorm cold 0.58 against 0.82 s).
 DRIVEN_MIN_F64_CALLS = 4
 
@@ -74,19 +73,19 @@ DRIVEN_MIN_F64_CALLS = 4
 def worth_driving(kernel_text: str, tiled: bool, reads_pads: bool = False, kind: str = "") -> bool:
     """Whether a chunk kernel of source ``kernel_text`` runs through a driver on numba's
     threads rather than as numba's parallel loop: one of :data:`DRIVEN_MIN_STATEMENTS` or more
-    that computes producers in tiles (``tiled``), or that reads no pad in place (``reads_pads``)
-    and is a row kernel (``kind``) or calls float64 fast-math functions at least
-    :data:`DRIVEN_MIN_F64_CALLS` times.
+    that computes producers in tiles (``tiled``), reads pads in place (``reads_pads``: a
+    stencil's backward stages), is a row kernel (``kind``) or calls float64 fast-math
+    functions at least :data:`DRIVEN_MIN_F64_CALLS` times.
 
     >>> worth_driving("    for k0_i0 in range(k0_lo, k0_hi):\\n        k0_v1[k0_i0] = 1.0\\n", True)
     False
     """
     lines = (ln.strip() for ln in kernel_text.splitlines())
     statements = [ln for ln in lines if " = " in ln and not ln.startswith("#")]
-    if len(statements) < DRIVEN_MIN_STATEMENTS or (reads_pads and not tiled):
+    if len(statements) < DRIVEN_MIN_STATEMENTS:
         return False
     f64_calls = len(re.findall(r"\bfm_\w+_f64\(", kernel_text))
-    return tiled or kind == "row" or f64_calls >= DRIVEN_MIN_F64_CALLS
+    return tiled or reads_pads or kind == "row" or f64_calls >= DRIVEN_MIN_F64_CALLS
 
 
 def driver_source(kernel_types: tuple) -> str:

@@ -141,6 +141,7 @@ class KernelSource:
             v for v in self.outputs if v in returns and not v.shape and not self.layout.kept
         ]
         self.lines: list[str] = []
+        self._open_loops: list = []  # (depth, index) of the loops around the next line
         self.local: dict = {}  # Var -> source of its current element / row value
         self.reduces = [n for n in g.nodes if is_reduction(n)]
         self.blocked: list = []  # reductions adding up in blocks in the loop being emitted
@@ -171,11 +172,31 @@ class KernelSource:
         """``element`` (of window ``w`` at ``view_index``) where each of its pads' blocks
         holds it, the pad's fill outside."""
         for box, fill in w.layers:  # a pad's: its fill outside its block, innermost first
-            guards = w.guards(view_index, box)
-            if guards:
+            bounds = w.bounds(view_index, box)
+            if bounds != []:
                 fill = S.literal(fill, w.base.dtype)
-                element = f"({element} if {' and '.join(guards)} else {fill})"
+                element = f"({element} if {self._within(bounds)} else {fill})"
         return element
+
+    def _within(self, bounds: list | None) -> str:
+        """The condition that each ``(index, first, stop)`` of ``bounds`` holds (None: never).
+
+        The bounds on the indices of loops outside the innermost open one are combined with
+        ``&``, without branches: one value the inner loop does not change, which LLVM takes
+        out of it and splits the loop on. Joined by ``and`` (branches), they left LLVM a mask
+        per read: laplace3's backward kernels, which read through pads at seven offsets, took
+        1.36 ms a chunk instead of 0.48 on one thread."""
+        if bounds is None:
+            return "False"
+        inner = self._open_loops[-1][1] if self._open_loops else None
+        outer, last = [], []
+        for i, first, stop in bounds:
+            if i == inner:
+                last.append(f"{f'{first} <= ' if first else ''}{i}{f' < {stop}' if stop else ''}")
+            else:
+                outer += [f"({first} <= {i})"] if first else []
+                outer += [f"({i} < {stop})"] if stop else []
+        return " and ".join([" & ".join(outer)] * bool(outer) + last)
 
     def _view_index(self, v: Var) -> list[str]:
         """Source of the index of each of ``v``'s own dims (a windowed operand's dims never
@@ -232,6 +253,9 @@ class KernelSource:
     # -- emission helpers
     def emit(self, line: str, depth: int):
         self.lines.append("    " * depth + line)
+        self._open_loops = [(d, i) for d, i in self._open_loops if d < depth]
+        if line.startswith("for "):
+            self._open_loops.append((depth, line.split()[1]))
 
     def value(self, x, dtype_hint=None):
         """(source, dtype) of a node input."""

@@ -173,13 +173,30 @@ class Window:
     def guards(self, view_index: list, box=None) -> list[str]:
         """Source of the conditions under which the base's index (:meth:`indices`) is inside
         ``box`` (per base dim (first, stop); default: the base), one per base dim the view's
-        indices may take outside it (a pad's)."""
+        indices may take outside it (a pad's): :meth:`bounds` as text."""
+        bounds = self.bounds(view_index, box)
+        if bounds is None:
+            return ["False"]
+        return [
+            f"{f'{first} <= ' if first else ''}{i}{f' < {stop}' if stop else ''}"
+            for i, first, stop in bounds
+        ]
+
+    def bounds(self, view_index: list, box=None) -> list[tuple] | None:
+        """``(index, first, stop)`` per base dim the view's indices may take outside ``box``
+        (see :meth:`guards`): the base's index is inside where ``first <= index < stop``
+        (``first`` 0 or ``stop`` None: no bound on that side); None where no index is.
+
+        >>> w = Window.padding(Var("g", (3, 4), np.dtype("f8")), ((1, 1), (0, 2)))
+        >>> w.bounds(["i0", "i1"])
+        [('i0', 1, 4), ('i1', 0, 4)]
+        """
         out = []
         box = box or tuple((0, n) for n in self.base.shape)
         for (view_dim, start, step), (b0, b1) in zip(self.dims, box):
             if view_dim is None:
                 if not b0 <= start < b1:
-                    return ["False"]
+                    return None
                 continue
             last = start + step * (self.shape[view_dim] - 1)
             lo, hi = min(start, last), max(start, last)
@@ -187,11 +204,9 @@ class Window:
                 continue
             first, last = _inside(start - b0, step, self.shape[view_dim], b1 - b0)
             if first > last:
-                return ["False"]  # every index of the view is outside: the fill only
-            i = view_index[view_dim]
-            below = f"{first} <= " if first > 0 else ""
-            above = f" < {last + 1}" if last + 1 < self.shape[view_dim] else ""
-            out.append(f"{below}{i}{above}")
+                return None  # every index of the view is outside: the fill only
+            stop = last + 1 if last + 1 < self.shape[view_dim] else None
+            out.append((view_index[view_dim], max(first, 0), stop))
         return out
 
 
