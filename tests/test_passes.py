@@ -374,3 +374,66 @@ def test_simplify_drops_the_self_write_left_by_augmented_slice_assignment():
     assert [n.op for n in t.graph.nodes].count("index_update") == 2
     assert [n.op for n in o.graph.nodes].count("index_update") == 1
     np.testing.assert_array_equal(o(U, v), f(U, v))
+
+
+def _repeat(x):
+    return np.broadcast_to(x[:, None], (x.shape[0], 3)).reshape(-1)
+
+
+SINKS = [  # (function, args, ops after sink_reshapes)
+    (
+        lambda x: _repeat(x) * 2.0 + 1.0,  # a chain: each op sinks below the last reshape
+        (rng.standard_normal(5),),
+        ["index", "broadcast_to", "multiply", "add", "reshape"],
+    ),
+    (
+        lambda x: np.exp(x.T.reshape(-1)),  # a transpose flattened
+        (rng.standard_normal((3, 4)).astype(np.float32),),
+        ["transpose", "exp", "reshape"],
+    ),
+    (
+        lambda x, y: _repeat(x) - _repeat(y) * np.float32(0.5),  # two reshapes of one shape
+        (rng.standard_normal(4).astype(np.float32), rng.standard_normal(4).astype(np.float32)),
+        ["index", "broadcast_to", "index", "broadcast_to", "multiply", "subtract", "reshape"],
+    ),
+    (
+        lambda x, s: _repeat(x) * s,  # a 0-d operand
+        (rng.standard_normal(4), np.array(1.5)),
+        ["index", "broadcast_to", "multiply", "reshape"],
+    ),
+]
+
+STAYS = [  # reshapes that are NumPy views, and ops that read more than reshapes
+    lambda x: x.reshape(-1) * 2.0,  # of a C-contiguous value: a view
+    lambda x: np.broadcast_to(x[None], (1, x.size)).reshape(-1) * 2.0,  # no dim repeated
+    lambda x: _repeat(x) * np.arange(x.size * 3.0),  # another array of the reshape's shape
+]
+
+
+@pytest.mark.parametrize("case", range(len(SINKS)))
+def test_reshapes_that_copy_sink_below_elementwise_ops(case):
+    """An elementwise op reading only reshapes that NumPy copies (and numbers, 0-d values) is
+    computed over their input and reshaped after, bit for bit NumPy's, compiled too: the
+    result is one kernel's (fast math: within its bound), whose reshape is a view."""
+    from tracekit.passes import sink_reshapes
+
+    fn, args, ops = SINKS[case]
+    t = tk.trace(fn, *args)
+    g = equal_results(t, [sink_reshapes], *args)
+    assert ops_of(g) == ops
+    with quiet():
+        c = tk.compile(t, cache=False, progress=False)
+        first = c(*args)
+        np.testing.assert_allclose(first, fn(*args), rtol=1e-6)
+        np.testing.assert_allclose(c(*args), fn(*args), rtol=1e-6)
+    assert not np.shares_memory(first, c(*args))
+    assert [s.kind for s in c.plan.steps].count("kernel") == 1
+
+
+@pytest.mark.parametrize("case", range(len(STAYS)))
+def test_reshapes_that_are_views_or_read_beside_other_arrays_stay(case):
+    from tracekit.passes import sink_reshapes
+
+    x = rng.standard_normal(6)
+    t = tk.trace(STAYS[case], x)
+    assert ops_of(equal_results(t, [sink_reshapes], x)) == ops_of(t.graph)

@@ -305,6 +305,9 @@ def run_step(regs, st):
         regs.append(a.T)
     elif k == "broadcast_to":
         regs.append(np.broadcast_to(a, tuple(st["shape"])))
+    elif k == "flat":  # a broadcast (np.repeat's idiom) or a transpose, reshaped: a copy
+        v = np.broadcast_to(a[..., None], a.shape + (st["n"],)) if st["n"] else a.T
+        regs.append(v.reshape(tuple(st["shape"])))
     elif k == "concatenate":
         regs.append(np.concatenate([regs[i] for i in st["args"]], axis=st["axis"]))
     elif k == "stack":
@@ -466,7 +469,7 @@ ADVERSARIAL_NAMES = [f"v{i}" for i in range(100)] + (
     "_wadd _maximum _cdiv fm_tanh_f32 _fm _fast_math _empty _ndarray _out _temp _scalar "
     "_recycled _dt_v1 _const_v1 _wide_vectors inputs outs pool args run fast segment0 c1 traced "
     "fuzz_program self k0_slot k0_float64_work k0_float32_work k0_s_v1_t _dt_w0 numba_threads "
-    "_fit_threads _whole quick _NO_LOOP_FUSION _static_1 s_1"
+    "_fit_threads _whole quick _NO_LOOP_FUSION _static_1 s_1 x_r0 v1_r1 _r2"
 ).split()
 
 
@@ -1048,6 +1051,11 @@ class _Gen:
             return {"k": "T", "a": a}, self.approx[a]
         if r < 0.85 and x.ndim > 0:
             return {"k": "flip", "a": a, "axis": int(rng.integers(0, x.ndim))}, self.approx[a]
+        if r < 0.92 and x.ndim > 0:  # reshapes NumPy copies, then sunk below elementwise ops
+            n = int(rng.integers(2, 4)) if x.ndim == 1 or rng.random() < 0.5 else 0
+            size = x.size * max(n, 1)
+            shape = [size] if rng.random() < 0.6 else _random_factorisation(rng, size)
+            return {"k": "flat", "a": a, "n": n, "shape": shape}, self.approx[a]
         shape = [int(rng.integers(1, 3))] + list(x.shape)
         shape = [d if d != 1 or rng.random() < 0.5 else int(rng.integers(1, 4)) for d in shape]
         return {"k": "broadcast_to", "a": a, "shape": shape}, self.approx[a]

@@ -405,14 +405,17 @@ def _results_may_alias(plan) -> bool:
     inputs, views and most host calls' results through as they are."""
     g = plan.graph
     passed = set(g.inputs)
+    base = {}  # a view's result -> the array it views (a kernel's result: fresh memory)
     for step in plan.steps:
         node = step.nodes[0]
         if OPS[node.op].kind == "control":  # a loop gives fresh arrays unless its body passes
             if _passes_through(node.attrs["body"]):  # an input (or a view of one) on
                 passed.update(step.outputs)
+        elif step.kind == "view" and len(step.inputs) == 1 and step.inputs[0] not in passed:
+            base.update((o, base.get(step.inputs[0], step.inputs[0])) for o in step.outputs)
         elif step.kind == "view" or (step.kind == "host" and not blas_out(node)):
             passed.update(step.outputs)
-    res = g.outputs[: g.n_results]
+    res = [base.get(o, o) for o in g.outputs[: g.n_results]]
     return len(set(res)) < len(res) or any(o in passed for o in res)
 
 

@@ -8,7 +8,7 @@ result's ``history``, which the explorer shows.
 >>> [n.op for n in t.graph.nodes]
 ['square']
 >>> [h.name for h in t.history]
-['cse', 'fold_constants', 'simplify', 'hoist_invariants', 'dce']
+['cse', 'fold_constants', 'simplify', 'sink_reshapes', 'hoist_invariants', 'dce']
 """
 
 from __future__ import annotations
@@ -20,11 +20,13 @@ from .dce import dce
 from .fold import fold_constants
 from .hoist import hoist_invariants
 from .simplify import simplify
+from .sink import sink_reshapes
 
 PIPELINE = (
     ("cse", cse),
     ("fold_constants", fold_constants),
     ("simplify", simplify),
+    ("sink_reshapes", sink_reshapes),
     ("hoist_invariants", hoist_invariants),
     ("dce", dce),
 )
@@ -49,7 +51,7 @@ def optimize(traced, passes=None):
     """Run the optimisation pipeline on a Traced; returns a new Traced with ``history``.
 
     ``passes`` is a list of pass names (default: cse, fold_constants, simplify,
-    hoist_invariants, dce); an unknown name is a ``ValueError`` listing them.
+    sink_reshapes, hoist_invariants, dce); an unknown name is a ``ValueError`` listing them.
 
     >>> import numpy as np, tracekit as tk
     >>> t = tk.trace(lambda x: x * 1.0 + 0.0, np.ones(3))
@@ -86,6 +88,7 @@ __all__ = [
     "cse",
     "fold_constants",
     "simplify",
+    "sink_reshapes",
     "hoist_invariants",
     "PassRecord",
     "PIPELINE",

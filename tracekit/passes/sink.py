@@ -1,0 +1,112 @@
+"""Reshapes that copy, sunk below the elementwise ops that read them.
+
+NumPy copies ``b.reshape(shape)`` where ``b``'s strides cannot express the new shape: a
+broadcast whose repeated axis merges with another (``np.broadcast_to(x[:, None], (n, 8))
+.reshape(-1)``, the ``np.repeat`` idiom), a transpose flattened. An elementwise op reading
+only such a reshape (and numbers, or 0-d values) computes the same values in the same order
+over the reshape's input, whose result, C-contiguous, reshapes without a copy: one pass over
+the data instead of a copy and then a pass.
+
+>>> import numpy as np, tracekit as tk
+>>> def repeat(x):
+...     return np.broadcast_to(x[:, None], (3, 4)).reshape(-1) * 2.0
+>>> g = sink_reshapes(tk.trace(repeat, np.ones(3)).graph)
+>>> [(n.op, n.out.shape) for n in g.nodes]
+[('index', (3, 1)), ('broadcast_to', (3, 4)), ('multiply', (3, 4)), ('reshape', (12,))]
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from ..ir import Graph, Node, Var
+from ..ops import OPS
+from .dce import dce
+from .rewrite import rebuild, resolve
+
+_fresh = itertools.count()
+
+
+def sink_reshapes(graph: Graph) -> Graph:
+    """``graph`` with each elementwise op that reads only copying reshapes of one shape (and
+    numbers) computed over their inputs, and reshaped after (then the ops after it, in turn)."""
+    producer: dict = {}
+    sunk: dict = {}  # a reshape's result worth computing before it -> the reshape's input
+    kept, mapping = [], {}
+    for node in graph.nodes:
+        node = node.replace(inputs=tuple(resolve(mapping, x) for x in node.inputs))
+        moved = _sunk(node, sunk)
+        if moved is None:
+            kept.append(node)
+            producer.update((o, node) for o in node.outputs)
+            if node.op == "reshape" and _copies(node, producer):
+                sunk[node.out] = node.inputs[0]
+            continue
+        inner, reshape = moved
+        kept += [inner, reshape]
+        sunk[reshape.out] = inner.out  # (the next op sinks below it too)
+        mapping[node.out] = reshape.out
+    if not mapping:
+        return graph
+    return dce(rebuild(graph, kept, mapping))
+
+
+def _sunk(node: Node, sunk: dict):
+    """(``node`` over the reshapes' inputs, the reshape of its result) or None."""
+    if OPS[node.op].kind != "elementwise" or len(node.outputs) != 1:
+        return None
+    arrays = [x for x in node.inputs if isinstance(x, Var) and x.shape != ()]
+    if not arrays or any(x not in sunk or x.shape != node.out.shape for x in arrays):
+        return None
+    shapes = {sunk[x].shape for x in arrays}
+    if len(shapes) != 1:
+        return None
+    (shape,) = shapes
+    out = node.out
+    inner_out = Var(f"{out.name}_r{next(_fresh)}", shape, out.dtype, out.weak)
+    inputs = tuple(sunk.get(x, x) if isinstance(x, Var) else x for x in node.inputs)
+    inner = Node(node.op, inputs, node.attrs, (inner_out,), node.source, node.scope)
+    reshaped = Var(f"{out.name}_r{next(_fresh)}", out.shape, out.dtype, out.weak)
+    reshape = Node(
+        "reshape", (inner_out,), {"shape": out.shape}, (reshaped,), node.source, node.scope
+    )
+    return inner, reshape
+
+
+def _copies(reshape: Node, producer: dict) -> bool:
+    """Whether NumPy copies to make ``reshape``: its input a broadcast or a transpose of an
+    array taken as C-contiguous (what the planner makes of every value it computes)."""
+    x = reshape.inputs[0]
+    made = producer.get(x) if isinstance(x, Var) else None
+    if made is None or made.op not in ("broadcast_to", "transpose"):
+        return False
+    base = made.inputs[0]
+    if not isinstance(base, Var) or base.dtype.itemsize == 0:
+        return False
+    strides = _c_strides(base.shape, base.dtype.itemsize)
+    if made.op == "transpose":
+        strides = tuple(strides[a] for a in made.attrs["axes"])
+    else:  # base's dims aligned to the right; a broadcast dim steps by 0
+        lead = x.ndim - base.ndim
+        strides = tuple(
+            0 if d < lead or base.shape[d - lead] != n else strides[d - lead]
+            for d, n in enumerate(x.shape)
+        )
+    layout = np.lib.stride_tricks.as_strided(np.empty(1, base.dtype), x.shape, strides)
+    try:
+        np.reshape(layout, reshape.out.shape, copy=False)  # (strides only: no element read)
+    except ValueError:
+        return True
+    except TypeError:  # a NumPy before 2.1 (no copy=): the two cases above mostly copy
+        return True
+    return False
+
+
+def _c_strides(shape: tuple, itemsize: int) -> tuple:
+    strides, step = [], itemsize
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
