@@ -397,6 +397,11 @@ SINKS = [  # (function, args, ops after sink_reshapes)
         ["index", "broadcast_to", "index", "broadcast_to", "multiply", "subtract", "reshape"],
     ),
     (
+        lambda x: x[:, :4].reshape(-1) + 1.0,  # a slice of rows flattened
+        (rng.standard_normal((3, 8)),),
+        ["index", "add", "reshape"],
+    ),
+    (
         lambda x, s: _repeat(x) * s,  # a 0-d operand
         (rng.standard_normal(4), np.array(1.5)),
         ["index", "broadcast_to", "multiply", "reshape"],
@@ -406,6 +411,8 @@ SINKS = [  # (function, args, ops after sink_reshapes)
 STAYS = [  # reshapes that are NumPy views, and ops that read more than reshapes
     lambda x: x.reshape(-1) * 2.0,  # of a C-contiguous value: a view
     lambda x: np.broadcast_to(x[None], (1, x.size)).reshape(-1) * 2.0,  # no dim repeated
+    lambda x: x[1:].reshape(-1) * 2.0,  # a contiguous slice
+    lambda x: x[::2].reshape(-1, 1) * 2.0,  # a strided slice NumPy reshapes as a view
     lambda x: _repeat(x) * np.arange(x.size * 3.0),  # another array of the reshape's shape
 ]
 

@@ -41,7 +41,7 @@ def sink_reshapes(graph: Graph) -> Graph:
         if moved is None:
             kept.append(node)
             producer.update((o, node) for o in node.outputs)
-            if node.op == "reshape" and _copies(node, producer):
+            if OPS[node.op].view and OPS[node.op].may_copy and _copies(node, producer):
                 sunk[node.out] = node.inputs[0]
             continue
         inner, reshape = moved
@@ -76,30 +76,28 @@ def _sunk(node: Node, sunk: dict):
 
 
 def _copies(reshape: Node, producer: dict) -> bool:
-    """Whether NumPy copies to make ``reshape``: its input a broadcast or a transpose of an
-    array taken as C-contiguous (what the planner makes of every value it computes)."""
-    x = reshape.inputs[0]
-    made = producer.get(x) if isinstance(x, Var) else None
-    if made is None or made.op not in ("broadcast_to", "transpose"):
-        return False
-    base = made.inputs[0]
-    if not isinstance(base, Var) or base.dtype.itemsize == 0:
-        return False
-    strides = _c_strides(base.shape, base.dtype.itemsize)
-    if made.op == "transpose":
-        strides = tuple(strides[a] for a in made.attrs["axes"])
-    else:  # base's dims aligned to the right; a broadcast dim steps by 0
-        lead = x.ndim - base.ndim
-        strides = tuple(
-            0 if d < lead or base.shape[d - lead] != n else strides[d - lead]
-            for d, n in enumerate(x.shape)
-        )
-    layout = np.lib.stride_tricks.as_strided(np.empty(1, base.dtype), x.shape, strides)
+    """Whether NumPy copies to make ``reshape``, its input a chain of views (a broadcast, a
+    transpose, a slice) of a value taken as C-contiguous (as the planner makes every value it
+    computes): the chain is applied to an array of those strides, whose elements it never
+    reads, and the reshape asked not to copy."""
+    chain, x = [], reshape.inputs[0]
+    while isinstance(x, Var) and x in producer:
+        made = producer[x]
+        if not (OPS[made.op].view and not OPS[made.op].may_copy and len(made.inputs) == 1):
+            break
+        chain.append(made)
+        x = made.inputs[0]
+    if not chain or not isinstance(x, Var) or x.dtype.itemsize == 0:
+        return False  # a reshape of a value the planner made C-contiguous: a view
+    strides = _c_strides(x.shape, x.dtype.itemsize)
+    layout = np.lib.stride_tricks.as_strided(np.empty(1, x.dtype), x.shape, strides)
+    for made in reversed(chain):
+        layout = OPS[made.op].impl(layout, **made.attrs)
     try:
-        np.reshape(layout, reshape.out.shape, copy=False)  # (strides only: no element read)
+        np.reshape(layout, reshape.out.shape, copy=False)
     except ValueError:
         return True
-    except TypeError:  # a NumPy before 2.1 (no copy=): the two cases above mostly copy
+    except TypeError:  # a NumPy before 2.1 (no copy=): a reshape of views mostly copies
         return True
     return False
 
