@@ -22,7 +22,13 @@ $(FASTMATH): $(STAMP) tracekit/backends/fastmath.py
 	$(BIN)/python -c "from tracekit.backends import fastmath; fastmath.precompile()"
 	touch $@
 
-setup: $(STAMP) $(FASTMATH)
+# The parallel driver of every chunk kernel, likewise (tracekit/backends/drivers.py: precompile).
+DRIVE := tracekit/backends/drive_cache/.made
+$(DRIVE): $(STAMP) $(wildcard tracekit/backends/*.py)
+	$(BIN)/python -c "from tracekit.backends import drivers; drivers.precompile()"
+	touch $@
+
+setup: $(STAMP) $(FASTMATH) $(DRIVE)
 
 # Debian's graphviz (the system `dot`) and chromium (the browser test), when we may install them.
 sysdeps:

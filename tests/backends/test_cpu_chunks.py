@@ -7,6 +7,7 @@ driver's, exceptions inside kernels, and threads calling the same compiled funct
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import threading
@@ -352,8 +353,9 @@ def test_operands_of_other_types_than_the_drivers_run_as_one_chunk(driven):
 
 
 def test_drivers_are_cached_on_disk(driven, monkeypatch, tmp_path):
-    """A driver's machine code goes to the disk cache beside its kernel's (numba refuses to
-    cache a function that calls ``numba.get_num_threads``: the runner passes the count)."""
+    """The calls of a kernel signature through the driver go to the disk cache beside its
+    kernel (numba refuses to cache a function that calls ``numba.get_num_threads``: the runner
+    passes the count)."""
     import warnings
     from collections import OrderedDict
 
@@ -369,8 +371,42 @@ def test_drivers_are_cached_on_disk(driven, monkeypatch, tmp_path):
         c = tk.compile(t, progress=False)
     assert not [w for w in said if "Cannot cache" in str(w.message)]
     assert len(c.program.drivers) == 1
-    assert list((tmp_path / "__pycache__").glob("tk_*.drive-*.nbi"))
+    assert list((tmp_path / "__pycache__").glob("tk_*.launch-*.nbi"))  # the kernel signature's
     np.testing.assert_allclose(c(x, x * 0.5), t(x, x * 0.5), rtol=1e-12, atol=1e-14)
+
+
+def test_one_driver_serves_every_kernel_signature_compiled_where_installed(tmp_path):
+    """The driver is one function for every chunk kernel, whatever its operands: compiled once
+    into the folder :func:`drivers.precompile` is given (``make setup``: the installed one),
+    and loaded from there by a process whose own cache directory is empty."""
+    import subprocess
+
+    from tracekit.backends import drivers
+
+    installed = tmp_path / "installed"
+    drivers.precompile(str(installed))
+    code = (
+        "import numba, numpy as np\n"
+        "from tracekit.backends import drivers\n"
+        "@numba.njit(nogil=True)\n"
+        "def fill(lo, hi, out, rows):\n"
+        "    for i in range(lo, hi):\n"
+        "        out[i] = rows[i, 0] + i\n"
+        "    return 0\n"
+        "out, rows = np.zeros(100), np.ones((100, 3), np.float32)\n"
+        "types = (numba.int64, numba.int64, numba.typeof(out), numba.typeof(rows))\n"
+        "fill.compile(types)\n"
+        "run = drivers.chunk_driver(fill, types)\n"
+        "run(100, 8, out, rows)\n"
+        "assert (out == np.arange(100) + 1).all()\n"
+        "print(len(run.drive.stats.cache_hits), len(run.drive.stats.cache_misses))\n"
+    )
+    env = {**os.environ, "TRACEKIT_CACHE_DIR": str(tmp_path / "empty")}
+    code = f"from tracekit.backends import drivers; drivers.INSTALLED = {str(installed)!r}\n" + code
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "0"]  # the driver from the installed folder
+    assert not list((tmp_path / "empty").glob("**/tk_*.drive-*"))
 
 
 @pytest.mark.parametrize("trips, grain", [(1001, 4), (7, 1), (1, 8), (0, 1), (64, 64)])

@@ -307,7 +307,8 @@ def run_step(regs, st):
         regs.append(np.broadcast_to(a, tuple(st["shape"])))
     elif k == "flat":  # a broadcast (np.repeat's idiom) or a transpose, reshaped: a copy
         v = np.broadcast_to(a[..., None], a.shape + (st["n"],)) if st["n"] else a.T
-        regs.append(v.reshape(tuple(st["shape"])))
+        v = v.reshape(tuple(st["shape"]))
+        regs.append(v * st["c"] if "c" in st else v)  # (an elementwise op it sinks below)
     elif k == "concatenate":
         regs.append(np.concatenate([regs[i] for i in st["args"]], axis=st["axis"]))
     elif k == "stack":
@@ -1055,7 +1056,10 @@ class _Gen:
             n = int(rng.integers(2, 4)) if x.ndim == 1 or rng.random() < 0.5 else 0
             size = x.size * max(n, 1)
             shape = [size] if rng.random() < 0.6 else _random_factorisation(rng, size)
-            return {"k": "flat", "a": a, "n": n, "shape": shape}, self.approx[a]
+            st = {"k": "flat", "a": a, "n": n, "shape": shape}
+            if rng.random() < 0.6:
+                st["c"] = float(rng.choice([2.0, -0.5, 1.5, 3.0]))
+            return st, self.approx[a]
         shape = [int(rng.integers(1, 3))] + list(x.shape)
         shape = [d if d != 1 or rng.random() < 0.5 else int(rng.integers(1, 4)) for d in shape]
         return {"k": "broadcast_to", "a": a, "shape": shape}, self.approx[a]

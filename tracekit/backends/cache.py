@@ -136,8 +136,9 @@ def warn_once(kind: str, message: str):
         warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
-def load(source: str, disk: bool = True) -> types.ModuleType:
-    """The module for ``source`` (which must contain the line ``CACHE_FLAG``)."""
+def load(source: str, disk: bool = True, folder: str | None = None) -> types.ModuleType:
+    """The module for ``source`` (which must contain the line ``CACHE_FLAG``), its machine code
+    kept in ``folder`` (default :func:`cache_dir`)."""
     key = module_key(source)
     with _lock:
         mod = _modules.get(key)
@@ -149,7 +150,7 @@ def load(source: str, disk: bool = True) -> types.ModuleType:
         if FAST_MATH_CALL in source:
             _cache_fast_math()
         try:
-            mod = _load_from_disk(key, source)
+            mod = _load_from_disk(key, source, folder or cache_dir())
         except Exception as e:  # a broken cache must never break a computation
             warn_once(
                 "disk",
@@ -202,8 +203,13 @@ def discard(source: str):
             pass
 
 
-def _load_from_disk(key: str, source: str) -> types.ModuleType:
-    folder = cache_dir()
+def load_into(folder: str, source: str) -> types.ModuleType:
+    """The module for ``source`` loaded from ``folder``'s file and numba cache (written there
+    where missing), whatever this process loaded before: an install step's."""
+    return _load_from_disk(module_key(source), source, folder)
+
+
+def _load_from_disk(key: str, source: str, folder: str) -> types.ModuleType:
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"tk_{key}.py")
     if not _intact(path, source):

@@ -176,6 +176,35 @@ def _call_at(typingctx, address, lo, hi, operands):
 
 
 @intrinsic
+def _stacked(typingctx, operands):
+    """The address (an int64) of a copy of the tuple ``operands`` on the caller's stack: valid
+    until the caller returns (``drivers.py`` hands it to a driver it calls and waits for)."""
+    from numba.core import cgutils, types
+
+    def codegen(context, builder, signature, args):
+        slot = cgutils.alloca_once_value(builder, args[0])
+        return builder.ptrtoint(slot, context.get_value_type(types.int64))
+
+    return types.int64(operands), codegen
+
+
+@intrinsic
+def _unstacked(typingctx, address, operands):
+    """The tuple of type ``operands`` (a ``TypeRef``) that :func:`_stacked` put at ``address``,
+    its arrays' references counted again, as numba's result."""
+
+    tuple_type = operands.instance_type
+
+    def codegen(context, builder, signature, args):
+        pointer = builder.inttoptr(args[0], context.get_value_type(tuple_type).as_pointer())
+        value = builder.load(pointer)
+        context.nrt.incref(builder, tuple_type, value)
+        return value
+
+    return tuple_type(address, operands), codegen
+
+
+@intrinsic
 def _gemm_at(typingctx, address, a, b, out, row, rows, col, cols):
     """``out[row : row + rows, col : col + cols] = a[row : row + rows] @ b[:, col : col + cols]``
     for C-contiguous matrices of one dtype, through the Fortran ``?gemm`` at ``address`` (an
