@@ -77,9 +77,9 @@ def launch(drive, entry, kernel, trips, grain, threads, {params}):
 
 
 # Statements from which a kernel computing producers in tiles (tiles.py) runs as a chunk kernel
-# through a driver rather than as numba's parallel loop. A driver's own compile takes 0.4 s in
-# a new process (1.6 s for isoneutral's 38 arrays), once per kernel signature and machine (the
-# disk cache keeps it); the kernel's body is compiled once instead of four times. Chunk
+# through a driver rather than as numba's parallel loop: the kernel's body is compiled once
+# instead of four times, and a kernel signature's entry and launch are small serial functions
+# (the driver itself is compiled at install). Chunk
 # kernels ran 7-10% slower than numba's parallel loop bodies until they were compiled with
 # their arrays marked ``noalias``, as numba marks those bodies (``cpu_helpers.
 # _NoAliasPipeline``): on one thread, hdiff's tiled kernel (47 statements) then 0.573 against
