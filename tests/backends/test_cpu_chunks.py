@@ -409,6 +409,26 @@ def test_one_driver_serves_every_kernel_signature_compiled_where_installed(tmp_p
     assert not list((tmp_path / "empty").glob("**/tk_*.drive-*"))
 
 
+DTYPES = [bool, np.int8, np.uint16, np.int32, np.uint64, np.float32, np.float64, np.complex128]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_drivers_entry_spells_every_operand_type_a_kernel_takes(dtype):
+    """A kernel signature's entry names its operands' numba types in its source (they are its
+    disk cache's key): arrays of every dtype, layout and writeability, and numbers; a type it
+    cannot spell would leave the kernel on one thread."""
+    from numba.core import types
+
+    from tracekit.backends.drivers import _spelled
+
+    a = np.zeros((3, 4), dtype)
+    fixed = a.copy()
+    fixed.flags.writeable = False
+    for value in (a, a.T, a[:, ::2], fixed, a[0], np.zeros((), dtype), a.reshape(-1)[0]):
+        t = numba.typeof(value)
+        assert eval(_spelled(t), {"types": types}) == t, t
+
+
 @pytest.mark.parametrize("trips, grain", [(1001, 4), (7, 1), (1, 8), (0, 1), (64, 64)])
 def test_a_driver_covers_the_loop_once_in_whole_grains(trips, grain):
     from tracekit.backends.drivers import chunk_driver

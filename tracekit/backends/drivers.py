@@ -9,8 +9,8 @@ parallel kernel that :func:`worth_driving` picks is instead a serial function of
 small ``prange`` driver runs its chunks on numba's threads, calling it through its address:
 the driver's body is a call, and is all that numba copies.
 
-One driver serves every chunk kernel (:data:`DRIVE_SOURCE`, compiled once per machine and kept
-in the disk cache). Per kernel signature, two small serial functions (:data:`ENTRY_SOURCE`):
+One driver serves every chunk kernel (:data:`DRIVE_SOURCE`, compiled at install by
+:func:`precompile`, else once per machine into the disk cache). Per kernel signature, two small serial functions (:data:`ENTRY_SOURCE`):
 ``launch`` takes the kernel's operands from Python, puts them on its stack and calls the driver
 with their address; the driver's threads call ``entry`` with their chunks and that address,
 and ``entry`` calls the kernel with the operands it finds there, each call by address with
