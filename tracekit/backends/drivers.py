@@ -10,14 +10,15 @@ small ``prange`` driver runs its chunks on numba's threads, calling it through i
 the driver's body is a call, and is all that numba copies.
 
 One driver serves every chunk kernel (:data:`DRIVE_SOURCE`, compiled at install by
-:func:`precompile`, else once per machine into the disk cache). Per kernel signature, two small serial functions (:data:`ENTRY_SOURCE`):
-``launch`` takes the kernel's operands from Python, puts them on its stack and calls the driver
-with their address; the driver's threads call ``entry`` with their chunks and that address,
-and ``entry`` calls the kernel with the operands it finds there, each call by address with
-numba's calling convention for exactly those types. (A ``prange`` driver of the kernel's own
-argument types took 0.4 s to compile in a new process, 1.6 s for isoneutral's 38 arrays: numba's
-parallel lowering handles every argument.) ``launch`` refuses operands of other types than its
-own (a read-only array): those run the kernel itself, as one chunk, compiled for them.
+:func:`precompile`, else once per machine into the disk cache). Per kernel signature, two small
+serial functions (:data:`ENTRY_SOURCE`): ``launch`` takes the kernel's operands from Python,
+puts them on its stack and calls the driver with their address; the driver's threads call
+``entry`` with their chunks and that address, and ``entry`` calls the kernel with the operands
+it finds there, each call by address with numba's calling convention for exactly those types.
+(A ``prange`` driver of the kernel's own argument types took 0.4 s to compile in a new process,
+1.6 s for isoneutral's 38 arrays: numba's parallel lowering handles every argument.) ``launch``
+refuses operands of other types than its own (a read-only array): those run the kernel itself,
+as one chunk, compiled for them.
 """
 
 from __future__ import annotations
