@@ -340,16 +340,20 @@ def test_a_stencils_backward_stage_reads_its_pads_through_a_driver(monkeypatch):
     np.testing.assert_allclose(c(x, w), t(x, w), rtol=1e-13, atol=1e-12)
 
 
-def test_operands_of_other_types_than_the_drivers_run_as_one_chunk(driven):
-    """A driver calls its kernel for the argument types both were compiled for; a read-only
-    input (another numba type) runs the kernel itself, compiled for it, as one chunk."""
+def test_operands_of_other_types_run_through_the_driver_too(driven):
+    """A kernel signature's launch takes the operand types it was compiled for; read-only
+    inputs (other numba types) get a kernel, an entry and a launch of their own at their first
+    call, and run through the same driver on numba's threads."""
     x = np.random.default_rng(13).standard_normal(BIG)
     t, c = compiled(chain, x, x)
     (run,) = c.program.drivers.values()
     fixed = x.copy()
     fixed.flags.writeable = False
-    np.testing.assert_allclose(c(fixed, fixed), t(x, x), rtol=1e-12, atol=1e-14)
-    assert len(run.kernel.overloads) == 2 and len(run.drive.overloads) == 1
+    for _ in range(2):
+        np.testing.assert_allclose(c(fixed, fixed), t(x, x), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(c(fixed, x), t(x, x), rtol=1e-12, atol=1e-14)
+    assert len(run.launches) == 3 and all(run.launches.values())
+    assert len(run.kernel.overloads) == 3 and len(run.drive.overloads) == 1
 
 
 def test_drivers_are_cached_on_disk(driven, monkeypatch, tmp_path):

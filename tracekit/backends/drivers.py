@@ -16,9 +16,10 @@ puts them on its stack and calls the driver with their address; the driver's thr
 ``entry`` with their chunks and that address, and ``entry`` calls the kernel with the operands
 it finds there, each call by address with numba's calling convention for exactly those types.
 (A ``prange`` driver of the kernel's own argument types took 0.4 s to compile in a new process,
-1.6 s for isoneutral's 38 arrays: numba's parallel lowering handles every argument.) ``launch``
-refuses operands of other types than its own (a read-only array): those run the kernel itself,
-as one chunk, compiled for them.
+1.6 s for isoneutral's 38 arrays: numba's parallel lowering handles every argument.) Operands
+of other types than a launch's own (a read-only array) get a kernel, an entry and a launch of
+their own at their first call, and run on numba's threads too (a launch and an entry cost about
+a tenth of a second to compile).
 """
 
 from __future__ import annotations
@@ -208,8 +209,11 @@ def chunk_driver(kernel, kernel_types: tuple, disk: bool = True):
     compiled for ``kernel_types``) over ``[0, trips)`` in chunks of whole ``grain``, one per
     numba thread of the calling thread (``numba.get_num_threads``), each on its own thread
     (:data:`DRIVE_SOURCE`, compiled once per machine; :data:`ENTRY_SOURCE`, once per kernel
-    signature); operands of other types than those it was compiled for run as one chunk on
-    the calling thread."""
+    signature). Operands of other types than ``kernel_types`` (a read-only array) get a
+    kernel, an entry and a launch of their own at their first call; operands whose types have
+    no spelling run the kernel as one chunk on the calling thread."""
+    import threading
+
     import numba
 
     kernel_types = tuple(kernel_types)
@@ -217,34 +221,49 @@ def chunk_driver(kernel, kernel_types: tuple, disk: bool = True):
     if returned != numba.int64:  # (_call_at's return type; ``return 0`` is a literal's)
         raise TypeError(f"a chunk kernel returns int64, not {returned}")
     index = numba.np.numpy_support.as_dtype(kernel_types[0]).type
-    address = _address(kernel, kernel_types)
-    source = entry_source(kernel_types)
-
-    def alone(trips, grain, *operands):
-        return kernel(index(0), index(trips), *operands)
-
-    if source is None:
-        alone.kernel, alone.address = kernel, address
-        return alone
     drive = _drive(disk)
-    module = cache.load(source, disk=disk)
-    entry, launch = module.entry, module.launch
-    for dispatcher, argument_types in (
-        (drive, _drive_types()),
-        (entry, (numba.int64,) * 4),
-        (launch, (numba.int64,) * 6 + kernel_types[2:]),
-    ):
-        if argument_types not in dispatcher.overloads:
-            dispatcher.compile(argument_types)
-        dispatcher.disable_compile()  # machine code for these types only
-    at = (_address(drive, _drive_types()), _address(entry, (numba.int64,) * 4), address)
+    if _drive_types() not in drive.overloads:
+        drive.compile(_drive_types())
+    drive.disable_compile()  # (one signature: every kernel's)
+    driven = _address(drive, _drive_types())
+
+    def launcher(types: tuple):
+        """(launch, the addresses it passes) for a kernel of argument ``types``, or None."""
+        source = entry_source(types)
+        if source is None:
+            return None
+        if types not in kernel.overloads:
+            kernel.compile(types)
+        module = cache.load(source, disk=disk)
+        for dispatcher, argument_types in (
+            (module.entry, (numba.int64,) * 4),
+            (module.launch, (numba.int64,) * 6 + types[2:]),
+        ):
+            if argument_types not in dispatcher.overloads:
+                dispatcher.compile(argument_types)
+            dispatcher.disable_compile()  # machine code for these types only
+        entered = _address(module.entry, (numba.int64,) * 4)
+        return module.launch, (driven, entered, _address(kernel, types))
+
+    launches = {kernel_types[2:]: launcher(kernel_types)}
+    made = threading.Lock()
     threads = numba.get_num_threads  # (numba's call inside the driver: no disk cache for it)
 
     def run(trips, grain, *operands):
-        try:
-            return launch(*at, trips, grain, threads(), *operands)
-        except TypeError:  # operands of other types: the kernel compiled for them
-            return alone(trips, grain, *operands)
+        launch, at = launches[kernel_types[2:]] or (None, None)
+        if launch is not None:
+            try:
+                return launch(*at, trips, grain, threads(), *operands)
+            except TypeError:  # operands of other types
+                pass
+        types = tuple(numba.typeof(x) for x in operands)
+        with made:
+            if types not in launches:
+                launches[types] = launcher(kernel_types[:2] + types)
+        found = launches[types]
+        if found is None:
+            return kernel(index(0), index(trips), *operands)
+        return found[0](*found[1], trips, grain, threads(), *operands)
 
-    run.drive, run.launch, run.kernel, run.address = drive, launch, kernel, address
+    run.drive, run.launches, run.kernel = drive, launches, kernel
     return run
