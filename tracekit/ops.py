@@ -434,6 +434,24 @@ def _transpose_back(base, new, attrs):
     return "transpose", [new], {"axes": tuple(int(i) for i in np.argsort(attrs["axes"]))}
 
 
+def strides_only(shape, dtype) -> np.ndarray:
+    """A read-only C-ordered array of ``shape`` and ``dtype`` over one element of memory: a
+    view op's ``impl`` applied to it computes the view's strides and offset, and nothing
+    reads its elements (what a view of a value would be, without the value).
+
+    >>> strides_only((2, 3), np.float64).T.strides
+    (8, 24)
+    """
+    dtype = np.dtype(dtype)
+    strides, step = [], dtype.itemsize
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    a = np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape, tuple(reversed(strides)))
+    a.flags.writeable = False
+    return a
+
+
 _VIEW = {"view": True, "may_view": True}
 _RESHAPE = {"unview": _reshape_back, "may_copy": True, "keeps_order": True}
 register(Op("reshape", "movement", np.reshape, call_code("np.reshape"), **_VIEW, **_RESHAPE))

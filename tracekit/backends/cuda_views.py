@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Node, format_node
+from ..ops import strides_only
 from . import scalar as S
 from .cuda_device import Profile, typed
 
@@ -15,20 +16,14 @@ def view_geometry(src_shape, dtype, fn):
     ``src_shape``, or None when ``fn`` is not a pure view. Only the addresses are computed:
     the stand-in array has one element of real memory and is never read."""
     dtype = np.dtype(dtype)
-    base = np.zeros(1, dtype)
-    c_strides, acc = [], dtype.itemsize
-    for d in reversed(src_shape):
-        c_strides.append(acc)
-        acc *= max(d, 1)
-    a = np.lib.stride_tricks.as_strided(base, src_shape, tuple(reversed(c_strides)))
-    a.flags.writeable = False
+    a = strides_only(src_shape, dtype)
     try:
         v = fn(a)
     except Exception:
         return None
     if not isinstance(v, np.ndarray) or not np.may_share_memory(v, a):
         return None
-    off = v.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+    off = v.__array_interface__["data"][0] - a.__array_interface__["data"][0]
     isz = dtype.itemsize
     if off % isz or any(s % isz for s in v.strides):
         return None

@@ -43,11 +43,11 @@ class Window:
     @staticmethod
     def padding(base: Var, pad_width) -> Window:
         """The window of ``np.pad(base, pad_width)``: ``base`` at indices shifted back by the
-        rows before, which may fall outside it (:meth:`guards`); the fill is :meth:`padded`'s.
+        rows before, which may fall outside it (:meth:`bounds`); the fill is :meth:`padded`'s.
 
         >>> w = Window.padding(Var("g", (3, 4), np.dtype("f8")), ((1, 1), (0, 2)))
-        >>> w.shape, w.index(["i0", "i1"]), w.guards(["i0", "i1"])
-        ((5, 6), '-1 + i0, i1', ['1 <= i0 < 4', 'i1 < 4'])
+        >>> w.shape, w.index(["i0", "i1"]), w.bounds(["i0", "i1"])
+        ((5, 6), '-1 + i0, i1', [('i0', 1, 4), ('i1', 0, 4)])
         """
         return Window.of(base, (), base.shape).padded(pad_width, None)
 
@@ -59,8 +59,8 @@ class Window:
         >>> w = Window.of(None, (slice(1, None),), (5,)).padded(((1, 0),), 0.0)
         >>> w.shape, w.index(["i"]), w.layers[0]
         ((5,), 'i', (((1, 5),), 0.0))
-        >>> w.guards(["i"], w.layers[0][0])  # the slice's row 0 is outside
-        ['1 <= i']
+        >>> w.bounds(["i"], w.layers[0][0])  # the slice's row 0 is outside
+        [('i', 1, None)]
         """
         mapped = {d for d, _, _ in self.dims}
         if any((a or b) and k not in mapped for k, (a, b) in enumerate(pad_width)):
@@ -170,27 +170,11 @@ class Window:
                 parts.append(term if start == 0 else f"{start} + {term}")
         return parts
 
-    def guards(self, view_index: list, box=None) -> list[str]:
-        """Source of the conditions under which the base's index (:meth:`indices`) is inside
-        ``box`` (per base dim (first, stop); default: the base), one per base dim the view's
-        indices may take outside it (a pad's): :meth:`bounds` as text."""
-        bounds = self.bounds(view_index, box)
-        if bounds is None:
-            return ["False"]
-        return [
-            f"{f'{first} <= ' if first else ''}{i}{f' < {stop}' if stop else ''}"
-            for i, first, stop in bounds
-        ]
-
     def bounds(self, view_index: list, box=None) -> list[tuple] | None:
-        """``(index, first, stop)`` per base dim the view's indices may take outside ``box``
-        (see :meth:`guards`): the base's index is inside where ``first <= index < stop``
-        (``first`` 0 or ``stop`` None: no bound on that side); None where no index is.
-
-        >>> w = Window.padding(Var("g", (3, 4), np.dtype("f8")), ((1, 1), (0, 2)))
-        >>> w.bounds(["i0", "i1"])
-        [('i0', 1, 4), ('i1', 0, 4)]
-        """
+        """``(index, first, stop)`` per base dim the view's indices may take outside ``box`` (per
+        base dim (first, stop); default: the base), a pad's: the base's index (:meth:`indices`)
+        is inside where ``first <= index < stop`` (``first`` 0 or ``stop`` None: no bound on
+        that side); None where no index is (examples: :meth:`padding`, :meth:`padded`)."""
         out = []
         box = box or tuple((0, n) for n in self.base.shape)
         for (view_dim, start, step), (b0, b1) in zip(self.dims, box):
@@ -206,7 +190,7 @@ class Window:
             if first > last:
                 return None  # every index of the view is outside: the fill only
             stop = last + 1 if last + 1 < self.shape[view_dim] else None
-            out.append((view_index[view_dim], max(first, 0), stop))
+            out.append((view_index[view_dim], first, stop))
         return out
 
 

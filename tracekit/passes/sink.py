@@ -22,7 +22,7 @@ import itertools
 import numpy as np
 
 from ..ir import Graph, Node, Var
-from ..ops import OPS
+from ..ops import OPS, strides_only
 from .dce import dce
 from .rewrite import rebuild, resolve
 
@@ -78,8 +78,8 @@ def _sunk(node: Node, sunk: dict):
 def _copies(reshape: Node, producer: dict) -> bool:
     """Whether NumPy copies to make ``reshape``, its input a chain of views (a broadcast, a
     transpose, a slice) of a value taken as C-contiguous (as the planner makes every value it
-    computes): the chain is applied to an array of those strides, whose elements it never
-    reads, and the reshape asked not to copy."""
+    computes): the chain is applied to a stand-in of those strides (``ops.strides_only``),
+    and the reshape asked not to copy."""
     chain, x = [], reshape.inputs[0]
     while isinstance(x, Var) and x in producer:
         made = producer[x]
@@ -89,8 +89,7 @@ def _copies(reshape: Node, producer: dict) -> bool:
         x = made.inputs[0]
     if not chain or not isinstance(x, Var) or x.dtype.itemsize == 0:
         return False  # a reshape of a value the planner made C-contiguous: a view
-    strides = _c_strides(x.shape, x.dtype.itemsize)
-    layout = np.lib.stride_tricks.as_strided(np.empty(1, x.dtype), x.shape, strides)
+    layout = strides_only(x.shape, x.dtype)
     try:
         for made in reversed(chain):
             layout = OPS[made.op].impl(layout, **made.attrs)
@@ -103,11 +102,3 @@ def _copies(reshape: Node, producer: dict) -> bool:
     except TypeError:  # a NumPy before 2.1 (no copy=): a reshape of views mostly copies
         return True
     return False
-
-
-def _c_strides(shape: tuple, itemsize: int) -> tuple:
-    strides, step = [], itemsize
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
