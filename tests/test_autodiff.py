@@ -804,3 +804,72 @@ def test_gradients_of_slices_add_into_one_cotangent_at_their_slices(fn):
     c = tk.compile(b, target="cpu", progress=False)
     for (got,) in (b(x, np.ones(())), c(x, np.ones(()))):
         np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-15)
+
+
+# ---------------------------------------------------------------------- values computed when read
+def _stencil_loss(x):
+    a = (x[:, :-2] + x[:, 1:-1] + x[:, 2:]) / 3.0
+    return np.sum(np.sin(a[:-2] * a[2:]))
+
+
+def test_a_gradients_trace_computes_no_value_it_does_not_read(monkeypatch):
+    """The backward pass and a gradient inlined in another trace record their ops with
+    deferred values (``TraceContext.deferring``): tracing ``tk.grad`` computes none of them;
+    the trace's answer computes each once, as NumPy does."""
+    from tracekit.tracer import array
+
+    forced = []
+    real = array.force
+    monkeypatch.setattr(array, "force", lambda t: forced.append(t) or real(t))
+    x = U((9, 12))
+    t = tk.trace(tk.grad(_stencil_loss), x)
+    assert forced == []
+    assert sum(n.op == "cos" for n in t.graph.nodes) == 1  # the backward's own ops are there
+    from tracekit.traced import trace_answering
+
+    t, answer = trace_answering(tk.grad(_stencil_loss), x)
+    assert forced  # the answer's values: computed now
+    np.testing.assert_array_equal(t.answer(answer, (x,)), tk.grad(_stencil_loss)(x))
+
+
+def test_a_write_after_a_gradient_in_a_trace_does_not_reach_its_values():
+    """Values not computed yet are computed before a write into an array they read: the
+    trace's gradient is of ``y`` as it was, NumPy's."""
+    from tracekit.traced import trace_answering
+
+    def f(x):
+        y = x * 1.0
+        g = tk.grad(_stencil_loss)(y)
+        y[:, 0] = 100.0  # after the gradient: it must not see this
+        return g * 2.0, y
+
+    x = U((9, 12))
+    want = 2.0 * tk.grad(_stencil_loss)(x.copy())
+    t, answer = trace_answering(f, x)
+    got, y = t.answer(answer, (x,))
+    np.testing.assert_array_equal(got, want)
+    assert (y[:, 0] == 100.0).all()
+    np.testing.assert_array_equal(t(x)[0], want)
+
+
+def test_jit_of_a_grad_whose_loss_reads_arrays_in_its_closure():
+    """An array the loss reads from its closure (in a list) is captured by the jitted gradient
+    too, and read at each call, in both tiers."""
+
+    def make():
+        ws = [np.ones(4)]
+
+        def loss(x):
+            return np.sum(ws[0] * np.sin(x))
+
+        return loss, ws
+
+    loss, ws = make()
+    x = np.linspace(0.0, 1.0, 4)
+    for wait in (True, False):
+        f = tk.jit(tk.grad(loss), wait=wait, progress=False)
+        np.testing.assert_allclose(f(x), np.cos(x), rtol=1e-15)
+        f.wait()
+        ws[0] = np.full(4, 3.0)
+        np.testing.assert_allclose(f(x), 3.0 * np.cos(x), rtol=1e-15)
+        ws[0] = np.ones(4)

@@ -1,17 +1,19 @@
 """Reverse-mode autodiff from the op table's gradient rules.
 
 The backward graph is made by tracing: a fresh trace whose inputs are the forward inputs and the
-output cotangents replays the forward graph (so it has every forward value, recomputed), then
-walks the forward nodes in reverse and runs each node's gradient rule (``Op.vjp``, NumPy code in
-:mod:`tracekit.ops`) on traced values. The result is an ordinary :class:`~tracekit.Traced`:
-printable, renderable, optimisable, compilable, with shapes and example values for free; forward
-values the backward does not need are removed by dead-code elimination.
+output cotangents replays the forward graph (so it has every forward value), then walks the
+forward nodes in reverse and runs each node's gradient rule (``Op.vjp``, NumPy code in
+:mod:`tracekit.ops`) on traced values. That trace records its ops from their types: a value is
+computed only where a rule reads it (``TraceContext.deferring``), so tracing a gradient costs
+NumPy's time on no array. The result is an ordinary :class:`~tracekit.Traced`: printable,
+renderable, optimisable, compilable; forward values the backward does not need are removed by
+dead-code elimination.
 
 >>> import numpy as np, tracekit as tk
 >>> t = tk.trace(lambda x: np.sum(np.sin(x)), np.zeros(3))
 >>> b = tk.vjp(t)
 >>> [n.op for n in b.graph.nodes]
-['cos', 'broadcast_to', 'multiply']
+['broadcast_to', 'cos', 'multiply']
 >>> b(np.zeros(3), np.ones(()))
 (array([1., 1., 1.]),)
 >>> tk.grad(lambda x: np.sum(x ** 3))(np.arange(3.0))
@@ -82,6 +84,7 @@ class _BackwardContext(T.TraceContext):
 
     def __init__(self, taken):
         super().__init__(strict=False)
+        self._defer = True  # built from types: values only where a rule reads them
         self.at = (None, ())
         self.pending: list = []
         self.taken = set(taken)
@@ -241,6 +244,8 @@ def backward(
             value = t.example_leaves[i]
         elif s.kind == "capture":
             value = t.capture_getters[i]()
+            if isinstance(value, T.TracedArray):  # an enclosing trace's (a grad inside a jit)
+                value = value._value
         else:
             value = g.constants[v]
         if isinstance(value, np.ndarray):
@@ -680,11 +685,13 @@ def _inline_value_and_grad(fn, nums, single, args, checkpoint=None):
 def inline(ctx, graph: Graph, values) -> list:
     """Record ``graph``'s nodes in the trace ``ctx`` on traced ``values`` (one per input)."""
     env = dict(zip(graph.inputs, values))
-    for node in graph.nodes:
-        ins = [env[x] if isinstance(x, Var) else x for x in node.inputs]
-        res = ctx.emit(node.op, ins, dict(node.attrs), n_out=len(node.outputs), weak=node.out.weak)
-        res = [res] if len(node.outputs) == 1 else list(res)
-        env.update(zip(node.outputs, res))
+    with ctx.deferring():  # values computed where the trace reads them
+        for node in graph.nodes:
+            ins = [env[x] if isinstance(x, Var) else x for x in node.inputs]
+            n_out, weak = len(node.outputs), node.out.weak
+            res = ctx.emit(node.op, ins, dict(node.attrs), n_out=n_out, weak=weak)
+            res = [res] if len(node.outputs) == 1 else list(res)
+            env.update(zip(node.outputs, res))
     return [env[o] for o in graph.outputs[: graph.n_results]]
 
 

@@ -2544,6 +2544,52 @@ def check_grad(prog, t, draws=None, compiled=False):
     for k, (xs, flipped) in enumerate(draws or [(make_inputs(prog, 0), False)]):
         if k == 0 or flipped:  # (finite differences on every draw would double the time)
             _check_grad_at(prog, b, xs, flipped, cb)
+    _check_grad_answer(prog, (draws or [(make_inputs(prog, 0), False)])[0][0])
+
+
+def _check_grad_answer(prog, xs):
+    """A gradient traced inside another trace (``tk.jit(tk.value_and_grad(loss))``'s first
+    answer) is computed from the values its trace deferred (``TraceContext.deferring``): they
+    must be the interpreter's on the backward graph, as an eager call gives them."""
+    import tracekit as tk
+    from tracekit.traced import trace_answering
+
+    xs = copy_inputs(xs)
+    wrt = tuple(i for i, x in enumerate(xs) if np.asarray(x).dtype.kind == "f")
+    with quiet():
+        outs = execute(prog, *copy_inputs(xs))
+    rng = np.random.default_rng([prog["seed"], 98])
+    ws = [rng.standard_normal(np.shape(o)) for o in outs]
+    if not wrt or not any(np.asarray(o).dtype.kind == "f" for o in outs):
+        return
+
+    def loss(*ins):
+        terms = [np.sum(w * o) for o, w in zip(execute(prog, *ins), ws) if o.dtype.kind == "f"]
+        return sum(terms[1:], terms[0])
+
+    vag = tk.value_and_grad(loss, argnums=wrt)
+    try:
+        with quiet():
+            want = vag(*copy_inputs(xs))
+            zs = copy_inputs(xs)
+            t, answer = trace_answering(lambda *a: vag(*a), *zs)
+            got = None if answer is None else t.answer(answer, zs)
+    except tk.GuardError:
+        return  # (a branch of the loss that the gradient's own trace took otherwise)
+    except Exception as e:
+        raise Failure("grad-answer", f"raised {type(e).__name__}: {e}") from e
+    if got is None:
+        return
+    flat_want = [want[0], *want[1]]
+    flat_got = [got[0], *got[1]]
+    for i, (g, h) in enumerate(zip(flat_want, flat_got)):
+        g, h = np.asarray(g), np.asarray(h)
+        scale = float(np.abs(g[np.isfinite(g)]).max(initial=1.0))
+        if h.shape != g.shape or h.dtype != g.dtype:
+            raise Failure("grad-answer", f"result {i}: {h.dtype}{h.shape}, not {g.dtype}{g.shape}")
+        if not np.allclose(h, g, rtol=1e-9, atol=1e-12 * scale, equal_nan=True):
+            far = np.nanmax(np.abs(h - g))
+            raise Failure("grad-answer", f"result {i} differs from the eager gradient's by {far}")
 
 
 def _compiled_grads_agree(cb, args, grads):

@@ -68,6 +68,56 @@ def stand_in(var: Var, dtype=None):
 
 
 # ---------------------------------------------------------------------- values
+class Deferred:
+    """An op's value not computed yet (see ``TraceContext.deferring``): its op, its inputs
+    (TracedArrays and literals) and its type. Reading the array's ``_value`` computes it, and
+    first whatever deferred values it reads."""
+
+    __slots__ = ("op", "inputs", "attrs", "shape", "dtype")
+
+    def __init__(self, op, inputs, attrs, shape, dtype):
+        self.op, self.inputs, self.attrs, self.shape, self.dtype = op, inputs, attrs, shape, dtype
+
+
+def force(t):
+    """Compute the deferred value of TracedArray ``t`` and of the deferred values it reads,
+    inputs first (a loop, not recursion: a gradient's chain may be thousands of ops long).
+    Each is an array of its own, as its node says: a view NumPy gives is copied."""
+    todo = [(t, False)]
+    while todo:
+        x, inputs_ready = todo.pop()
+        d = x._v
+        if type(d) is not Deferred:
+            continue
+        if not inputs_ready:
+            todo.append((x, True))
+            todo.extend((i, False) for i in d.inputs if type(i) is TracedArray)
+            continue
+        vals = [i._v if type(i) is TracedArray else i for i in d.inputs]
+        try:
+            out = OPS[d.op].impl(*vals, **d.attrs)
+        except Exception as e:
+            e.add_note(f"tracekit: computing {d.op} of a gradient's trace")
+            raise
+        if any(isinstance(v, np.ndarray) and np.may_share_memory(out, v) for v in vals):
+            out = np.array(out, copy=True)
+        if np.shape(out) != d.shape or dtype_of(out) != d.dtype:
+            raise TraceError(
+                f"internal: {d.op} computed a {dtype_of(out)}{list(np.shape(out))} value where "
+                f"its type rule said {d.dtype}{list(d.shape)}"
+            )
+        x._v = out
+
+
+def value_type(x) -> type:
+    """The type of TracedArray ``x``'s value: ``np.ndarray`` for a deferred one of one dimension
+    or more without computing it (a 0-d one may be a NumPy scalar: computed)."""
+    v = x._v
+    if type(v) is Deferred and v.shape:
+        return np.ndarray
+    return type(x._value)
+
+
 def dtype_of(v) -> np.dtype:
     if type(v) is np.ndarray:
         return v.dtype
@@ -120,11 +170,18 @@ class TracedArray(_ops.Tracer):
     """A NumPy array being traced. Behaves like ``np.ndarray``; every operation is recorded."""
 
     __array_priority__ = 1000
-    __slots__ = ("_ctx", "_buf", "_chain", "_value", "_levels", "_ver", "__weakref__")
+    __slots__ = ("_ctx", "_buf", "_chain", "_v", "_levels", "_ver", "__weakref__")
 
     def __init__(self, ctx, buf, chain, value):
-        self._ctx, self._buf, self._chain, self._value = ctx, buf, chain, value
+        self._ctx, self._buf, self._chain, self._v = ctx, buf, chain, value
         self._levels, self._ver = None, -1
+
+    @property
+    def _value(self):
+        """The NumPy value (a :class:`Deferred` one computed now)."""
+        if type(self._v) is Deferred:
+            force(self)
+        return self._v
 
     def bind(self, op, inputs, attrs):
         return self._ctx.emit(op, inputs, attrs)
@@ -147,7 +204,7 @@ class TracedArray(_ops.Tracer):
 
     @property
     def weak(self) -> bool:
-        return is_python_scalar(self._value)
+        return type(self._v) is not Deferred and is_python_scalar(self._v)
 
     def _write(self, new: Var):
         """Replace this array's whole contents by ``new`` (same shape and dtype)."""
@@ -169,8 +226,8 @@ class TracedArray(_ops.Tracer):
         return self._levels
 
     # -- static attributes
-    shape = property(lambda self: np.shape(self._value))
-    dtype = property(lambda self: dtype_of(self._value))
+    shape = property(lambda self: self._v.shape if type(self._v) is Deferred else np.shape(self._v))
+    dtype = property(lambda self: self._v.dtype if type(self._v) is Deferred else dtype_of(self._v))
     ndim = property(lambda self: len(self.shape))
     size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
     itemsize = property(lambda self: self.dtype.itemsize)

@@ -38,8 +38,10 @@ def scan_captures(fn, depth=4, slots=None, generators=None) -> dict:
             if generators is not None and all(g is not obj for _, g in generators):
                 generators.append((label, obj))
             return
-        if isinstance(obj, np.ndarray):
-            found.setdefault(id(obj), (label, getter))
+        if isinstance(obj, np.ndarray | TracedArray):
+            # (an enclosing trace's array, where its trace put it: captured by its value)
+            value = obj._value if isinstance(obj, TracedArray) else obj
+            found.setdefault(id(value), (label, getter))
             if slots is not None and setter is not None:
                 slots.append((label, getter, setter, obj))
             return
@@ -143,7 +145,9 @@ def install_captures(ctx, slots):
     on every call. :func:`restore_captures` puts the arrays back.
     """
     for _label, _getter, setter, arr in slots:
-        if type(arr) is np.ndarray and arr.dtype.kind in "biufc":
+        if isinstance(arr, TracedArray) and arr._ctx is not ctx:  # an enclosing trace's
+            setter(ctx.lift(arr._value))
+        elif type(arr) is np.ndarray and arr.dtype.kind in "biufc":
             setter(ctx.lift(arr))
 
 
@@ -164,7 +168,7 @@ def restore_captures(ctx, slots, record=True):
         setter(original)
         if not record:
             continue
-        target = ctx.lift(original)
+        target = ctx.lift(original._value if isinstance(original, TracedArray) else original)
         if current._buf is target._buf and not current._chain:
             continue  # written in place: already recorded
         if current.shape != target.shape or current.dtype != target.dtype:

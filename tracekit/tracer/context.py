@@ -9,9 +9,11 @@ baked into the trace (``guard``, ``layout_guards``).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import sys
 import warnings
+import weakref
 
 import numpy as np
 from numpy.lib.array_utils import byte_bounds
@@ -21,7 +23,8 @@ from ..ir import FrozenDict, Guard, InputSpec, Node, Var, at_iteration, moves
 from ..loops.source import break_exit, range_position
 from ..ops import OPS
 from ..pytree import is_dask_array
-from .array import Buffer, TracedArray, ViewStep, dtype_of, iter_deep
+from ..type_rules import type_of as input_type
+from .array import Buffer, Deferred, TracedArray, ViewStep, dtype_of, force, iter_deep
 from .captures import find_capture
 from .movement import array_from
 from .source import (
@@ -85,6 +88,8 @@ class TraceContext:
         self._place = None
         self._producers: dict = {}  # Var -> the node computing it, for self.nodes[:_n_produced]
         self._n_produced = 0
+        self._defer = False  # see deferring
+        self._deferred = weakref.WeakValueDictionary()  # id -> an array not computed yet
 
     # -- names
     def new_var(self, shape, dtype, weak=False, name=None) -> Var:
@@ -204,15 +209,69 @@ class TraceContext:
         self._place = (self.where(self._caller), self.last_stack)
         return self._place
 
+    # -- values computed when read
+    @contextlib.contextmanager
+    def deferring(self):
+        """While it lasts, an op of one array output whose type its type rule gives is recorded
+        with a :class:`Deferred` value, computed only where something reads it (a rule's test,
+        the trace's answer, a write next to it): a gradient's graph is built from types alone,
+        where its values would cost NumPy's time on every op. Its views are arrays of their
+        own, as nothing writes through them there. Only for code that writes into no array
+        (tracekit's own: the backward pass, a graph inlined)."""
+        before, self._defer = self._defer, not self.lazy
+        try:
+            yield
+        finally:
+            self._defer = before
+
+    def settle(self):
+        """Compute every deferred value now: before a write into an array they may read."""
+        for t in list(self._deferred.values()):
+            force(t)
+        self._deferred.clear()
+
+    def _deferred_result(self, spec, tins, attrs, caller):
+        """``spec``'s result on ``tins``, recorded with a deferred value; None where it cannot
+        be deferred (its type rule gives several outputs, or none)."""
+        if spec.type_rule is None or spec.kind in ("control", "opaque"):
+            return None
+        types = [
+            input_type(x.ir_var, None if type(x._v) is Deferred else x._v)
+            if type(x) is TracedArray
+            else input_type(x)
+            for x in tins
+        ]
+        try:
+            outs = spec.type_rule(types, attrs)
+        except Exception:  # NumPy's own error, computing it now, says it better
+            return None
+        if len(outs) != 1:
+            return None
+        ((shape, dtype),) = outs
+        self._caller = caller
+        var = self.new_var(shape, dtype)
+        ins = [x.ir_var if type(x) is TracedArray else x for x in tins]
+        self.record(spec.name, ins, attrs, (var,))
+        res = TracedArray(self, Buffer(var), (), Deferred(spec.name, tins, attrs, shape, dtype))
+        self._deferred[id(res)] = res
+        return res
+
     def _emit(self, op, inputs, attrs, n_out, weak, view, caller):
         attrs = FrozenDict(attrs) if attrs else _NO_ATTRS  # a Node keeps a FrozenDict as it is
         tins = [x if type(x) is TracedArray and x._ctx is self else self.lift(x) for x in inputs]
+        spec = OPS[op]
+        if self._defer and n_out == 1 and not weak and not (attrs and moves(attrs)):
+            if int not in map(type, (x._v if type(x) is TracedArray else x for x in tins)):
+                res = self._deferred_result(spec, tins, attrs, caller)
+                if res is not None:
+                    return res
+        if spec.kind == "opaque":
+            self.settle()  # a Python op may write into the arrays it is given
         vals = [x._value if type(x) is TracedArray else x for x in tins]
         python_int = int in map(type, vals)
         # an index moving with a loop (a loop body's backward pass is built from its first
         # iteration's values): computed where it is then, recorded as it moves
         now = at_iteration(attrs, 0) if attrs and moves(attrs) else attrs
-        spec = OPS[op]
         try:
             if self.lazy and spec.whole_array:
                 out = _one_task(op, vals, now, n_out)

@@ -135,6 +135,7 @@ def setitem(x, key, value):
     value = ctx.lift(value)
     vv = value._value if isinstance(value, TracedArray) else value
     real_key = _ops.build_index(idx, [a._value for a in arrays])
+    ctx.settle()  # values not computed yet may read x's
     x._value[real_key] = vv  # NumPy's own checks, casting and broadcasting, on the real values
     if idx in ((Ellipsis,), ()) or (idx == (slice(None),) and x.ndim >= 1):
         x._write(conform(value, x))
@@ -177,6 +178,7 @@ def store(target: TracedArray, value, casting="unsafe"):
         if not np.can_cast(src, target.dtype, casting):
             raise TypeError(f"Cannot cast {src} to {target.dtype} with casting rule {casting!r}")
     else:
+        target._ctx.settle()  # values not computed yet may read target's
         np.copyto(target._value, vv, casting=casting)
     target._write(conform(value, target))
 
@@ -223,6 +225,7 @@ def add_at(a, indices, b):
     idx, arrays = _split_index(target, indices)
     value = ctx.lift(b)
     vv = value._value if isinstance(value, TracedArray) else value
+    ctx.settle()  # values not computed yet may read target's
     np.add.at(target._value, _ops.build_index(idx, [x._value for x in arrays]), vv)
     ins = [target.ir_var, value.ir_var if isinstance(value, TracedArray) else value]
     target._write(

@@ -15,7 +15,7 @@ import operator
 import numpy as np
 
 from ..errors import TraceError
-from .array import TracedArray, is_python_scalar
+from .array import TracedArray, value_type
 from .source import user_source
 from .ufuncs import call_ufunc
 
@@ -35,7 +35,7 @@ def _binary(uf, py_op, reflected=False, fast_power=False, with_none=None):
             return self._ctx.emit("full", [], attrs)
         if isinstance(other, _OPERAND):
             a, b = (other, self) if reflected else (self, other)
-            scalar = type(self._value) is not np.ndarray
+            scalar = value_type(self) is not np.ndarray
             if scalar and _python_value(self) is not None and _python_value(other) is not None:
                 return _on_python_scalars(uf, py_op, a, b)
             fast = _fast_power(self, other) if fast_power and not reflected else None
@@ -50,7 +50,7 @@ def _binary(uf, py_op, reflected=False, fast_power=False, with_none=None):
 
 def _fast_power(x, exponent):
     """The ufunc NumPy's ``array ** scalar`` uses instead of ``power`` (its results differ)."""
-    if not isinstance(x._value, np.ndarray):
+    if value_type(x) is not np.ndarray:
         return None
     kind = x.dtype.kind
     if type(exponent) is int and exponent == 2:
@@ -65,8 +65,9 @@ def _fast_power(x, exponent):
 def _python_value(x):
     """The Python scalar ``x`` is (a literal) or stands for (a traced value computed from a
     Python float argument, a Python value); None for anything else."""
-    v = x._value if isinstance(x, TracedArray) else x
-    return v if type(v) in (bool, int, float, complex) else None
+    if isinstance(x, TracedArray):
+        return None if value_type(x) is np.ndarray else _python_value(x._value)
+    return x if type(x) in (bool, int, float, complex) else None
 
 
 def _on_python_scalars(uf, py_op, *operands):
@@ -215,8 +216,6 @@ def _as_python_type(x, dtype):
 
 
 def _weak_operand(x) -> bool:
-    if type(x) is TracedArray:
-        return is_python_scalar(x._value)
     if isinstance(x, TracedArray):
         return x.weak
     return isinstance(x, float | complex | int) and not isinstance(x, bool | np.generic)
@@ -224,7 +223,7 @@ def _weak_operand(x) -> bool:
 
 def _inplace(uf, py_op, fast_power=False):
     def op(self, other):
-        if not isinstance(self._value, np.ndarray):  # scalars rebind, as in Python
+        if value_type(self) is not np.ndarray:  # scalars rebind, as in Python
             if _python_value(self) is not None and _python_value(other) is not None:
                 return _on_python_scalars(uf, py_op, self, other)
             return call_ufunc(uf, (self, other), {}, weak=self.weak and _weak_operand(other))

@@ -66,6 +66,7 @@ def call_ufunc(ufunc, inputs, kwargs, weak=False):
         return res
     target = ctx.lift(out[0] if isinstance(out, tuple) else out)
     vals = [x._value if isinstance(x, TracedArray) else x for x in inputs]
+    ctx.settle()  # values not computed yet may read target's
     ufunc(*vals, out=target._value)  # NumPy's own casting rules and errors, on the real values
     target._write(conform(res, target))
     return target
