@@ -235,6 +235,8 @@ class TraceContext:
         be deferred (its type rule gives several outputs, or none)."""
         if spec.type_rule is None or spec.kind in ("control", "opaque"):
             return None
+        if any(type(x) is TracedArray and x.dtype.kind in "biu" and x.ndim for x in tins[1:]):
+            return None  # (an index array: NumPy's placing of advanced indices' axes decides)
         types = [
             input_type(x.ir_var, None if type(x._v) is Deferred else x._v)
             if type(x) is TracedArray
