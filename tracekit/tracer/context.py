@@ -231,8 +231,9 @@ class TraceContext:
         self._deferred.clear()
 
     def _deferred_result(self, spec, tins, attrs, caller):
-        """``spec``'s result on ``tins``, recorded with a deferred value; None where it cannot
-        be deferred (its type rule gives several outputs, or none)."""
+        """``spec``'s result on ``tins``, recorded with a deferred value; None where NumPy
+        computes it now: a control or Python op, one reading an index array, or one whose type
+        rule refuses its inputs or gives several outputs."""
         if spec.type_rule is None or spec.kind in ("control", "opaque"):
             return None
         if any(type(x) is TracedArray and x.dtype.kind in "biu" and x.ndim for x in tins[1:]):
