@@ -481,6 +481,11 @@ ADVANCED = [  # (idx, index array types)
     ((Ellipsis, "@0"), [A((), "int64", np.array(1))]),
     (("@0", Ellipsis, "@1"), [A((2,), "uint8"), A((1,), "int8")]),
     (("@1",), [A((2,), "int64")]),
+    # an `...` standing for no axis still parts the advanced entries (seed 24200093)
+    ((slice(0, 1), 0, Ellipsis, "@0"), [A((2,), "int64")]),
+    ((0, Ellipsis, slice(None), "@0"), [A((2,), "int64")]),
+    ((slice(0, 1), "@0", Ellipsis, 1), [A((2,), "int64")]),
+    ((Ellipsis, 0, "@0"), [A((2,), "int64")]),
 ]
 
 
@@ -509,6 +514,47 @@ def test_index():
             continue
         check(name, ins, attrs, failures)
     assert not failures, f"{len(failures)} of {n} cases differ:\n" + "\n".join(failures[:40])
+
+
+def _random_index(rng, ndim):
+    """An index of up to ndim + 1 entries drawn from every kind NumPy takes, and its arrays."""
+    entries, arrays = [], []
+    for _ in range(rng.integers(0, ndim + 2)):
+        kind = rng.choice(["int", "slice", "none", "ellipsis", "array"])
+        if kind == "int":
+            entries.append(int(rng.integers(-2, 2)))
+        elif kind == "slice":
+            entries.append(
+                slice(
+                    *(
+                        int(v) if v is not None else None
+                        for v in rng.choice([None, -2, 0, 1, 3], 2)
+                    ),
+                    int(rng.choice([1, 2, -1])),
+                )
+            )
+        elif kind == "none":
+            entries.append(None)
+        elif kind == "ellipsis" and Ellipsis not in entries:
+            entries.append(Ellipsis)
+        elif kind == "array":
+            shape = tuple(int(d) for d in rng.integers(1, 3, rng.integers(0, 3)))
+            entries.append(f"@{len(arrays)}")
+            values = rng.integers(-1, 1, shape) if rng.random() < 0.5 else None
+            arrays.append(A(shape, "int64", values))
+    return tuple(entries), arrays
+
+
+def test_index_on_random_indices():
+    """Seeded random indices (ints, slices, None, an ellipsis, int arrays in any order) of 0- to
+    4-d arrays: the rule places every axis where NumPy does, or raises where NumPy raises."""
+    rng = np.random.default_rng(24200093)
+    cases = []
+    for _ in range(3000):
+        shape = tuple(int(d) for d in rng.integers(1, 4, rng.integers(0, 5)))
+        idx, arrays = _random_index(rng, len(shape))
+        cases.append(("index", [A(shape), *arrays], {"idx": idx}))
+    run(cases)
 
 
 def test_updates():

@@ -767,12 +767,17 @@ def index_shape(x: ValueType, idx, arrays) -> tuple:
         raise IndexError(
             f"too many indices for array: array is {x.ndim}-dimensional, but {used} were indexed"
         )
+    advanced = any(isinstance(e, ValueType) for e in entries)
+    # NumPy keeps the advanced axes in place only where the advanced entries stand side by side
+    # in the index as written: a `None` or an `...` between them, even one standing for no
+    # axis, moves them to the front.
+    written = [i for i, e in enumerate(entries) if isinstance(e, ValueType | int)]
+    adjacent = written == list(range(written[0], written[0] + len(written))) if advanced else True
     if Ellipsis in entries:
         k = entries.index(Ellipsis)
         entries = entries[:k] + [slice(None)] * (x.ndim - used) + entries[k + 1 :]
     else:
         entries = entries + [slice(None)] * (x.ndim - used)
-    advanced = any(isinstance(e, ValueType) for e in entries)
     out, adv_shapes, adv_pos, dim = [], [], [], 0
     for e in entries:
         if e is None:
@@ -837,7 +842,6 @@ def index_shape(x: ValueType, idx, arrays) -> tuple:
             _UNKNOWN if any(len(s) >= len(bshape) - i and _UNKNOWN in s for s in adv_shapes) else d
             for i, d in enumerate(bshape)
         )
-    adjacent = adv_pos == list(range(adv_pos[0], adv_pos[0] + len(adv_pos)))
     rest = [d for d in out if d is not None]
     if adjacent:
         k = adv_pos[0]
