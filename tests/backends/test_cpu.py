@@ -1235,3 +1235,26 @@ def test_kernel_over_many_arrays_is_vectorised():
     asm = "\n".join(segment.inspect_asm().values())
     packed = re.findall(r"\bv?(?:mul|add|fmadd\w*)pd\s+%[yz]mm", asm)
     assert packed, "the kernel's loop was left scalar"
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="reads x86 assembly")
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_sum_of_shifted_slices_loads_without_gathers(dt):
+    """A whole-array sum over shifted slices (rosen) in parallel chunks: the chunk's loop
+    starts at a bound LLVM cannot tell is not negative, and numba wraps a negative index
+    around lane by lane, so the loop read its elements by gathers at a third of the speed.
+    The loop counts from a bound known to be at least 0 (``KernelSource._range``)."""
+
+    def rosen(x):
+        return np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2)
+
+    x = np.random.default_rng(5).random(1_000_003).astype(dt)
+    with quiet():
+        t = tk.trace(rosen, x)
+    c = tk.compile(t, target="cpu", cache=False, progress=False)  # machine code made now
+    got, want, *_ = both(c, t, x)
+    np.testing.assert_allclose(got, want, rtol=1e-5 if dt == "float32" else 1e-12)
+    assert "prange" in c.source
+    asm = "\n".join(c.runner.ns["segment0"].inspect_asm().values())
+    assert re.search(r"\bv?(?:mul|add|sub)p[sd]\s+%[xyz]mm", asm), "the loop was left scalar"
+    assert "gather" not in asm
