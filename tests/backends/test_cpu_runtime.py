@@ -880,12 +880,15 @@ def test_products_openblas_runs_on_one_thread_anyway_are_called_as_numpy_does():
         (((65, 96), (96, 70)), np.complex128),
         (((567, 128), (128, 512)), np.complex64),
         (((7, 300), (300, 400)), np.float64),
+        (((18, 128), (128, 2048)), np.float32),  # a short a, a wide b: blocks of columns
+        (((3, 256), (256, 1000)), np.complex128),
     ],  # fmt: skip
 )
-def test_products_of_a_narrow_b_run_in_blocks_of_rows_on_numbas_threads(shapes, dtype):
-    """A product whose ``b`` has at most MAX_COLUMNS columns runs on numba's threads, one block
-    of rows each, BLAS on one thread (its libraries set so for the call, then restored), and
-    the kernel after it is parallel: no thread of BLAS's own spins beside it."""
+def test_products_of_a_narrow_b_or_a_short_a_run_in_blocks_on_numbas_threads(shapes, dtype):
+    """A product whose ``b`` has at most MAX_COLUMNS columns runs on numba's threads, one block of
+    rows each (one of columns where ``b`` is wider and ``a`` short), BLAS on one thread (its
+    libraries set so for the call, then restored), and the kernel after it is parallel: no thread of
+    BLAS's own spins beside it."""
     from tracekit.backends import matmul_threads, runtime
 
     if not matmul_threads.numba_has_blas():

@@ -2902,12 +2902,14 @@ def force_streams():
 
 
 def force_threaded_matmul():
-    """Every product of two float matrices of a narrow ``b`` on numba's threads, in blocks of
-    one row at the least (the fuzzer's matrices are small: the default needs 262,144
-    multiply-adds and 4 rows a block)."""
+    """Every product of two float matrices of a narrow ``b`` or a short ``a`` on numba's
+    threads, in blocks of one row or column at the least, those of ``b`` wider than 4 columns
+    in blocks of columns (the fuzzer's matrices are small: the default needs 262,144
+    multiply-adds, 4 rows a block, and 512 columns for blocks of columns)."""
     from tracekit.backends import matmul_threads
 
-    matmul_threads.MIN_PRODUCT, matmul_threads.MIN_ROWS = 0, 1
+    matmul_threads.MIN_PRODUCT, matmul_threads.MIN_ROWS, matmul_threads.MIN_COLUMNS = 0, 1, 1
+    matmul_threads.MAX_COLUMNS = 4
 
 
 def main(argv=None):
