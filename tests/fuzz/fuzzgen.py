@@ -2903,13 +2903,13 @@ def force_streams():
 
 def force_threaded_matmul():
     """Every product of two float matrices of a narrow ``b`` or a short ``a`` on numba's
-    threads, in blocks of one row or column at the least, those of ``b`` wider than 4 columns
-    in blocks of columns (the fuzzer's matrices are small: the default needs 262,144
+    threads, in blocks of one row or of one or two columns, those of ``b`` wider than 4 columns in
+    blocks of columns (the fuzzer's matrices are small: the default needs 262,144
     multiply-adds, 4 rows a block, and 512 columns for blocks of columns)."""
     from tracekit.backends import matmul_threads
 
-    matmul_threads.MIN_PRODUCT, matmul_threads.MIN_ROWS, matmul_threads.MIN_COLUMNS = 0, 1, 1
-    matmul_threads.MAX_COLUMNS = 4
+    matmul_threads.MIN_PRODUCT, matmul_threads.MIN_ROWS, matmul_threads.MAX_COLUMNS = 0, 1, 4
+    matmul_threads.MIN_COLUMNS, matmul_threads.WIDE_BLOCK = 1, 2
 
 
 def main(argv=None):

@@ -16,9 +16,9 @@ Rows split evenly only while ``b`` is narrow: OpenBLAS's own threads share the p
 wide ``b``, which each block here packs whole (115x1024 by 1024x2048 float32: 2.3 ms on its
 threads, 3.1 ms in blocks of rows). A wide ``b`` beside a short ``a`` splits by columns
 instead, each block packing its own columns of ``b`` and all of the small ``a``: 18x128 by
-128x2048 float32 took 74-100 us so against NumPy's 65-82 alone, and with its epilogue in the
-random benchmark's process (where the peers' pools spin too) 96 us against 233. The other
-products of a wide ``b`` stay NumPy's.
+128x2048 float32 took 40 us so against NumPy's 64 alone, and with its epilogue in the random
+benchmark's process (where the peers' pools spin too) 57 us against 233. The other products
+of a wide ``b`` stay NumPy's.
 
 >>> import numpy as np
 >>> a, b = np.arange(600.0).reshape(60, 10), np.arange(70.0).reshape(10, 7)
@@ -45,10 +45,13 @@ MAX_COLUMNS = 512
 # Rows a thread takes at the least: fewer, and the product is too small to split.
 MIN_ROWS = 4
 # The most rows of ``a`` whose products with a wider ``b`` run in blocks of columns, and the
-# fewest columns a block takes. Alone, in blocks of columns against OpenBLAS's threads: 18 rows
-# 1.1-1.2x its time, 32x512 by 512x1024 float64 1.03x, 64x256 by 256x4096 float32 1.2x.
-MAX_ROWS_BY_COLUMNS = 32
-MIN_COLUMNS = 64
+# blocks' widths (:func:`column_block`). Alone, against OpenBLAS's threads (2-core Xeon, us):
+# 18x128 by 128x2048 float32 in blocks of 32 columns 40, of 1024 74, OpenBLAS 64; 32x128 by
+# 128x1024 float32 44 / 50; 64x256 by 256x4096 float32 470 / 530 (blocks of 128-512: 600-700);
+# 4x512 by 512x4096 float64 in blocks of 256 301 / 596; 8x1024 by 1024x1024 float64 343 / 375;
+# 32x512 by 512x1024 float64 301 / 282 (blocks of 32: 491); 115 rows: 2.0 / 1.65 ms.
+MAX_ROWS_BY_COLUMNS = 64
+MIN_COLUMNS, WIDE_BLOCK, SHORT_COLUMN_BYTES = 32, 256, 1024
 # Products of fewer multiply-adds stay NumPy's: OpenBLAS runs them on one thread anyway.
 MIN_PRODUCT = ONE_THREAD_GEMM
 
@@ -64,8 +67,8 @@ from tracekit.backends.cpu_helpers import _gemm_at
 @numba.njit(parallel=True, error_model="numpy", cache=_TRACEKIT_DISK_CACHE)
 def matmul(gemm, a, b, out, threads, least, by_columns):
     rows, cols = out.shape
-    if by_columns:  # blocks of 16 columns' multiples: cache lines of float32
-        blocks = max(1, min(threads, cols // least))
+    if by_columns:  # blocks of about ``least`` columns, multiples of 16 (float32 lines)
+        blocks = max(1, cols // least)
         for block in prange(blocks):
             lo = cols * block // blocks // 16 * 16
             hi = cols if block == blocks - 1 else cols * (block + 1) // blocks // 16 * 16
@@ -113,7 +116,7 @@ def matmul(a, b, out, disk: bool = True):
     a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
     threads = numba.get_num_threads()  # (numba's call inside the function: no disk cache)
     columns = _by_columns(a.shape, b.shape)
-    least = MIN_COLUMNS if columns else MIN_ROWS
+    least = column_block(a.shape[1], a.dtype.itemsize) if columns else MIN_ROWS
     gemm = _gemm(out.dtype.name)
     on_one_blas_thread(_function(disk), gemm, a, b, out, threads, least, columns)
     return out
@@ -122,6 +125,13 @@ def matmul(a, b, out, disk: bool = True):
 def _by_columns(a_shape, b_shape) -> bool:
     """Whether a product runs in blocks of columns: ``b`` wide and ``a`` short."""
     return b_shape[1] > MAX_COLUMNS and a_shape[0] <= MAX_ROWS_BY_COLUMNS
+
+
+def column_block(inner: int, itemsize: int) -> int:
+    """Columns of ``b`` a block takes (each packs its ``inner`` rows of them): narrow blocks
+    where a column is short, their packed columns in the fastest cache; wider ones where the
+    routine's own blocking serves better."""
+    return MIN_COLUMNS if inner * itemsize <= SHORT_COLUMN_BYTES else WIDE_BLOCK
 
 
 def prepare(dtype, disk: bool = True):
