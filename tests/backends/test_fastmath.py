@@ -752,6 +752,23 @@ def test_pow_special_cases_match_c99():
         np.testing.assert_array_equal(got, ref)
 
 
+@pytest.mark.parametrize("op", ["exp", "exp2", "sigmoid"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_exponentials_where_they_round_to_zero_and_just_before(op, dtype):
+    """Arguments around where an exponential's result turns subnormal and rounds to zero (the
+    functions give zero there without computing it, ``fastmath._exp64_impl``): NumPy's
+    classes, and within the ulps tracekit's function may be from NumPy's (its documented
+    bound plus NumPy's own measured error)."""
+    edges = {"exp": (-746.0, -745.13, -708.4, -104.0, -103.97, -87.3),
+             "exp2": (-1080.0, -1075.0, -1074.0, -1022.0, -151.0, -150.0, -149.0, -126.0),
+             "sigmoid": (-746.0, -745.13, -708.4, -104.0, -103.97, -87.3)}[op]  # fmt: skip
+    x = np.concatenate([np.linspace(e - 3.0, e + 3.0, 601) for e in edges])
+    x = np.concatenate([x, [-np.inf, np.nan, -1e30, -2e4]]).astype(dtype)
+    got, want = evaluate(op, dtype, x), reference(op, dtype, x)
+    assert not class_mismatch(got, want).any()
+    np.testing.assert_array_max_ulp(got, want, maxulp=numpy_relative_bound(op, dtype))
+
+
 def test_logaddexp_f64_is_numpys_at_special_and_far_apart_pairs():
     """Infinities, nan, equal arguments (x + ln2) and arguments so far apart that the result
     is the larger one: the same bits as NumPy."""
