@@ -236,10 +236,10 @@ class TraceContext:
         rule refuses its inputs or gives several outputs."""
         if spec.type_rule is None or spec.kind in ("control", "opaque"):
             return None
-        if spec.kind == "index" and any(
+        if spec.kind not in ("elementwise", "reduce", "scan") and any(
             type(x) is TracedArray and x.dtype.kind in "biu" and x.ndim for x in tins[1:]
         ):
-            return None  # NumPy checks an index array's values against the axis, at its line
+            return None  # (integers as positions: NumPy checks them against the axis, here)
         types = [
             input_type(x.ir_var, None if type(x._v) is Deferred else x._v)
             if type(x) is TracedArray
