@@ -474,9 +474,10 @@ class KernelSource:
         if lo == "0":
             self.emit(f"for {name} in range({hi}):", depth)
             return depth + 1
-        self.emit(f"{name}s = max(0, {lo})", depth)
-        self.emit(f"for {name}k in range({hi} - {name}s):", depth)
-        self.emit(f"{name} = {name}s + {name}k", depth + 1)
+        start, count = f"{name}_lo", f"{name}_k"  # (a streamed row pass's blocks are {name}s)
+        self.emit(f"{start} = max(0, {lo})", depth)
+        self.emit(f"for {count} in range({hi} - {start}):", depth)
+        self.emit(f"{name} = {start} + {count}", depth + 1)
         return depth + 1
 
     def work(self) -> int:
@@ -969,9 +970,10 @@ class KernelSource:
         return self._range(j, jb, f"min({jb} + {BLOCK}, {hi})", depth + 1)
 
     def _unsigned_index_ok(self, reds) -> bool:
-        """Whether the reduced loop may count in uint64: its index only indexes arrays (one
-        reduced dim, no windows read at offsets from it, no op computing from positions, no
-        reduction carrying a position: numba would make int64 and uint64 mixes float64)."""
+        """Whether a row pass's interleaved streams may index in uint64 (``_interleave``'s
+        indices are): the reduced dim's index only indexes arrays (one reduced dim, no windows
+        read at offsets from it, no op computing from positions, no reduction carrying a
+        position: numba would make int64 and uint64 mixes float64)."""
         if len(self.layout.red) != 1 or self.windows:
             return False
         if any(accumulation(r).index for r in reds):
