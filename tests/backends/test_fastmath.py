@@ -808,6 +808,23 @@ CONST_EXPONENTS = (3, 4, 5, 6, 7, 8, 11, 16, 31, -2, -3, -5, -8, -16, -31, 0, 1,
                    -0.25, -0.75, -1.25, 2.75, 7.25, -7.75, 15.75, -15.25)  # fmt: skip
 
 
+def _results_near_range_edges(y, dtype, rng):
+    """x (both signs) whose ``x ** y`` falls near the ends of ``dtype``'s range and
+    of the band where ``power_const`` computes without scaling x: subnormal results, the
+    smallest normal, overflow, and 2**(+-960) to 2**(+-1000)."""
+    info = np.finfo(dtype)
+    lo, hi = np.log2(float(info.smallest_subnormal)), np.log2(float(info.max))
+    targets = np.concatenate([np.linspace(lo - 2, lo + 60, 9), np.linspace(-1022, -900, 5),
+                              np.linspace(900, hi + 2, 7)])  # fmt: skip
+    if y == 0:
+        targets = np.zeros_like(targets)
+    with np.errstate(over="ignore"):
+        scale = np.exp2(np.clip(targets / (abs(y) or 1.0), -1074, 1023))
+        x = (scale[:, None] * (1 + rng.uniform(-0.01, 0.01, (targets.size, 64)))).ravel()
+        x = x.astype(dtype)  # beyond float32's range: inf, a class the test also wants
+    return np.concatenate([x, -x])
+
+
 @numba.njit(fastmath=False)
 def _power_const_loop(fn, x, y, out):
     for i in range(x.shape[0]):
@@ -825,9 +842,10 @@ def test_power_by_a_constant(dtype):
     itype = np.uint32 if dtype == F32 else np.uint64
     bits = rng.integers(0, np.iinfo(itype).max, N_RANDOM // 4, dtype=itype, endpoint=True)
     ordinary = rng.uniform(-4, 4, 1 << 16).astype(dtype)
-    x = np.concatenate([bits.view(dtype), _specials(dtype), ordinary])
+    base = np.concatenate([bits.view(dtype), _specials(dtype), ordinary])
     wide = F64 if dtype == F32 else (np.dtype(np.longdouble) if LONGDOUBLE_OK else None)
     for y in CONST_EXPONENTS:
+        x = np.concatenate([base, _results_near_range_edges(y, dtype, rng)])
         got = np.empty_like(x)
         _power_const_loop(fn, x, dtype.type(y), got)
         with np.errstate(all="ignore"):

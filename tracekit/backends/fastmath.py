@@ -1578,6 +1578,85 @@ def _pow_const64(x, y):
 
 
 @_helper
+def _pair_mul(ah, al, bh, bl):
+    """(ah + al) * (bh + bl) as a pair whose high part is the plain product ``ah * bh``: the
+    low part carries its rounding error (exact where ``|ah * bh| >= 2**-960``) and the cross
+    terms. Not renormalised, so inf, nan and zero stay in the high part."""
+    h = ah * bh
+    return h, _fma(ah, bh, -h) + (ah * bl + al * bh)
+
+
+@_helper
+def _pair_powi(x, n):
+    """x**n for a constant integer 1 <= n < 32 as a ``_pair_mul`` pair: the squares x, x**2,
+    ... x**16 and the product of those n's bits select, from the lowest set bit up. With n
+    a constant after inlining, the selects fold: only n's own products are left."""
+    low = n & -n
+    h2 = x * x
+    l2 = _fma(x, x, -h2)
+    h4, l4 = _pair_mul(h2, l2, h2, l2)
+    h8, l8 = _pair_mul(h4, l4, h4, l4)
+    h16, l16 = _pair_mul(h8, l8, h8, l8)
+    rh = x if low == 1 else (h2 if low == 2 else (h4 if low == 4 else (h8 if low == 8 else h16)))
+    rl = 0.0 if low == 1 else (l2 if low == 2 else (l4 if low == 4 else (l8 if low == 8 else l16)))
+    th, tl = _pair_mul(rh, rl, h2, l2)
+    rh, rl = (th, tl) if (n & 2) and low < 2 else (rh, rl)
+    th, tl = _pair_mul(rh, rl, h4, l4)
+    rh, rl = (th, tl) if (n & 4) and low < 4 else (rh, rl)
+    th, tl = _pair_mul(rh, rl, h8, l8)
+    rh, rl = (th, tl) if (n & 8) and low < 8 else (rh, rl)
+    th, tl = _pair_mul(rh, rl, h16, l16)
+    return (th, tl) if (n & 16) and low < 16 else (rh, rl)
+
+
+@_helper
+def _plain_powi(x, n):
+    """x**n for a constant integer 0 <= n < 16 as a plain product of x's squares."""
+    x2 = x * x
+    x4 = x2 * x2
+    p = x if n & 1 else 1.0
+    p = p * x2 if n & 2 else p
+    p = p * x4 if n & 4 else p
+    return p * (x4 * x4) if n & 8 else p
+
+
+@_helper
+def _pow_halves64(x, m2):
+    """x**(m2/2) for a constant integer m2 != 0, |m2| < 64 (odd: |m2| < 32), without taking x
+    apart: x**k as a ``_pair_powi`` pair (k = |m2| // 2), times sqrt(x) with its residual for
+    odd m2, rounded once; its reciprocal, corrected, for m2 < 0. No division but that one: the
+    residual's share is ``res * x**(k-1) * sqrt(x) / 2`` (for k = 0, the reciprocal's).
+    Where |x|**(|m2|/2) would leave [2**-960, 2**1000], the band where the pair is exact
+    enough, x is first scaled into it by 2**(-+2t) and the result back by one multiplication
+    (which rounds once more only where the result is subnormal: 1 ulp). inf, nan and zeros
+    follow the plain product (and 1/it); a negative x to a half power is nan, -inf's +inf."""
+    n2 = abs(m2)
+    half = (n2 & 1) == 1
+    k = n2 >> 1
+    t = (116 + n2 - 1) // n2  # t * n2 >= 116: the scaled power of a tiny x is in the band
+    tiny_e = 1920 // n2 if n2 > 1 else 960  # x >= 2**-960 also keeps sqrt's residual exact
+    huge_e = 2000 // n2 if n2 > 1 else 1024
+    ax = abs(x)
+    tiny = ax < _as_f64((1023 - tiny_e) << 52)
+    huge = ax >= _as_f64((1023 + huge_e) << 52)
+    xs = x * _as_f64((1023 + 2 * t) << 52) if tiny else x
+    xs = x * _as_f64((1023 - 2 * t) << 52) if huge else xs
+    xb = abs(xs) if half else xs
+    ph, pl = _pair_powi(xb, k) if k > 0 else (1.0, 0.0)
+    s = np.sqrt(xb)
+    h = ph * s if half else ph
+    q = _div(1.0, h)
+    c = _plain_powi(xb, k - 1) * s if k > 0 else q  # ph / s
+    lo = _fma(ph, s, -h) + (pl * s + 0.5 * _fma(-s, s, xb) * c) if half else pl
+    ordinary = h != 0.0 and abs(h) < _INF  # not an overflow, a zero, inf or nan of the chain
+    r = h + lo if ordinary else h
+    r = (q + (_fma(-h, q, 1.0) - lo * q) * q if ordinary and abs(q) < _INF else q) if m2 < 0 else r
+    r = _NAN if half and x < 0.0 and x > -_INF else r
+    back = t * n2 if tiny == (m2 < 0) else -t * n2
+    return r * _as_f64((1023 + back) << 52) if tiny or huge else r
+
+
+@_helper
 def _pow_const32via64(x, y):
     """The float32 power by a constant exponent, in float64: a plain multiplication chain,
     square roots and division (relative error < 2**-48, then one rounding to float32); every
@@ -2369,11 +2448,16 @@ def power_const_f64(x, y):
     """x**y for float64 and a constant y: an integer with |y| < 32 or a multiple of 1/4
     with |y| < 16 (other y are not computed: the code generator passes only these).
 
-    The mantissa's power as a double-double (multiplication chain, square roots, reciprocal),
-    the exponent's exactly, one rounding; np.power's special cases.  Domain: all float64.
-    max error vs correctly rounded: 1 ulp.
+    Integers and halves of odd integers: a multiplication chain with its errors carried, a
+    square root with its residual, one reciprocal for y < 0, one rounding (x scaled by a power
+    of 2 only where the result nears the ends of the range). Quarters: the mantissa's power as
+    a double-double, the exponent's exactly.  np.power's special cases (y = 0.5: np.sqrt's).
+    Domain: all float64.  max error vs correctly rounded: 1 ulp.
     """
-    return _pow_const64(np.float64(x), np.float64(y))
+    x = np.float64(x)
+    halves = 2.0 * y == int(2.0 * y) and y != 0.0  # y is the code generator's constant: folds
+    r = _pow_halves64(x, int(2.0 * y)) if halves else _pow_const64(x, np.float64(y))
+    return np.sqrt(x) if y == 0.5 else r  # NumPy's x ** 0.5 (its -0.0 and nan for -inf)
 
 
 # ---------------------------------------------------------------------------

@@ -623,13 +623,14 @@ def far_test(node: Node, args: list, dtypes: list, math: str = "fast") -> str | 
 
 
 def _constant_exponent(node: Node) -> float | None:
-    """``c`` of ``x ** c`` where ``c`` is a real literal that is a multiple of 1/4 below 16 in
-    magnitude (``fastmath.power_const``'s domain), else None."""
+    """``c`` of ``x ** c`` where ``c`` is a real literal that is an integer below 32 or a
+    multiple of 1/4 below 16 in magnitude (``fastmath.power_const``'s domain), else None."""
     c = node.inputs[1]
     if isinstance(c, Var) or np.ndim(c) != 0 or np.iscomplexobj(c) or isinstance(c, str):
         return None
     c = float(np.asarray(c).real)
-    if not abs(c) < 16 or 4 * c != int(4 * c):
+    whole = abs(c) < 32 and c == int(c)
+    if not (whole or abs(c) < 16 and 4 * c == int(4 * c)):
         return None
     return c
 
