@@ -897,10 +897,10 @@ def _shares(bounds, threads) -> list:
 
 @pytest.mark.parametrize("cols", [129, 331, 1000])
 def test_column_blocks_hold_even_shares_of_columns(prange_loops, cols):
-    """A parallel column kernel's blocks cover every column once, at most COLUMNS each, and
-    number a multiple of 4 where they can keep COLUMNS // 4 columns, so the equal runs of
-    blocks numba hands two or four threads hold equal shares (331 columns: 82 or 83 a block,
-    not 128, 128 and 75)."""
+    """A parallel column kernel's blocks cover every column once, at most a block's width each
+    (COLUMN_BYTES of float64, or COLUMNS), and number a multiple of 4 where they can keep a
+    quarter of it, so the equal runs of blocks numba hands two or four threads hold equal
+    shares (331 columns: 82 or 83 a block, not 128, 128 and 75)."""
     rng = np.random.default_rng(seed_of("even column blocks", cols))
     x = rng.uniform(-2, 2, (emit_cpu.PARALLEL_MIN_WORK // cols + 1, cols))
     c, t = compiled(lambda x: np.exp(x) / np.sqrt(np.sum(x * x, axis=0, keepdims=True)), x)
@@ -911,12 +911,31 @@ def test_column_blocks_hold_even_shares_of_columns(prange_loops, cols):
         (int(eval(lo, {"np": np, b: k})), int(eval(hi, {"np": np, b: k}))) for k in range(int(nb))
     ]
     assert [j for a, z in bounds for j in range(a, z)] == list(range(cols))
-    assert max(z - a for a, z in bounds) <= emit_cpu.COLUMNS
+    assert max(z - a for a, z in bounds) <= max(emit_cpu.COLUMNS, emit_cpu.COLUMN_BYTES // 8)
     for threads in (2, 4):
         shares = _shares(bounds, threads)
         assert max(shares) - min(shares) <= len(bounds) // threads, shares
     got, want, _, _ = both(c, t, x)
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_column_blocks_read_a_page_of_each_row(prange_loops, dt):
+    """Where there are columns enough for every thread, a block of a column kernel reads
+    COLUMN_BYTES of each row (a page the prefetchers stream), not COLUMNS: the row's part is
+    the block's width in elements of its dtype."""
+    import numba
+
+    itemsize = np.dtype(dt).itemsize
+    width = emit_cpu.COLUMN_BYTES // itemsize
+    cols = 2 * width * numba.config.NUMBA_NUM_THREADS
+    rng = np.random.default_rng(seed_of("page-wide column blocks", dt))
+    x = rng.uniform(-2, 2, (8, cols)).astype(dt)
+    c, t = compiled(lambda x: np.exp(x) / np.sum(np.exp(x), axis=0, keepdims=True), x)
+    nb = int(re.search(r"for \w+ in prange\((\d+)\):", c.source).group(1))
+    assert width > emit_cpu.COLUMNS and cols // nb == width
+    got, want, _, _ = both(c, t, x)
+    np.testing.assert_allclose(got, want, rtol=2e-6 if dt == "float32" else 1e-12)
 
 
 @pytest.mark.parametrize("cols", [20, BIG // 40], ids=["serial", "parallel"])

@@ -34,9 +34,14 @@ POOL_MIN_WORK = 4 * PARALLEL_MIN_WORK
 # A parallel loop over at least this many trips keeps its place outermost (see _loop_order)
 LOOP_TRIPS_TO_SHARE = 16
 CHUNKS = 64  # partial results per whole-array reduction
-# A reduction over leading dims (the column sums of a C-order matrix) runs over blocks of this
-# many consecutive kept elements, one accumulator each (see KernelSource._columns)
+# A reduction over leading dims (the column sums of a C-order matrix) runs over blocks of
+# consecutive kept elements, one accumulator each (see KernelSource._columns): a block's part of
+# each row is at least COLUMN_BYTES, a page, so that the hardware prefetchers stream it from
+# memory (1 KB parts left a float64 column kernel 1.7x slower on data not in the caches), and
+# COLUMNS at least, which is also the width where the kernel keeps a whole block's values for a
+# later pass or where more blocks keep more threads busy
 COLUMNS = 128
+COLUMN_BYTES = 4096
 BLOCK = 512  # elements a float32 sum adds up in float32 (see KernelSource._blocks)
 # Interleaved element streams (see KernelSource._streams): at most STREAMS, each LANES
 # consecutive elements (the widest vector: 16 float32 in 512 bits), for kernels of at least
@@ -853,15 +858,29 @@ class KernelSource:
             and not any(accumulation(r).index for r in self.reduces)
         )
 
-    def _column_blocks(self, n: int) -> int:
-        """Blocks of at most COLUMNS of a column kernel's ``n`` columns, spread evenly; where
-        the kernel is parallel, a multiple of 4 of them while blocks keep COLUMNS // 4 columns:
-        numba hands each thread an equal run of blocks, and 331 columns in blocks of 128 put
-        256 on one of two threads and 75 on the other."""
-        least = -(-n // COLUMNS)
+    def _column_width(self, scratch) -> int:
+        """The most columns of a block (``_columns``): COLUMN_BYTES of the kernel's widest
+        float, or COLUMNS where a block keeps values of every row for a later pass (``scratch``
+        not held in a result) or where blocks of COLUMNS leave numba's threads too few."""
+        import numba
+
+        itemsize = max(v.dtype.itemsize for v in self.inputs + self.outputs)
+        wide = max(COLUMNS, COLUMN_BYTES // itemsize)
+        (kept,) = self.layout.kept
+        n = self.layout.sizes[kept]
+        few = self._parallel() and -(-n // wide) < numba.config.NUMBA_NUM_THREADS
+        kept_rows = any(v not in self.alias for v in scratch)
+        return COLUMNS if kept_rows or few else wide
+
+    def _column_blocks(self, n: int, width: int) -> int:
+        """Blocks of at most ``width`` of a column kernel's ``n`` columns, spread evenly; where
+        the kernel is parallel, a multiple of 4 of them while blocks keep ``width // 4``
+        columns: numba hands each thread an equal run of blocks, and 331 columns in blocks of
+        128 put 256 on one of two threads and 75 on the other."""
+        least = -(-n // width)
         if not self._parallel():
             return least
-        return max(least, min(-(-least // 4) * 4, n // (COLUMNS // 4)))
+        return max(least, min(-(-least // 4) * 4, n // (width // 4)))
 
     def _columns(self, serial: bool = False):
         """The passes of ``_rows`` over a block of COLUMNS kept elements at a time: each pass
@@ -874,16 +893,17 @@ class KernelSource:
         scratch = self._scratch(phase)
         (kept,) = L.kept
         n, i = L.sizes[kept], L.names[kept]
-        nblocks = self._column_blocks(n)
-        b, c, width, start = f"{self.p}cb", f"{self.p}c", f"{self.p}cn", f"{self.p}c0"
+        width = self._column_width(scratch)
+        nblocks = self._column_blocks(n, width)
+        b, c, count, start = f"{self.p}cb", f"{self.p}c", f"{self.p}cn", f"{self.p}c0"
         depth = 1
         rows = [v for v in g.role if g.role[v] == "row"]
         buffers = [
-            (f"{self.p}r_{r.out.ident}", COLUMNS, acc_dtype(r, r.out.dtype)) for r in self.reduces
+            (f"{self.p}r_{r.out.ident}", width, acc_dtype(r, r.out.dtype)) for r in self.reduces
         ]
-        buffers += [(f"{self.p}cv_{v.ident}", COLUMNS, v.dtype) for v in rows]
+        buffers += [(f"{self.p}cv_{v.ident}", width, v.dtype) for v in rows]
         buffers += [
-            (f"{self.p}s_{v.ident}", L.red_total * COLUMNS, v.dtype)
+            (f"{self.p}s_{v.ident}", L.red_total * width, v.dtype)
             for v in scratch
             if v not in self.alias
         ]
@@ -906,14 +926,14 @@ class KernelSource:
             f"np.uint64({k}) * np.uint64({n}) // np.uint64({nblocks})" for k in (b, f"{b} + 1")
         )
         self.emit(f"{start} = {lo}", depth)
-        self.emit(f"{width} = {hi} - {start}", depth)
+        self.emit(f"{count} = {hi} - {start}", depth)
         self._far_chunk(depth)
         self.acc_at = f"[{c}]"
-        flat = f"np.uint64({L.flat_red()}) * np.uint64({COLUMNS}) + {c}"
+        flat = f"np.uint64({L.flat_red()}) * np.uint64({width}) + {c}"
 
         def columns(depth, saved) -> int:
             """Open the loop over the block's columns; read back the row values ``saved``."""
-            self.emit(f"for {c} in range({width}):", depth)
+            self.emit(f"for {c} in range({count}):", depth)
             self.emit(f"{i} = {start} + {c}", depth + 1)
             for v in saved:
                 self.emit(f"{self.p}t_{v.ident} = {self.p}cv_{v.ident}[{c}]", depth + 1)
