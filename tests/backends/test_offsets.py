@@ -784,7 +784,9 @@ def test_pads_are_pushed_through_divisions_and_exp_with_their_identity_constants
             want = quotients_and_exponentials(x, y)
         got = c(x, y)
         assert np.isnan(want).any() and np.isinf(want).any()
-        np.testing.assert_array_equal(got, want)
+        finite = np.isfinite(want)  # exp is within its 1 ulp of NumPy's there, not equal
+        np.testing.assert_array_equal(np.where(finite, 0.0, got), np.where(finite, 0.0, want))
+        np.testing.assert_allclose(got[finite], want[finite], rtol=1e-15, atol=0)
         np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
     reciprocal = _compile(pad_of_a_reciprocal, u)
     assert "divide of no constants (0, -0.0, 1) is its pad's constant" in str(reciprocal.plan)

@@ -95,6 +95,10 @@ APPROX_UNARY = set(
     "arcsinh arccosh arctanh".split()
 )
 APPROX_BINARY = {"power", "float_power", "arctan2", "hypot", "logaddexp"}
+# exponents of ``x ** c`` the CPU backend computes without exp and log (``power_const``):
+# integers up to 31, halves of odd integers, quarters, both signs
+CONSTANT_EXPONENTS = (4.0, 5.0, 7.0, 16.0, 31.0, -2.0, -4.0, -9.0, -31.0, 1.5, 2.5, 9.5, -0.5,
+                      -2.5, 15.5, 0.25, -1.75)  # fmt: skip
 APPROX_COMPLEX = {"multiply", "divide", "absolute", "sqrt", "square", "reciprocal", "sign"}
 APPROX_COMPLEX |= {"*", "/", "**"}
 # Ops that are discontinuous in a float argument: never applied to approximate values.
@@ -603,6 +607,8 @@ class _Gen:
         self.moving_rng = np.random.default_rng([seed, 2])
         # and for Python scalars chosen as an operator's operand (Python's types, not NumPy's)
         self.python_rng = np.random.default_rng([seed, 3])
+        # and for a power's constant exponent (fast math's own forms: integers to 31, halves)
+        self.power_rng = np.random.default_rng([seed, 4])
         self.seed, self.profile = seed, profile
         self.prog = {"seed": seed, "profile": profile, "inputs": [], "steps": [], "outputs": []}
         self.approx: list[bool] = []
@@ -747,6 +753,9 @@ class _Gen:
         b = self.operand(regs, a, exact=exact)
         if grad and isinstance(b, dict):
             b = {"t": "float", "v": self.choice([0.5, 1.5, -2.0])}
+        elif fn in ("**", "power") and isinstance(b, dict) and self.power_rng.random() < 0.5:
+            b = {"t": b["t"] if b["t"] in ("float", "float32", "float64") else "float",
+                 "v": float(self.power_rng.choice(CONSTANT_EXPONENTS))}  # fmt: skip
         cplx = any(_kind(x) == "c" for x in (regs[a], _operand(regs, b)))
         approx = (
             self.approx[a]
