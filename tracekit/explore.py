@@ -1418,6 +1418,14 @@ def _plan_notes(c, d: _Drawn) -> dict:
             for text in (kept.get(n.out.name), again.get(n.out.name)):
                 if text:
                     notes.setdefault(d.node_id(n), []).append(text)
+    where_read = getattr(c.plan, "broadcasts", ())
+    if where_read:
+        from .backends.broadcasts import drawn_notes as notes_of
+
+        by_name = notes_of(where_read)
+        for n in c.graph.nodes:
+            if n.outputs and n.out.name in by_name:
+                notes.setdefault(d.node_id(n), []).append(by_name[n.out.name])
     return notes
 
 

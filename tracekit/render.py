@@ -1586,6 +1586,8 @@ def render(
     plan = getattr(x, "plan", None)
     refusals = getattr(plan, "refusals", None) if plan is not None else None
     offsets = getattr(plan, "offsets", None) if plan is not None else None
+    if plan is not None and getattr(plan, "broadcasts", None):
+        offsets = [*(offsets or ()), *plan.broadcasts]
     kernels = getattr(x, "kernels", None)
     if kernels is not None and not isinstance(kernels, list | tuple):
         kernels = list(kernels)
@@ -1663,8 +1665,12 @@ def mimebundle(x) -> dict:
 
 
 def _offset_notes(graph, decisions) -> tuple[dict, dict]:
+    """``({value name: why it stays an array}, {value name: where it is computed again})``
+    of the plan's decisions: fusion across offsets, and values computed where read."""
     if not decisions:
         return {}, {}
-    from .backends.offsets import drawn_notes
+    from .backends import broadcasts, offsets
 
-    return drawn_notes(graph, decisions)
+    where_read = [d for d in decisions if isinstance(d, broadcasts.BroadcastFusion)]
+    kept, again = offsets.drawn_notes(graph, [d for d in decisions if d not in where_read])
+    return kept, {**again, **broadcasts.drawn_notes(where_read)}

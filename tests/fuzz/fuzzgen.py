@@ -2308,6 +2308,8 @@ def check(prog, checks=CHECKS, compiled_cache=None):
             stats["checks"].append("cpu-read-only")
         if target == "cpu" and any(st.tiles for st in c.plan.steps):
             stats["checks"].append("cpu-tiles")  # (see _small_tiles)
+        if c.plan.broadcasts:  # values computed in each kernel reading them (broadcasts.py)
+            stats["checks"].append(f"{target}-broadcasts")
     if "grad" in checks and prog.get("profile") == "grad":
         check_grad(prog, t, [(xs, flipped) for xs, _, _, flipped in draws], "cpu" in checks)
         stats["checks"].append("grad")

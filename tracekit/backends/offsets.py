@@ -51,6 +51,8 @@ from ..ops import OPS
 from ..passes.cse import cse
 from ..passes.dce import dce
 from ..passes.rewrite import rebuild
+from . import planner
+from .broadcasts import DIVISIONS, broadcast_by, cheap_values
 from .lowering import Builder
 from .scalar import is_fast_math
 from .windows import Window, without_ellipsis
@@ -77,10 +79,6 @@ EXACT_AT_CONSTANTS = frozenset(
 # blur3's gradient (2048², pads pushed through its divisions by 3: 3 kernels, not 4) took 201
 # and 210 ms against 152 and 174 ms with them kept (two runs, load averages 11-18)
 THROUGH_DIVISIONS = False
-# not computed again from their one input alone (``_one_input``): a division per read costs
-# several multiplications (blur3, 2048²: its sum in tiles, then three divisions per element
-# where there was one)
-DIVISIONS = frozenset(("divide", "floor_divide", "remainder", "reciprocal"))
 
 
 @dataclass(frozen=True)
@@ -139,6 +137,7 @@ def _candidate(graph: Graph, decisions: dict, through_pads: bool):
     made = {o: n for n in graph.nodes for o in n.outputs}
     kept = set(graph.outputs) | {gd.var for gd in graph.guards}
     onto = {d.onto for d in decisions.values() if d.onto is not None}
+    cheap: dict = {}  # (filled where first needed: broadcasts.cheap_values)
     for n in graph.nodes:
         if not _pushable(n) or n.out in kept:
             continue
@@ -151,8 +150,12 @@ def _candidate(graph: Graph, decisions: dict, through_pads: bool):
                 decisions[n.out.name] = _read_through_pads(n, len(pads), made, why)
                 continue
             users = [u for u in users if _is_slice(u, n.out) or OPS[u.op].pads]
-        if not users or not all(_is_slice(u, n.out) or OPS[u.op].pads for u in users):
+        others = [u for u in users if not (_is_slice(u, n.out) or OPS[u.op].pads)]
+        if not users or len(others) == len(users):
             continue
+        if others and not _computed_where_read(n.out, others, graph, cheap):
+            continue
+        users = [u for u in users if u not in others]
         cost = _cone(n.out, made)
         # slices made by a push: the value is part of a producer already decided on (but
         # for one that a value computed again from it alone left: its own decision)
@@ -179,6 +182,20 @@ def _candidate(graph: Graph, decisions: dict, through_pads: bool):
             )
         return n, users, consts
     return None
+
+
+def _computed_where_read(v: Var, others: list, graph: Graph, cheap: dict) -> bool:
+    """``v``, read through slices, is also read by ``others``, which compute it themselves
+    where they read it (``broadcasts.py``: a cheap value of the function's inputs, read
+    broadcast, or by such values): its slices may then compute it again too, and it needs no
+    kernel of its own."""
+    if not planner.BROADCASTS:
+        return False
+    if not cheap:
+        cheap.update(cheap_values(graph, planner.classify) or {None: 0})
+    if v not in cheap:
+        return False
+    return all(u.out in cheap or broadcast_by(u, v, planner.classify) for u in others)
 
 
 def _one_input(n: Node, reads: int, made: dict, readers: dict) -> Var | None:

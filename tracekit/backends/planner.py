@@ -24,6 +24,11 @@ from ..ir import Graph, Node, Var, format_node
 from ..numba_interop import kernel_function
 from ..ops import OPS
 from . import matmul_threads
+from .broadcasts import broadcast_values
+from .broadcasts import decisions as broadcast_decisions
+
+# False: cheap values read broadcast get kernels of their own (benchmarks' "before")
+BROADCASTS = True
 
 SUPPORTED_KINDS = "biufc"
 
@@ -86,6 +91,7 @@ class Plan:
     refusals: list
     owned: frozenset = frozenset()  # inputs the runner may write into (a loop's carried state)
     offsets: list = field(default_factory=list)  # values fused across offsets, or kept (offsets.py)
+    broadcasts: list = field(default_factory=list)  # values computed where read (broadcasts.py)
     dask: list = field(default_factory=list)  # target dask: what each step became (last call)
 
     @property
@@ -118,6 +124,9 @@ class Plan:
         if self.offsets:
             lines.append("fusion across offsets:")
             lines += [f"  {d}" for d in self.offsets]
+        if self.broadcasts:
+            lines.append("values computed where read broadcast:")
+            lines += [f"  {d}" for d in self.broadcasts]
         if self.dask:
             lines.append("dask layers (the last call's chunks):")
             lines += [f"  {d}" for d in self.dask]
@@ -253,6 +262,8 @@ class Planner:
         self.refusals: list[Refusal] = []
         self.open: list[Group] = []
         self.gdeps: dict = {}  # group id -> bitmask of the groups its nodes read from
+        # cheap values read broadcast: computed in each group reading them (broadcasts.py)
+        self.broadcast = broadcast_values(graph, classify) if BROADCASTS else {}
 
     # -- dependencies
     def _dep(self, x) -> int:
@@ -289,6 +300,7 @@ class Planner:
         return g
 
     def _add(self, g: Group, node: Node, role: str):
+        self._computed_here(g, node)
         g.nodes.append(node)
         dep = 0
         for v in node.var_inputs:
@@ -298,6 +310,16 @@ class Planner:
             self.deps[o] = dep & ~(1 << g.id)
             g.role[o] = role
         self.gdeps[g.id] = self.gdeps.get(g.id, 0) | (dep & ~(1 << g.id))
+
+    def _computed_here(self, g: Group, node: Node):
+        """Put the cheap values ``node`` reads broadcast (and those they read) in ``g`` before
+        it, where ``g`` does not compute them yet: each group reading one computes it."""
+        for x in node.var_inputs:
+            if x in self.broadcast and x not in g.role:
+                made = self.broadcast[x]
+                self._computed_here(g, made)
+                g.nodes.append(made)
+                g.role[x] = "full"
 
     def _mark_external(self, node: Node):
         dep = 0
@@ -334,6 +356,9 @@ class Planner:
                 if role == "row" and r == "full":
                     return None
             else:
+                if role == "row" and x in self.broadcast:
+                    self._why = "a per-row op reading a value computed where it is read"
+                    return None
                 if role == "row" and x.size != 1:
                     self._why = "non-scalar input to a per-row op"
                     return None
@@ -352,6 +377,8 @@ class Planner:
     def plan(self) -> Plan:
         for node in self.graph.nodes:
             kind = classify(node)
+            if node.outputs and node.outputs[0] in self.broadcast:
+                continue  # computed in the groups that read it (_computed_here)
             if kind == "elementwise":
                 self._elementwise(node)
             elif kind == "reduce":
@@ -492,7 +519,8 @@ class Planner:
                         reason,
                     )
                 )
-        return Plan(self.graph, _topological(steps), self.refusals)
+        fused = broadcast_decisions(self.graph, self.broadcast)
+        return Plan(self.graph, _topological(steps), self.refusals, broadcasts=fused)
 
 
 def _topological(steps: list) -> list:
