@@ -356,6 +356,29 @@ def test_operands_of_other_types_run_through_the_driver_too(driven):
     assert len(run.kernel.overloads) == 3 and len(run.drive.overloads) == 1
 
 
+def _unaligned(x):
+    """A copy of float64 ``x`` at an odd address (numba's type: ``aligned=False``)."""
+    buffer = np.zeros(x.nbytes + 1, np.uint8)
+    out = np.frombuffer(buffer.data[1:], np.float64)
+    out[...] = x
+    assert not out.flags.aligned
+    return out
+
+
+def test_unaligned_operands_and_types_without_a_launch(driven, monkeypatch):
+    """Unaligned arrays give the same values; operands of a type with no spelling in a
+    launch's source run the kernel as one chunk on the calling thread, through a copy with
+    numba's Python wrapper (the driven kernel has none: ``_DrivenPipeline``)."""
+    x = np.random.default_rng(15).standard_normal(BIG)
+    t, c = compiled(chain, x, x)
+    np.testing.assert_allclose(c(_unaligned(x), x), t(x, x), rtol=1e-12, atol=1e-14)
+    monkeypatch.setattr(driven, "entry_source", lambda types: None)
+    t, c = compiled(chain, x, x * 0.5)
+    (run,) = c.program.drivers.values()
+    np.testing.assert_allclose(c(x, x * 0.5), t(x, x * 0.5), rtol=1e-12, atol=1e-14)
+    assert list(run.launches.values()) == [None]
+
+
 def test_drivers_are_cached_on_disk(driven, monkeypatch, tmp_path):
     """The calls of a kernel signature through the driver go to the disk cache beside its
     kernel (numba refuses to cache a function that calls ``numba.get_num_threads``: the runner
@@ -520,21 +543,23 @@ def test_a_chunked_result_dropped_by_the_caller_is_reused(pool):
 
 
 def test_a_chunk_kernel_marks_its_arrays_noalias_as_numba_marks_a_parallel_loop_body(driven):
-    """A chunk kernel is compiled by ``_NoAliasPipeline``: its pointer arguments (the arrays'
-    data) are ``noalias`` in its LLVM, as numba makes a ``prange`` body's where it finds no
-    aliases; without the mark its loops vectorized only behind run-time checks (7-10% slower).
-    A kernel that writes what it reads (an in-place update) still gives the interpreter's
-    values."""
+    """A chunk kernel is compiled by ``_NoAliasPipeline`` (``_DrivenPipeline`` where only
+    the driver calls it: the same, without the Python wrapper): its pointer arguments (the
+    arrays' data) are ``noalias`` in its LLVM, as numba makes a ``prange`` body's where it
+    finds no aliases; without the mark its loops vectorized only behind run-time checks (7-10%
+    slower). A kernel that writes what it reads (an in-place update) still gives the
+    interpreter's values."""
     x = np.linspace(-2.0, 2.0, BIG)
     c = check(chain, x, x[::-1].copy())
     assert c.program.chunks
     name = next(iter(c.program.chunks))
     module = c.program.kernel_modules[name]
-    assert "pipeline_class=_NoAliasPipeline" in module.source
+    assert "pipeline_class=_DrivenPipeline" in module.source
     dispatcher = c.program.module.__dict__[name]
     llvm = "\n".join(dispatcher.inspect_llvm().values())
     defines = [ln for ln in llvm.splitlines() if ln.startswith("define") and "segment" in ln]
     assert any(ln.count("noalias") >= 3 for ln in defines), defines
+    assert not any("cpython" in ln for ln in defines), defines  # no Python wrapper
 
     def update(a, b):
         a[1:] = a[1:] * 2.0 + b[1:]

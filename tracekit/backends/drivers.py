@@ -24,6 +24,7 @@ a tenth of a second to compile).
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import re
@@ -188,9 +189,12 @@ def _numba_types():
 def _spelled(t) -> str | None:
     """Source that makes numba type ``t`` again (``types.`` being numba's), or None."""
     types = _numba_types()
-    if isinstance(t, types.Array) and t.aligned:
+    if isinstance(t, types.Array):
         dtype = _spelled(t.dtype)
-        return dtype and f"types.Array({dtype}, {t.ndim}, {t.layout!r}, readonly={not t.mutable})"
+        aligned = "" if t.aligned else ", aligned=False"
+        return dtype and (
+            f"types.Array({dtype}, {t.ndim}, {t.layout!r}, readonly={not t.mutable}{aligned})"
+        )
     if isinstance(t, types.Boolean):
         return "types.boolean"
     if isinstance(t, types.Integer | types.Float | types.Complex):
@@ -201,6 +205,19 @@ def _spelled(t) -> str | None:
 def _address(dispatcher, argument_types: tuple) -> int:
     compiled = dispatcher.overloads[argument_types]
     return compiled.library.get_pointer_to_function(compiled.fndesc.llvm_func_name)
+
+
+@functools.cache
+def _called_from_python(kernel):
+    """A copy of chunk kernel ``kernel`` that Python can call (with numba's wrappers), for
+    operands of types with no spelling in :data:`ENTRY_SOURCE`."""
+    import numba
+
+    from .cpu_helpers import _NoAliasPipeline
+
+    return numba.njit(nogil=True, error_model="numpy", pipeline_class=_NoAliasPipeline)(
+        kernel.py_func
+    )
 
 
 def chunk_driver(kernel, kernel_types: tuple, disk: bool = True):
@@ -260,8 +277,8 @@ def chunk_driver(kernel, kernel_types: tuple, disk: bool = True):
             if types not in launches:
                 launches[types] = launcher(kernel_types[:2] + types)
         found = launches[types]
-        if found is None:
-            return kernel(index(0), index(trips), *operands)
+        if found is None:  # (the kernel itself has no Python wrapper: _DrivenPipeline)
+            return _called_from_python(kernel)(index(0), index(trips), *operands)
         return found[0](*found[1], trips, grain, threads(), *operands)
 
     run.drive, run.launches, run.kernel = drive, launches, kernel
