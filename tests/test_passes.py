@@ -183,6 +183,23 @@ def test_division_by_a_power_of_two_becomes_a_multiplication(dt):
     assert ops_of(_run_both(t, _x(np.int32))) == ["divide", "divide"]
 
 
+def test_a_rewritten_python_number_stays_a_python_number():
+    """``s / 0.5`` of a Python float is ``s * 2.0``, still a Python float (NEP 50: it takes
+    the dtype of the array it meets): ``(s / 0.5) * a`` of a float16 ``a`` is float16, on the
+    CPU too, where float16 runs as NumPy calls beside a kernel computing ``s * 2.0``."""
+
+    def f(s, a):
+        return (s / 0.5) * a
+
+    a = np.array([1.0, -2.5, 3.25], np.float16)
+    t = tk.trace(f, 1.5, a)
+    (rewritten,) = [n for n in optimize(t).graph.nodes if n.inputs[0] is t.graph.inputs[0]]
+    assert rewritten.op == "multiply" and rewritten.out.weak
+    with quiet():
+        c = tk.compile(t, target="cpu", cache=False, progress=False)
+    assert_same(c(0.75, a), f(0.75, a))
+
+
 def test_power_one_is_identity_and_complex_powers_stay():
     t = tk.trace(lambda x: np.power(x, 1) + 0, _x(np.int64))
     g = _run_both(t, _x(np.int64))

@@ -43,7 +43,7 @@ _fresh = itertools.count()
 
 def _new(node, op, inputs, attrs=None, like=None):
     like = like or node.out
-    out = Var(f"{node.out.name}_s{next(_fresh)}", like.shape, like.dtype)
+    out = Var(f"{node.out.name}_s{next(_fresh)}", like.shape, like.dtype, like.weak)
     return Node(op, tuple(inputs), attrs or {}, (out,), node.source, node.scope)
 
 
