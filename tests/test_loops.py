@@ -720,6 +720,24 @@ def test_a_literal_that_differs_late_in_a_long_loop_is_read_from_a_table():
         assert_same(t(new), changes_late(new))
 
 
+def scatter_adds(x):
+    for idx, v in (([1, 2, -2, 1, -3], -3), ([2, 1, 0, 1, 2], 2)):
+        np.add.at(x, idx, v)  # the index lists a table, the numbers -3 + 5 * k
+    return x
+
+
+def test_a_loop_reading_a_table_and_moving_numbers_counts_its_iterations():
+    """Iterations reading rows of a table and a number that moves with the iteration roll
+    with an iteration counter (the table's rows alone once left the number without one)."""
+    x = np.arange(3.0)
+    with quiet():
+        t = tk.trace(scatter_adds, x.copy())
+    (loop,) = _loops(t.graph)
+    assert loop.attrs["trips"] == 2
+    assert [n.op for n in loop.attrs["body"].nodes].count("multiply") == 1  # 5 * k
+    assert_same(t(x.copy()), scatter_adds(x.copy()))
+
+
 def test_a_body_that_repeats_an_op_on_one_line_is_one_iteration():
     """Two multiplies of one line inside an iteration are not a loop nested in it."""
     t = _trace("repeats_in_its_body")

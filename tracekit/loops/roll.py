@@ -639,8 +639,9 @@ def _build(run, period, trips, loop, end, uses, ctx):
         invariants.setdefault(v, None)
     inner = {v: _like(v, v.name) for v in invariants}
     counter, counter_next, body_nodes, number_vars = None, None, [], {}
-    if len(tables) < len(numbers) or left is not None:  # an iteration counter, carried: a
-        counter = Var(_fresh_name("k", taken), (), np.int64, True)  # number is a + b * it
+    by_counter = any(not isinstance(v, Var) for v in numbers.values())  # (not of a table)
+    if by_counter or left is not None:  # an iteration counter, carried: a number is a + b * it
+        counter = Var(_fresh_name("k", taken), (), np.int64, True)
     for (j, s), found in numbers.items():
         if isinstance(found, Var):  # a number of a table, read at the iteration's row
             weak = type(run[j].inputs[s]) in (int, float)  # a Python number
