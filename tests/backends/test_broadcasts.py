@@ -149,8 +149,16 @@ def same_shape(x, w):
     return x * s, s * w  # also read at its own shape: a kernel of its shape anyway
 
 
+def of_a_value_kept(x, w):
+    n = -w  # cheap, but read at its own shape after the reduction too: a kernel's value
+    s = np.sin(x + np.maximum(n, 1.5)).sum(axis=0)
+    return n * s  # (computing the maximum beside the sum would make the plan a cycle)
+
+
 @pytest.mark.parametrize(
-    "fn", [costly, divided, of_a_function, also_a_result, also_reduced, of_a_kernel, same_shape]
+    "fn",
+    [costly, divided, of_a_function, also_a_result, also_reduced, of_a_kernel, same_shape]
+    + [of_a_value_kept],
 )
 def test_values_that_keep_their_own_kernel(fn):
     rng = np.random.default_rng(2)

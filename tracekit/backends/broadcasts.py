@@ -104,6 +104,11 @@ def broadcast_values(graph: Graph, classify) -> dict:
         users = readers.get(v, [])
         if users and all(u.out in chosen or broadcast_by(u, v, classify) for u in users):
             chosen[v] = n
+    made = {o: n for n in graph.nodes for o in n.outputs}
+    for n in graph.nodes:  # of the inputs and values so computed only: nothing a kernel makes
+        if n.outputs and n.out in chosen:
+            if not all(x in chosen or _of_inputs(x, made) for x in n.var_inputs):
+                del chosen[n.out]
     return chosen
 
 

@@ -321,6 +321,14 @@ class Planner:
                 g.nodes.append(made)
                 g.role[x] = "full"
 
+    def _mark_computed_where_read(self, node: Node):
+        """``node`` is computed in the groups that read it (:meth:`_computed_here`): in none
+        of its own, its value waiting for what its inputs wait for."""
+        dep = 0
+        for v in node.var_inputs:
+            dep |= self._dep(v)
+        self.deps[node.outputs[0]] = dep
+
     def _mark_external(self, node: Node):
         dep = 0
         for v in node.var_inputs:
@@ -378,7 +386,8 @@ class Planner:
         for node in self.graph.nodes:
             kind = classify(node)
             if node.outputs and node.outputs[0] in self.broadcast:
-                continue  # computed in the groups that read it (_computed_here)
+                self._mark_computed_where_read(node)
+                continue
             if kind == "elementwise":
                 self._elementwise(node)
             elif kind == "reduce":
