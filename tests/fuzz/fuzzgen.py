@@ -99,6 +99,15 @@ APPROX_BINARY = {"power", "float_power", "arctan2", "hypot", "logaddexp"}
 # integers up to 31, halves of odd integers, quarters, both signs
 CONSTANT_EXPONENTS = (4.0, 5.0, 7.0, 16.0, 31.0, -2.0, -4.0, -9.0, -31.0, 1.5, 2.5, 9.5, -0.5,
                       -2.5, 15.5, 0.25, -1.75)  # fmt: skip
+# The plain ops of a coefficient read broadcast (_Gen._coef), each of a constant
+COEF_OPS = {
+    "mul": np.multiply,
+    "add": np.add,
+    "rsub": lambda c, v: v - c,
+    "max": np.maximum,
+    "twice": lambda c, v: c + c,
+}
+COEF_RATE = 0.08  # the share of steps that try a coefficient first
 APPROX_COMPLEX = {"multiply", "divide", "absolute", "sqrt", "square", "reciprocal", "sign"}
 APPROX_COMPLEX |= {"*", "/", "**"}
 # Ops that are discontinuous in a float argument: never applied to approximate values.
@@ -336,6 +345,12 @@ def run_step(regs, st):
             regs.append(v)
         else:
             regs[st["out"]][_index(regs, st["at"])] = v
+    elif k == "coef":  # a coefficient of a few plain ops on a, read broadcast by b only
+        c = a[(0,) * (a.ndim - 1) + (slice(0, st["take"]),)]  # a row of a: a view
+        c = 0.5 * (c[1:] + c[:-1]) if st.get("faces") else c
+        for op, v in st["ops"]:
+            c = COEF_OPS[op](c, v)
+        regs.append(OPERATORS[st["fn"]](regs[st["b"]], c))
     elif k == "getitem":
         regs.append(a[_index(regs, st["idx"])])
     elif k == "setitem":
@@ -609,6 +624,8 @@ class _Gen:
         self.python_rng = np.random.default_rng([seed, 3])
         # and for a power's constant exponent (fast math's own forms: integers to 31, halves)
         self.power_rng = np.random.default_rng([seed, 4])
+        # and for coefficients read broadcast (_coef)
+        self.coef_rng = np.random.default_rng([seed, 6])
         self.seed, self.profile = seed, profile
         self.prog = {"seed": seed, "profile": profile, "inputs": [], "steps": [], "outputs": []}
         self.approx: list[bool] = []
@@ -712,6 +729,10 @@ class _Gen:
 
     def step(self):
         regs = self.regs()
+        if self.coef_rng.random() < COEF_RATE:  # (its own stream: other draws stay as they were)
+            made = self._coef(regs)
+            if made is not None and self.try_step(*made):
+                return True
         rng = self.rng
         kinds, weights = zip(*self.kinds.items())
         k = kinds[int(rng.choice(len(kinds), p=np.array(weights) / sum(weights)))]
@@ -721,6 +742,34 @@ class _Gen:
             return False
         st, approx = res
         return self.try_step(st, approx)
+
+    def _coef(self, regs):
+        """A coefficient of a row of a register, mostly an input's (a grid's face widths
+        ``0.5 * (d[1:] + d[:-1])`` now and then), by one to five plain ops, read broadcast
+        along the last axis of a register of two or more axes and nowhere else: the kernel
+        reading it may compute it (backends/broadcasts.py)."""
+        rng = self.coef_rng
+        floats = [i for i, r in enumerate(regs) if isinstance(r, np.ndarray) and _kind(r) == "f"]
+        big = [i for i in floats if regs[i].ndim >= 2 and regs[i].size > 1]
+        if not big:
+            return None
+        b = big[int(rng.integers(len(big)))]
+        faces = bool(rng.random() < 0.4)
+        take = regs[b].shape[-1] + faces
+        rows = [i for i in floats if regs[i].ndim >= 1 and regs[i].shape[-1] >= take > 0]
+        inputs = [i for i in rows if i < len(self.prog["inputs"])]
+        pool = inputs if inputs and rng.random() < 0.8 else rows
+        if not pool:
+            return None
+        a = pool[int(rng.integers(len(pool)))]
+        names = list(COEF_OPS)
+        ops = [
+            [names[int(rng.integers(len(names)))], float(rng.choice([0.5, -1.5, 2.0, 3.0]))]
+            for _ in range(int(rng.integers(1, 6)))
+        ]
+        fn = ["*", "+", "-"][int(rng.integers(3))]
+        st = {"k": "coef", "a": a, "b": b, "take": take, "ops": ops, "fn": fn, "faces": faces}
+        return st, self.approx[a] or self.approx[b]
 
     def _unary(self, regs):
         names = SMOOTH_UNARY if self.profile == "grad" else UNARY
