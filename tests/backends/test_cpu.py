@@ -437,6 +437,35 @@ def test_long_interleaved_loops_leave_their_tail_to_the_scalar_loop(dt, monkeypa
 
 
 @pytest.mark.parametrize("dt", ["float32", "float64"])
+@pytest.mark.parametrize("columns", [40, 600])
+def test_short_inner_loops_interleave_fewer_vector_iterations(dt, columns):
+    """An interleaved kernel whose inner loop is short (rows of 40 read through slices: 38
+    trips) takes fewer vector iterations at once, so that two of them fit in the loop
+    (float64: 8 lanes of AVX-512, by 2; float32: 16 lanes, by 1); a long one keeps INTERLEAVE
+    (or streams). The values are the interpreter's, and the plain kernel's bit for bit."""
+
+    def sliced(x, y, b):
+        return _tanh_chain(x[:, 1:-1], y[:, 1:-1], b)
+
+    rng = np.random.default_rng(seed_of("short loops", dt, columns))
+    x, y = values(rng, (300, columns), dt), values(rng, (300, columns), dt)
+    c, t = compiled(sliced, x, y, 0.25, cache=False)
+    (kernel,) = c.program.kernel_modules.values()
+    (source,) = c.program.kernel_sources.values()
+    assert source.layout.sizes[source.layout.kept[-1]] == columns - 2
+    lanes = emit_cpu.VECTOR_BYTES // np.dtype(dt).itemsize
+    long = 0 if source.streamed else emit_cpu.INTERLEAVE
+    assert kernel.interleave == (long if columns == 600 else {8: 2, 16: 1}[lanes])
+    got, expected, _, _ = both(c, t, x, y, 0.25)
+    tol = 1e-5 if dt == "float32" else 1e-13
+    np.testing.assert_allclose(got, expected, rtol=tol, atol=tol)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(emit_cpu, "INTERLEAVE", 0)
+        plain, _ = compiled(sliced, x, y, 0.25, cache=False)
+    np.testing.assert_array_equal(got, plain(x, y, 0.25))
+
+
+@pytest.mark.parametrize("dt", ["float32", "float64"])
 @pytest.mark.parametrize("shape", [(BIG,), (3, BIG // 3 + 1), (5 * 64,) * 2], ids=str)
 def test_chained_transcendentals_interleave_at_default_settings(dt, shape, monkeypatch):
     """Large kernels of chained fast-math calls interleave streams: the same results as the

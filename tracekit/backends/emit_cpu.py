@@ -58,6 +58,7 @@ STREAM_BUDGET = 64
 # streams are written (too many statements, too few elements), LLVM's vectoriser interleaves
 # this many vector iterations of its loops instead (see KernelSource.interleave)
 INTERLEAVE = 4
+VECTOR_BYTES = 64  # the widest vector register (AVX-512's; AVX2's is half: counts then err low)
 # An interleaved elementwise loop of at least this many trips has no vector loop for the trips
 # after its last interleaved iteration, only the scalar one (see KernelSource.vector_tail)
 SCALAR_TAIL_TRIPS = 8192
@@ -665,7 +666,19 @@ class KernelSource:
         if self.streamed:
             return 0
         heavy = sum(S.is_fast_math(n, self.math) for n in self.group.nodes)
-        return INTERLEAVE if heavy >= STREAM_MIN_FAST_MATH else 0
+        if heavy < STREAM_MIN_FAST_MATH:
+            return 0
+        count, L = INTERLEAVE, self.layout
+        if self.group.kind == "elementwise" and L.kept:  # a short inner loop: fewer, so that
+            # two interleaved iterations fit in it (isoneutral's 60 float64 trips: by 4 they
+            # were one, then the epilogue's vector loop and the scalar one; by 2, 7.9 -> 7.0
+            # ms warm, and 0.2 s less to compile: one copy fewer of its 300-op body)
+            nodes = self.group.nodes
+            widest = max((o.dtype.itemsize for n in nodes for o in n.outputs), default=8)
+            trips, lanes = L.sizes[L.kept[-1]], max(1, VECTOR_BYTES // widest)
+            while count > 1 and 2 * count * lanes > trips:
+                count //= 2
+        return count
 
     @property
     def vector_tail(self) -> bool:
