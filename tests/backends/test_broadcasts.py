@@ -179,11 +179,25 @@ def test_a_per_row_op_does_not_read_a_value_computed_where_read():
     _equal(c(*args), normed(*args))
 
 
-def test_the_drawing_and_the_explorer_say_where_it_is_computed():
+def test_the_drawing_says_where_it_is_computed():
     args = _args(grid)
     c = _compile(grid, *args)
     svg = tk.render(c).pipe(format="svg", encoding="utf-8")
     assert "computed in each kernel reading it broadcast (2 op(s) per element)" in svg
+
+
+def test_the_explorer_says_which_kernels_compute_it():
+    pytest.importorskip("anywidget")
+    args = _args(two_readers)
+    c = _compile(two_readers, *args)
+    (d,) = c.plan.broadcasts
+    w = tk.explore(c)
+    (node,) = [n for n in c.graph.nodes if d.value in n.outputs]
+    w.select(node)
+    text = w.details_text()
+    assert "computed in each kernel reading it broadcast (2 op(s) per element)" in text
+    for st in c.plan.kernels:  # both kernels reading it
+        assert f"fused into kernel {st.group.name}" in text
 
 
 @pytest.mark.parametrize("fn", [grid, two_readers, of_a_number, through_slices])
