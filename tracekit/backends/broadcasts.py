@@ -66,23 +66,28 @@ class BroadcastFusion:
         )
 
 
-def cheap_values(graph: Graph, classify) -> dict:
+def cheap_values(graph: Graph, classify, cost: dict | None = None) -> dict:
     """``{value: operations per element}`` of each value ``graph`` makes from its inputs by at
     most ``MAX_OPS`` plain elementwise operations (this module's first rule); ``classify``:
-    the planner's (what becomes a kernel)."""
+    the planner's (what becomes a kernel). ``cost``: such a dict of an earlier form of the
+    graph (values it did not hold were not cheap, or were made since), updated in place: only
+    values not in it are looked at (``offsets.py`` asks after every rewrite)."""
     made = {o: n for n in graph.nodes for o in n.outputs}
-    cost: dict = {}
+    cost = {} if cost is None else cost
+    seen = cost.setdefault(None, {})  # the nodes looked at, by id (``None``: no value's key;
+    # a rewrite makes new nodes for the same values where their inputs changed)
     for n in graph.nodes:
-        if not _plain(n, classify):
+        if id(n) in seen or len(n.outputs) != 1:
             continue
+        seen[id(n)] = n  # (held: no later node takes its id)
         total = 1
         for x in n.var_inputs:
             if x in cost:
                 total += cost[x]
             elif not _of_inputs(x, made):
                 break
-        else:
-            if total <= MAX_OPS:
+        else:  # (classify last: it costs most)
+            if total <= MAX_OPS and _plain(n, classify):
                 cost[n.out] = total
     return cost
 
@@ -95,6 +100,7 @@ def broadcast_values(graph: Graph, classify) -> dict:
         for x in n.var_inputs:
             readers.setdefault(x, []).append(n)
     cost = cheap_values(graph, classify)
+    del cost[None]
     kept = set(graph.outputs) | {gd.var for gd in graph.guards}
     chosen: dict = {}
     for n in reversed(graph.nodes):

@@ -119,14 +119,15 @@ def fuse_at_offsets(graph: Graph, through_pads: bool = False) -> tuple[Graph, li
     ``f(c, d)`` is that zero, bit for bit (its sign included)."""
     decisions: dict = {}
     through_pads = through_pads and THROUGH_PADS
+    cheap: dict = {}  # broadcasts.cheap_values, updated where needed with what pushes made
     while True:
-        found = _candidate(graph, decisions, through_pads)
+        found = _candidate(graph, decisions, through_pads, cheap)
         if found is None:
             return graph, list(decisions.values())
         graph = cse(dce(_push(graph, *found))).check()
 
 
-def _candidate(graph: Graph, decisions: dict, through_pads: bool):
+def _candidate(graph: Graph, decisions: dict, through_pads: bool, cheap: dict):
     """The first elementwise node (in order) read only through static slices (and pads),
     whose cone of work, times its slices, fits; (node, its readers, the constants of its
     inputs' pads). Refusals go to ``decisions``."""
@@ -137,7 +138,6 @@ def _candidate(graph: Graph, decisions: dict, through_pads: bool):
     made = {o: n for n in graph.nodes for o in n.outputs}
     kept = set(graph.outputs) | {gd.var for gd in graph.guards}
     onto = {d.onto for d in decisions.values() if d.onto is not None}
-    cheap: dict = {}  # (filled where first needed: broadcasts.cheap_values)
     for n in graph.nodes:
         if not _pushable(n) or n.out in kept:
             continue
@@ -191,8 +191,7 @@ def _computed_where_read(v: Var, others: list, graph: Graph, cheap: dict) -> boo
     kernel of its own."""
     if not planner.BROADCASTS:
         return False
-    if not cheap:
-        cheap.update(cheap_values(graph, planner.classify) or {None: 0})
+    cheap_values(graph, planner.classify, cheap)  # (the values made since it last looked)
     if v not in cheap:
         return False
     return all(u.out in cheap or broadcast_by(u, v, planner.classify) for u in others)
