@@ -48,7 +48,7 @@ from .interpret import as_input_value, run, run_node
 from .ir import Affine, Graph, Node, Var, at_iteration, fmt_value, format_node, type_str
 from .loops.op import body_at, is_while
 from .ops import OPS
-from .render import render
+from .render import decision_notes, plan_decisions, render
 
 __all__ = ["explore", "Explorer", "Comparison"]
 
@@ -1409,23 +1409,11 @@ def _plan_notes(c, d: _Drawn) -> dict:
         node = getattr(r, "node", None)
         if node is not None:
             notes.setdefault(d.node_id(node), []).append(f"fusion refused: {r.reason}")
-    offsets = getattr(c.plan, "offsets", ())
-    if offsets:
-        from .backends.offsets import drawn_notes
-
-        kept, again = drawn_notes(c.graph, offsets)
-        for n in c.graph.nodes:
-            for text in (kept.get(n.out.name), again.get(n.out.name)):
-                if text:
-                    notes.setdefault(d.node_id(n), []).append(text)
-    where_read = getattr(c.plan, "broadcasts", ())
-    if where_read:
-        from .backends.broadcasts import drawn_notes as notes_of
-
-        by_name = notes_of(where_read)
-        for n in c.graph.nodes:
-            if n.outputs and n.out.name in by_name:
-                notes.setdefault(d.node_id(n), []).append(by_name[n.out.name])
+    kept, again = decision_notes(c.graph, plan_decisions(c.plan))
+    for n in c.graph.nodes:
+        for text in (kept.get(n.out.name), again.get(n.out.name)):
+            if text:
+                notes.setdefault(d.node_id(n), []).append(text)
     return notes
 
 

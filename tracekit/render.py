@@ -587,7 +587,7 @@ class _Builder:
         self.kernels = list(kernels or [])
         self.refusals = list(refusals or [])
         # fusion across offsets: values kept as arrays (and why), nodes computing one again
-        self.offsets_kept, self.recomputed = _offset_notes(graph, offsets)
+        self.offsets_kept, self.recomputed = decision_notes(graph, offsets)
         self.backward = backward
         self.width = opts.max_label_width
         nodes = graph.nodes
@@ -1585,9 +1585,7 @@ def render(
     values = getattr(x, "values", None) if show_values else None
     plan = getattr(x, "plan", None)
     refusals = getattr(plan, "refusals", None) if plan is not None else None
-    offsets = getattr(plan, "offsets", None) if plan is not None else None
-    if plan is not None and getattr(plan, "broadcasts", None):
-        offsets = [*(offsets or ()), *plan.broadcasts]
+    offsets = plan_decisions(plan) if plan is not None else None
     kernels = getattr(x, "kernels", None)
     if kernels is not None and not isinstance(kernels, list | tuple):
         kernels = list(kernels)
@@ -1664,7 +1662,13 @@ def mimebundle(x) -> dict:
     return {"image/svg+xml": scale_svg(svg), "text/plain": listing}
 
 
-def _offset_notes(graph, decisions) -> tuple[dict, dict]:
+def plan_decisions(plan) -> list:
+    """What a compiled plan decided about values, drawn as notes (:func:`decision_notes`):
+    fusion across offsets, and values computed where read broadcast."""
+    return [*(getattr(plan, "offsets", None) or ()), *(getattr(plan, "broadcasts", None) or ())]
+
+
+def decision_notes(graph, decisions) -> tuple[dict, dict]:
     """``({value name: why it stays an array}, {value name: where it is computed again})``
     of the plan's decisions: fusion across offsets, and values computed where read."""
     if not decisions:
