@@ -159,9 +159,8 @@ class CpuProgram:
             if len(srcs) == 1 and srcs[0].chunk is not None:
                 self.chunks[name] = srcs[0]
                 params = [srcs[0].lo, srcs[0].hi, *params]
-                # called by the driver only, by address: no Python wrapper (_DrivenPipeline)
-                driven = not pool and srcs[0].far_lines is None
-                pipeline = "_DrivenPipeline" if driven else "_NoAliasPipeline"
+                # without the pool, the driver alone calls it, by address: no Python wrapper
+                pipeline = "_NoAliasPipeline" if pool else "_DrivenPipeline"
                 flags = f"nogil=True, pipeline_class={pipeline}"
             lines = [
                 f"@numba.njit({flags}, error_model='numpy', cache=_TRACEKIT_DISK_CACHE)",

@@ -138,6 +138,7 @@ def _candidate(graph: Graph, decisions: dict, through_pads: bool, cheap: dict):
     made = {o: n for n in graph.nodes for o in n.outputs}
     kept = set(graph.outputs) | {gd.var for gd in graph.guards}
     onto = {d.onto for d in decisions.values() if d.onto is not None}
+    looked = False  # (cheap brought up to this graph: once, where first needed)
     for n in graph.nodes:
         if not _pushable(n) or n.out in kept:
             continue
@@ -153,7 +154,10 @@ def _candidate(graph: Graph, decisions: dict, through_pads: bool, cheap: dict):
         others = [u for u in users if not (_is_slice(u, n.out) or OPS[u.op].pads)]
         if not users or len(others) == len(users):
             continue
-        if others and not _computed_where_read(n.out, others, graph, cheap):
+        if others and planner.BROADCASTS and not looked:
+            cheap_values(graph, planner.classify, cheap)  # (the values made since it looked)
+            looked = True
+        if others and not _computed_where_read(n.out, others, cheap):
             continue
         users = [u for u in users if u not in others]
         cost = _cone(n.out, made)
@@ -184,14 +188,13 @@ def _candidate(graph: Graph, decisions: dict, through_pads: bool, cheap: dict):
     return None
 
 
-def _computed_where_read(v: Var, others: list, graph: Graph, cheap: dict) -> bool:
+def _computed_where_read(v: Var, others: list, cheap: dict) -> bool:
     """``v``, read through slices, is also read by ``others``, which compute it themselves
     where they read it (``broadcasts.py``: a cheap value of the function's inputs, read
-    broadcast, or by such values): its slices may then compute it again too, and it needs no
-    kernel of its own."""
+    broadcast, or by such values; ``cheap``: ``broadcasts.cheap_values`` of the graph): its
+    slices may then compute it again too, and it needs no kernel of its own."""
     if not planner.BROADCASTS:
         return False
-    cheap_values(graph, planner.classify, cheap)  # (the values made since it last looked)
     if v not in cheap:
         return False
     return all(u.out in cheap or broadcast_by(u, v, planner.classify) for u in others)

@@ -299,12 +299,17 @@ class Planner:
         self.open.append(g)
         return g
 
-    def _add(self, g: Group, node: Node, role: str):
-        self._computed_here(g, node)
-        g.nodes.append(node)
+    def _waits_for(self, node: Node) -> int:
+        """The groups ``node``'s inputs wait for (a bitmask)."""
         dep = 0
         for v in node.var_inputs:
             dep |= self._dep(v)
+        return dep
+
+    def _add(self, g: Group, node: Node, role: str):
+        self._computed_here(g, node)
+        g.nodes.append(node)
+        dep = self._waits_for(node)
         for o in node.outputs:
             self.group_of[o] = g
             self.deps[o] = dep & ~(1 << g.id)
@@ -324,15 +329,10 @@ class Planner:
     def _mark_computed_where_read(self, node: Node):
         """``node`` is computed in the groups that read it (:meth:`_computed_here`): in none
         of its own, its value waiting for what its inputs wait for."""
-        dep = 0
-        for v in node.var_inputs:
-            dep |= self._dep(v)
-        self.deps[node.outputs[0]] = dep
+        self.deps[node.outputs[0]] = self._waits_for(node)
 
     def _mark_external(self, node: Node):
-        dep = 0
-        for v in node.var_inputs:
-            dep |= self._dep(v)
+        dep = self._waits_for(node)
         for o in node.outputs:
             self.deps[o] = dep
         self.order.append(node)
