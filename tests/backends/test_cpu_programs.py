@@ -450,6 +450,29 @@ def test_float32_sums_in_blocks_are_as_accurate_as_numpys():
         np.testing.assert_array_equal(maxes[0], x[0].max())
 
 
+def test_float32_sums_whose_blocks_overflow_are_added_up_again_in_float64():
+    """A block's float32 partial sums can overflow where the sum does not (fuzz seed 25500000:
+    nan where NumPy gives inf): such a block is added up again in float64, rows and whole
+    arrays alike, so that the result is the float64 sum's, rounded to float32."""
+    n = 1300  # blocks of 512, 512 and 276
+    x = np.zeros((3, n), np.float32)
+    x[0, [5, 600]] = np.inf  # +inf beside two large negatives in one block: +inf
+    x[0, [7, 9]] = -3.0e38
+    x[1, ::2], x[1, 1::2] = 3.0e38, -3.0e38  # overflows in float32 partial sums
+    x[1, 1001] = -1.0e38  # exact in float64 in any order: 3e38 - 1e38
+    x[2] = np.linspace(-1, 1, n, dtype=np.float32)  # blocks that do not overflow
+
+    def fn(x):
+        return (x * 1.0).sum(axis=1), (x[0] * 1.0).sum(), (x[1] * 1.0).sum()
+
+    c, t = compiled(fn, x)
+    rows, first, second = c(x)
+    exact = x.astype(np.float64).sum(axis=1)
+    assert rows[0] == np.inf and first == np.inf
+    assert rows[1] == second == np.float32(exact[1]) and np.isfinite(exact[1])
+    assert abs(rows[2] - exact[2]) <= 1e-6 * np.abs(x[2]).sum()
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int16", "bool"])
 def test_reductions_over_axes_of_size_one(dtype):
     """Reduced axes of size 1 collapse away: a row group with nothing left to loop over."""

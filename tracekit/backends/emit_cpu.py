@@ -151,6 +151,9 @@ class KernelSource:
         self.local: dict = {}  # Var -> source of its current element / row value
         self.reduces = [n for n in g.nodes if is_reduction(n)]
         self.blocked: list = []  # reductions adding up in blocks in the loop being emitted
+        self.redone: list = []  # the blocked reductions a block added up again is emitted for
+        self.rare = False  # emitting the rare pass through libm (_near_first)
+        self.block_range: tuple = ()  # (index, start, end) of the block being emitted
         self.near = False  # fast-math functions' versions for ordinary arguments (_near_first)
         self._far = f"{self.p}far"  # how many arguments those versions missed
         self._farc = f"{self.p}farc"  # ... in a parallel chunk of a reduction (one update each)
@@ -517,17 +520,18 @@ class KernelSource:
         self.near = False
         if self.far_apart:  # compiled only where an argument is ever huge
             kept, self.lines, self.local = self.lines, [], {}
-            fast, self.math = self.math, "libm"
-            loops(rare=True)
-            self.math = fast
+            self._rare_pass(loops)
             self.far_lines, self.lines, self.far_count = self.lines, kept, self._far
             return
         self.emit(f"if {self._far} != 0:", 1)
         start, self.local = len(self.lines), {}
-        fast, self.math = self.math, "libm"
-        loops(rare=True)
-        self.math = fast
+        self._rare_pass(loops)
         self.lines[start:] = ["    " + line for line in self.lines[start:]]
+
+    def _rare_pass(self, loops):
+        fast, self.math, self.rare = self.math, "libm", True
+        loops(rare=True)
+        self.math, self.rare = fast, False
 
     def _count_far(self, depth):
         """Add the tests of the values a reduction kernel just computed to its count."""
@@ -817,7 +821,7 @@ class KernelSource:
                 return
         inner = self._blocks(reds, j, str(start), self._row_end(reds), depth)
         self._pass_body(p, phase, scratch, reds, inner)
-        self._fold_blocks(inner - 1)
+        self._fold_blocks(inner - 1, lambda d: self._pass_body(p, phase, scratch, reds, d))
 
     def _row_end(self, reds) -> str:
         """Source of the length of the last reduced dim, the end of a row's loop adding to
@@ -991,8 +995,10 @@ class KernelSource:
     def _blocks(self, reds, j, lo, hi, depth) -> int:
         """Open the innermost reduced loop, ``j`` from ``lo`` to ``hi``. float32 sums add up in
         float32 within blocks of BLOCK elements (vector-wide, as fast as the data arrives) and
-        the blocks' sums in float64: about as accurate as NumPy's pairwise sum."""
-        self.blocked = [r for r in reds if _block_dtype(r) is not None]
+        the blocks' sums in float64: about as accurate as NumPy's pairwise sum. A block whose
+        float32 sum leaves float32's range is added up again in float64 (``_fold_blocks``); the
+        rare pass through libm (``_near_first``) adds up in float64 alone, as small to compile."""
+        self.blocked = [] if self.rare else [r for r in reds if _block_dtype(r) is not None]
         if not self.blocked:
             return self._range(j, lo, hi, depth)
         jb = f"{j}b"
@@ -1000,7 +1006,8 @@ class KernelSource:
         for r in self.blocked:
             init = _init(r, _block_dtype(r))
             self.emit(f"{self.p}r_{r.out.ident}_b = {init}", depth + 1)
-        return self._range(j, jb, f"min({jb} + {BLOCK}, {hi})", depth + 1)
+        self.block_range = (j, jb, f"min({jb} + {BLOCK}, {hi})")
+        return self._range(*self.block_range, depth + 1)
 
     def _unsigned_index_ok(self, reds) -> bool:
         """Whether a row pass's interleaved streams may index in uint64 (``_interleave``'s
@@ -1013,12 +1020,29 @@ class KernelSource:
             return False
         return all(OPS[n.op].kind in ("elementwise", "reduce") for n in self.group.nodes)
 
-    def _fold_blocks(self, depth):
-        for r in self.blocked:
-            a = f"{self.p}r_{r.out.ident}"
-            acc = acc_dtype(r, r.out.dtype)
-            self.emit(f"{a} = {a} + {S.cast(f'{a}_b', _block_dtype(r), acc)}", depth)
-        self.blocked = []
+    def _fold_blocks(self, depth, again):
+        """Add the blocks' sums of ``_blocks`` to the accumulators. A block sum that is not
+        finite may be one whose partial sums overflowed float32 (two values near its maximum
+        give inf, which meets -inf: nan where the sum is inf): that block is added up again in
+        float64, ``again(depth)`` emitting the values the reductions read."""
+        blocked, self.blocked = self.blocked, []
+        if not blocked:
+            return
+        acc = {r: acc_dtype(r, r.out.dtype) for r in blocked}
+        sums = {r: f"{self.p}r_{r.out.ident}" for r in blocked}
+        finite = " and ".join(f"np.isfinite({sums[r]}_b)" for r in blocked)
+        self.emit(f"if {finite}:", depth)
+        for r in blocked:
+            a = sums[r]
+            self.emit(f"{a} = {a} + {S.cast(f'{a}_b', _block_dtype(r), acc[r])}", depth + 1)
+        self.emit("else:", depth)
+        for r in blocked:
+            self.emit(f"{sums[r]}_w = {_init(r, acc[r])}", depth + 1)
+        self.redone = blocked
+        again(self._range(*self.block_range, depth + 1))
+        self.redone = []
+        for r in blocked:
+            self.emit(f"{sums[r]} = {sums[r]} + {sums[r]}_w", depth + 1)
 
     def _whole(self, serial: bool = False):
         """A reduction over every dimension: parallel chunks, then an ordered combine of the
@@ -1052,11 +1076,14 @@ class KernelSource:
             self._far_chunk(2)
             for r in reds:
                 self._acc_init(r, 2)
+            def element(depth):
+                for stmt in L.unravel_red(f):
+                    self.emit(stmt, depth)
+                self._pass_body(p, phase, scratch, reds, depth, flat=f)
+
             inner = self._blocks(reds, f, lo, hi, 2)
-            for stmt in L.unravel_red(f):
-                self.emit(stmt, inner)
-            self._pass_body(p, phase, scratch, reds, inner, flat=f)
-            self._fold_blocks(inner - 1)
+            element(inner)
+            self._fold_blocks(inner - 1, element)
             self._far_chunk(2, end=True)
             for r in reds:
                 a = f"{self.p}r_{r.out.ident}"
@@ -1160,8 +1187,11 @@ class KernelSource:
         return self.at(o) if o is not None else f"{self.p}s_{x.ident}[{flat}]"
 
     def _pass_body(self, p, phase, scratch, reds, depth, flat=None):
+        """Pass ``p``'s statements for one element; while ``self.redone`` (``_fold_blocks``)
+        only what those reductions read, added to their float64 sums."""
         g, L = self.group, self.layout
         flat = flat or L.flat_red()
+        redo = bool(self.redone)
         self.local = {k: v for k, v in self.local.items() if g.role.get(k) == "row"}
         now = self._computed_in(p, phase) + reds
         for n in now:  # full values of earlier passes are read back first
@@ -1175,9 +1205,17 @@ class KernelSource:
                     self.local[x] = f"{self.p}b_{x.ident}"
         for n in now[: len(now) - len(reds)]:
             self.compute(n, depth)
+            if redo:
+                continue
             self.store(n.out, depth)
             if n.out in scratch:
                 self.emit(f"{self._scratch_at(n.out, flat)} = {self.local[n.out]}", depth)
+        if redo:
+            for r in self.redone:
+                v = self.local.get(r.inputs[0]) or self.read(r.inputs[0])
+                self._combine(r, v, depth, into=f"{self.p}r_{r.out.ident}_w")
+            self.far_terms = []  # counted by the pass itself
+            return
         for r in reds:
             x = r.inputs[0]
             v = self.local.get(x) or self.read(x)
@@ -1209,12 +1247,14 @@ class KernelSource:
         else:
             self.emit(f"{a} = {_init(r, acc_dtype(r, r.out.dtype))}", depth)
 
-    def _combine(self, r, v, depth, blocked=False, v_dtype=None):
-        """``acc = acc (op) v``, ``v`` of the reduction input's dtype (or ``v_dtype``)."""
-        a = f"{self.p}r_{r.out.ident}" + ("_b" if blocked else self.acc_at)
+    def _combine(self, r, v, depth, blocked=False, v_dtype=None, into=None):
+        """``acc = acc (op) v``, ``v`` of the reduction input's dtype (or ``v_dtype``);
+        ``into``: an accumulator of the reduction's own dtype other than its sum's."""
+        a = into or f"{self.p}r_{r.out.ident}" + ("_b" if blocked else self.acc_at)
         acc = _block_dtype(r) if blocked else acc_dtype(r, r.out.dtype)
         v = S.cast(v, v_dtype or r.inputs[0].dtype, acc)
-        step = S.accumulate(accumulation(r), a, v, acc, vectorise=self.VECTORISE)
+        vectorise = self.VECTORISE and into is None  # a block added up again: the rare path
+        step = S.accumulate(accumulation(r), a, v, acc, vectorise=vectorise)
         self.emit(f"{a} = {S.typed(step, acc)}", depth)
 
     def _arg_update(self, r, v, idx, depth):
