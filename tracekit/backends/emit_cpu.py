@@ -1076,7 +1076,8 @@ class KernelSource:
             self._far_chunk(2)
             for r in reds:
                 self._acc_init(r, 2)
-            def element(depth):
+
+            def element(depth, p=p, reds=reds):
                 for stmt in L.unravel_red(f):
                     self.emit(stmt, depth)
                 self._pass_body(p, phase, scratch, reds, depth, flat=f)
