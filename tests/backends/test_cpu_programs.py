@@ -473,6 +473,37 @@ def test_float32_sums_whose_blocks_overflow_are_added_up_again_in_float64():
     assert abs(rows[2] - exact[2]) <= 1e-6 * np.abs(x[2]).sum()
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_divisions_by_constants_are_numpys_quotients(dtype):
+    """``x / c`` of a literal computes as a product and its correction (exact) where x is in
+    the product's range (NaN too), counting the x it misses (infinities, subnormals, the
+    largest floats): where there are any, the kernel runs again through the divider. NumPy's bits,
+    signed zeros included, in elementwise and reduction kernels, with and without them."""
+    rng = np.random.default_rng(11)
+    info = np.finfo(dtype)
+    x = (rng.standard_normal(40_000) * 100).astype(dtype)
+    x[:6] = [0.0, -0.0, 3.0, -21.0, 1.0, 5e-5]
+
+    def fn(x):
+        y = x / 3.0 - x / 0.1 + (x * 2) / 7
+        return y, (x / 6.0).sum(), np.maximum(x / 1e-3, x)
+
+    c, t = compiled(fn, x)
+    assert "fm_divide_const" in c.source
+    for rare in (None, np.nan, np.inf, info.smallest_subnormal * 5, info.max, -np.inf):
+        v = x.copy()
+        if rare is not None:
+            v[7] = rare
+        got = c(v)
+        with np.errstate(all="ignore"):
+            want = fn(v)
+        for g, w in (got[0], want[0]), (got[2], want[2]):
+            np.testing.assert_array_equal(g, w, err_msg=str(rare))
+            np.testing.assert_array_equal(np.signbit(g), np.signbit(w), err_msg=str(rare))
+        scale = np.abs(x / 6.0).sum()  # (the sum's rounding; NaN equal)
+        np.testing.assert_allclose(got[1], want[1], rtol=0, atol=1e-6 * scale, err_msg=str(rare))
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int16", "bool"])
 def test_reductions_over_axes_of_size_one(dtype):
     """Reduced axes of size 1 collapse away: a row group with nothing left to loop over."""

@@ -582,13 +582,15 @@ def expr(
     templates=None,
     node_templates=None,
     near: bool = False,
+    divisions: bool = True,
 ) -> str:
     """Source of one output element of elementwise ``node``; ``args``/``dtypes`` per input.
 
     ``node_templates`` (default ``CPU_NODE_TEMPLATES``) are asked first, then the fast-math
     functions, then ``templates`` (default ``CPU_TEMPLATES``); a ufunc in none of them is
     numba's ``np.<op>``. ``near``: a fast-math function's version for ordinary arguments
-    where it has one (exact where :func:`far_test` gives 0)."""
+    where it has one (exact where :func:`far_test` gives 0), and where ``divisions`` too, a
+    division by a constant as a product and its correction."""
     templates = CPU_TEMPLATES if templates is None else templates
     lower = (CPU_NODE_TEMPLATES if node_templates is None else node_templates).get(node.op)
     if lower is not None:
@@ -599,6 +601,9 @@ def expr(
     if known is not None:
         return cast(known, np.bool_, out)
     cargs = [cast(a, d, l) for a, d, l in zip(args, dtypes, loop_in)]
+    divisor = _divide_const(node, loop_out, math) if near and divisions else None
+    if divisor is not None:
+        return cast(f"{divisor[0]}({cargs[0]}, {', '.join(divisor[2])})", loop_out, out)
     fast = _fast_name(op, loop_out, math)
     by_literal = FAST_LITERAL_LOWERINGS.get(op) if fast else None
     body = by_literal(node, cargs, loop_out) if by_literal else None
@@ -617,9 +622,17 @@ def _near_names(op: str, dtype, math: str) -> tuple | None:
     return _fastmath().near_names(op, dtype)
 
 
-def far_test(node: Node, args: list, dtypes: list, math: str = "fast") -> str | None:
-    """Source of 1 where ``expr(..., near=True)`` of ``node`` does not cover its argument
-    (a huge sine's), else 0; None where that version is ``expr``'s ordinary one."""
+def far_test(
+    node: Node, args: list, dtypes: list, math: str = "fast", divisions: bool = True
+) -> str | None:
+    """Source of 1 where ``expr(..., near=True, divisions=divisions)`` of ``node`` does not
+    cover its argument (a huge sine's, a division's past the range of its product), else 0;
+    None where that version is ``expr``'s ordinary one."""
+    divides = node.op == "divide" and divisions
+    loop_in, loop_out = loop_dtypes(node) if divides else (None, None)
+    divisor = _divide_const(node, loop_out, math) if loop_out is not None else None
+    if divisor is not None:
+        return f"{divisor[1]}({cast(args[0], dtypes[0], loop_in[0])}, {', '.join(divisor[3])})"
     if CPU_NODE_TEMPLATES.get(node.op) is not None or len(args) != 1:
         return None
     loop_in, loop_out = loop_dtypes(node)
@@ -627,6 +640,37 @@ def far_test(node: Node, args: list, dtypes: list, math: str = "fast") -> str | 
     if versions is None:
         return None
     return f"{versions[1]}({cast(args[0], dtypes[0], loop_in[0])})"
+
+
+# The divisors ``x / c`` takes as a product and its correction (``fastmath.divide_const``):
+# powers of 2 are products already (LLVM's); far from 1 the ranges of x it covers shrink
+DIVISOR_RANGE = (2.0**-20, 2.0**20)
+# The least |x| the product's remainder is exact for, at 1 <= |c|: its bits are those of x
+# less twice the precision, which must stay above the smallest subnormal
+_LEAST_DIVIDEND = {np.dtype(np.float32): 2.0**-100, np.dtype(np.float64): 2.0**-960}
+
+
+def _divide_const(node: Node, dtype, math: str) -> tuple | None:
+    """``(near, far, near_args, far_args)`` for ``x / c`` of a literal ``c`` at the loop's
+    float ``dtype``: ``near(x, *near_args)`` (a product by ``1 / c`` correctly rounded and one
+    correction: ``x / c`` exactly) where ``far(x, *far_args)`` is 0, for |x| up to half the
+    largest float times ``min(1, |c|)`` (no overflow) and from ``_LEAST_DIVIDEND`` times
+    ``max(1, |c|)`` (an exact remainder), and 0. None for other nodes, divisors and dtypes."""
+    c = node.inputs[1] if node.op == "divide" and math == "fast" else None
+    if c is None or isinstance(c, (Var, str, bool)) or np.ndim(c) != 0 or np.iscomplexobj(c):
+        return None
+    names = _fastmath().divide_const_names(dtype)
+    if names is None or not isinstance(node.inputs[0], Var):
+        return None
+    t = np.dtype(dtype).type
+    c = t(np.asarray(c).real)
+    if not DIVISOR_RANGE[0] <= abs(c) <= DIVISOR_RANGE[1] or np.frexp(c)[0] in (0.5, -0.5):
+        return None
+    with np.errstate(all="ignore"):
+        lo = t(_LEAST_DIVIDEND[np.dtype(dtype)] * max(1.0, abs(float(c))))
+        hi = t(np.finfo(dtype).max / 2 * min(1.0, abs(float(c))))
+        near_args = [literal(c, dtype), literal(t(1) / c, dtype)]
+    return (*names, near_args, [literal(lo, dtype), literal(hi, dtype)])
 
 
 def _constant_exponent(node: Node) -> float | None:
