@@ -601,7 +601,8 @@ def expr(
     if known is not None:
         return cast(known, np.bool_, out)
     cargs = [cast(a, d, l) for a, d, l in zip(args, dtypes, loop_in)]
-    divisor = _divide_const(node, loop_out, math) if near and divisions else None
+    by_literal = NEAR_LITERAL_LOWERINGS.get(op) if near and divisions else None
+    divisor = by_literal(node, loop_out, math) if by_literal else None
     if divisor is not None:
         return cast(f"{divisor[0]}({cargs[0]}, {', '.join(divisor[2])})", loop_out, out)
     fast = _fast_name(op, loop_out, math)
@@ -628,9 +629,9 @@ def far_test(
     """Source of 1 where ``expr(..., near=True, divisions=divisions)`` of ``node`` does not
     cover its argument (a huge sine's, a division's past the range of its product), else 0;
     None where that version is ``expr``'s ordinary one."""
-    divides = node.op == "divide" and divisions
-    loop_in, loop_out = loop_dtypes(node) if divides else (None, None)
-    divisor = _divide_const(node, loop_out, math) if loop_out is not None else None
+    by_literal = NEAR_LITERAL_LOWERINGS.get(node.op) if divisions else None
+    loop_in, loop_out = loop_dtypes(node) if by_literal else (None, None)
+    divisor = by_literal(node, loop_out, math) if by_literal else None
     if divisor is not None:
         return f"{divisor[1]}({cast(args[0], dtypes[0], loop_in[0])}, {', '.join(divisor[3])})"
     if CPU_NODE_TEMPLATES.get(node.op) is not None or len(args) != 1:
@@ -655,8 +656,8 @@ def _divide_const(node: Node, dtype, math: str) -> tuple | None:
     float ``dtype``: ``near(x, *near_args)`` (a product by ``1 / c`` correctly rounded and one
     correction: ``x / c`` exactly) where ``far(x, *far_args)`` is 0, for |x| up to half the
     largest float times ``min(1, |c|)`` (no overflow) and from ``_LEAST_DIVIDEND`` times
-    ``max(1, |c|)`` (an exact remainder), and 0. None for other nodes, divisors and dtypes."""
-    c = node.inputs[1] if node.op == "divide" and math == "fast" else None
+    ``max(1, |c|)`` (an exact remainder), and 0. None for other divisors and dtypes."""
+    c = node.inputs[1] if math == "fast" else None
     if c is None or isinstance(c, (Var, str, bool)) or np.ndim(c) != 0 or np.iscomplexobj(c):
         return None
     names = _fastmath().divide_const_names(dtype)
@@ -671,6 +672,12 @@ def _divide_const(node: Node, dtype, math: str) -> tuple | None:
         hi = t(np.finfo(dtype).max / 2 * min(1.0, abs(float(c))))
         near_args = [literal(c, dtype), literal(t(1) / c, dtype)]
     return (*names, near_args, [literal(lo, dtype), literal(hi, dtype)])
+
+
+# Versions for ordinary arguments that read a node's literal inputs, per op (``expr``'s and
+# ``far_test``'s where ``near`` and ``divisions``): ``fn(node, loop dtype, math) -> (near,
+# far, near_args, far_args)`` or None where the literal does not qualify
+NEAR_LITERAL_LOWERINGS = {"divide": _divide_const}
 
 
 def _constant_exponent(node: Node) -> float | None:
