@@ -359,6 +359,10 @@ def run_step(regs, st):
     elif k == "setitem":
         a[_index(regs, st["idx"])] = _operand(regs, st["v"])
     elif k == "addat":
+        if isinstance(a, np.ndarray) and not a.flags.writeable:
+            # NumPy's ufunc.at writes into read-only arrays (np.imag of a real array), where
+            # assignment, put and clip refuse: tracekit refuses too (seed 25700359)
+            raise ValueError("np.add.at: the destination is read-only")
         np.add.at(a, _index(regs, st["idx"]), _operand(regs, st["v"]))
     elif k == "setpart":
         setattr(a, st["part"], _operand(regs, st["v"]))
