@@ -489,7 +489,7 @@ def test_divisions_by_constants_are_numpys_quotients(dtype):
         return y, (x / 6.0).sum(), np.maximum(x / 1e-3, x)
 
     c, t = compiled(fn, x)
-    assert "fm_divide_const" in c.source
+    assert ("fm_divide_const" in c.source) == (dtype == "float64")  # (float32: the divider)
     for rare in (None, np.nan, np.inf, info.smallest_subnormal * 5, info.max, -np.inf):
         v = x.copy()
         if rare is not None:

@@ -647,8 +647,8 @@ def far_test(
 # powers of 2 are products already (LLVM's); far from 1 the ranges of x it covers shrink
 DIVISOR_RANGE = (2.0**-20, 2.0**20)
 # The least |x| the product's remainder is exact for, at 1 <= |c|: its bits are those of x
-# less twice the precision, which must stay above the smallest subnormal
-_LEAST_DIVIDEND = {np.dtype(np.float32): 2.0**-100, np.dtype(np.float64): 2.0**-960}
+# less twice the precision, which must stay above the smallest subnormal (float32: 2**-100)
+_LEAST_DIVIDEND = {np.dtype(np.float64): 2.0**-960}
 
 
 def _divide_const(node: Node, dtype, math: str) -> tuple | None:
