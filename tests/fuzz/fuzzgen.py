@@ -99,8 +99,8 @@ APPROX_BINARY = {"power", "float_power", "arctan2", "hypot", "logaddexp"}
 # integers up to 31, halves of odd integers, quarters, both signs
 CONSTANT_EXPONENTS = (4.0, 5.0, 7.0, 16.0, 31.0, -2.0, -4.0, -9.0, -31.0, 1.5, 2.5, 9.5, -0.5,
                       -2.5, 15.5, 0.25, -1.75)  # fmt: skip
-# Constant divisors: the ones a product by the reciprocal and its correction computes (not a
-# power of 2, 2**-20 to 2**20 in magnitude) and some beyond (the divider's)
+# Constant divisors as code has them (thirds, tenths, grid spacings, 255), beside the operand
+# scalars' powers of 2
 CONSTANT_DIVISORS = (3.0, 7.0, 0.1, -0.3, 6.0, 255.0, 1e-3, 12.345, 1e6, 3e-6, 1e7, 3e-7, 0.75)
 # The plain ops of a coefficient read broadcast (_Gen._coef), each of a constant
 COEF_OPS = {
@@ -633,7 +633,7 @@ class _Gen:
         self.power_rng = np.random.default_rng([seed, 4])
         # and for coefficients read broadcast (_coef)
         self.coef_rng = np.random.default_rng([seed, 6])
-        # and for a division's constant divisor (a product and its correction, or the divider)
+        # and for a division's constant divisor
         self.divisor_rng = np.random.default_rng([seed, 7])
         self.seed, self.profile = seed, profile
         self.prog = {"seed": seed, "profile": profile, "inputs": [], "steps": [], "outputs": []}
@@ -2298,11 +2298,6 @@ def check(prog, checks=CHECKS, compiled_cache=None):
 
     Returns a dict of what ran (counts of graph nodes, ops seen) for the statistics.
     """
-    with divisions_by_products(prog):
-        return _check(prog, checks, compiled_cache)
-
-
-def _check(prog, checks, compiled_cache):
     import tracekit as tk
 
     harness = Harness(prog)
@@ -2968,22 +2963,6 @@ def checks_for(profile):
 
 
 # ---------------------------------------------------------------------- the command line
-@contextlib.contextmanager
-def divisions_by_products(prog):
-    """Programs of even seeds compute every division by a constant that a product and its
-    correction can compute so in every CPU kernel (the fuzzer's arrays are small: the default
-    needs 32k elements); the others divide as the default does at their size."""
-    from tracekit.backends import emit_cpu
-
-    default = emit_cpu.DIVIDE_MIN_WORK
-    if prog.get("seed", 1) % 2 == 0:
-        emit_cpu.DIVIDE_MIN_WORK = 0
-    try:
-        yield
-    finally:
-        emit_cpu.DIVIDE_MIN_WORK = default
-
-
 def force_streams():
     """Interleave 3 streams of 2 elements in every CPU elementwise kernel whose inner loop has
     6 or more (the fuzzer's arrays are small: the default needs 32k elements and two

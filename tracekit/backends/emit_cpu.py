@@ -28,8 +28,6 @@ PARALLEL_MIN_WORK = 1 << 15
 # epilogue serial 13 ms, the matmul alone 12 ms). Products on numba's threads
 # (matmul_threads.py) leave no such threads: beside those alone, PARALLEL_MIN_WORK holds.
 PARALLEL_MIN_WORK_BESIDE_BLAS = 1 << 22
-# Divisions by constants are products and their corrections in kernels of this much work
-DIVIDE_MIN_WORK = PARALLEL_MIN_WORK
 # A chunk kernel (KernelSource.chunk) runs on Python threads from this much work; below it, on
 # the calling thread alone: waking a pool's thread costs more than waking numba's
 POOL_MIN_WORK = 4 * PARALLEL_MIN_WORK
@@ -294,10 +292,9 @@ class KernelSource:
         else:
             vals = [self.value(x) for x in node.inputs]
             args, dtypes = [v[0] for v in vals], [v[1] for v in vals]
-            divisions = self._divides_by_products()
-            src = S.expr(node, args, dtypes, self.math, near=self.near, divisions=divisions)
+            src = S.expr(node, args, dtypes, self.math, near=self.near)
             self.emit(f"{name} = {S.typed_expr(node, src, self.math)}", depth)
-            far = S.far_test(node, args, dtypes, self.math, divisions) if self.near else None
+            far = S.far_test(node, args, dtypes, self.math) if self.near else None
             if far:
                 self.far_terms.append(far)
         self.local[out] = name
@@ -551,14 +548,7 @@ class KernelSource:
         if OPS[node.op].keeps_order or OPS[node.op].ufunc is None:  # (reductions among them)
             return False
         dtypes = [x.dtype if isinstance(x, Var) else self.value(x)[1] for x in node.inputs]
-        args = ["x"] * len(dtypes)
-        return S.far_test(node, args, dtypes, self.math, self._divides_by_products()) is not None
-
-    def _divides_by_products(self) -> bool:
-        """Whether divisions by constants are products and their corrections here (see
-        ``scalar._divide_const``): in kernels of DIVIDE_MIN_WORK, where the divider's time
-        is worth the compile of the count of the arguments they miss (about 0.1 s)."""
-        return self.work() >= DIVIDE_MIN_WORK
+        return S.far_test(node, ["x"] * len(dtypes), dtypes, self.math) is not None
 
     def _may_run_twice(self) -> bool:
         """Whether computing every element again gives the same results: no result is written

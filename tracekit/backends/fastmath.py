@@ -21,9 +21,7 @@ dtype (``power`` takes two) and is meant to be called from other njit code::
 Code generators use :data:`FAST_MATH`, :func:`namespace` and :func:`name_for`, and
 :func:`power_const_name` for ``x ** c`` with a constant ``c`` that is an integer or a
 multiple of 1/4 (a multiplication chain, square roots and a reciprocal instead of
-``exp(c*log x)``), and :func:`divide_const_names` for ``x / c`` (a product by the reciprocal
-and one fma correction: the quotient's own bits where its far test gives 0, a few cheap
-instructions against the divider's one slow one).
+``exp(c*log x)``).
 
 Accuracy
 --------
@@ -127,7 +125,6 @@ __all__ = [
     "name_for",
     "power_const_name",
     "near_names",
-    "divide_const_names",
     "OPS",
 ]
 
@@ -2277,26 +2274,6 @@ def trig_far_f64(x):
 
 
 @_jit
-def divide_const_f64(x, y, r):
-    """x / y for float64 and a constant y whose reciprocal ``r`` is 1 / y correctly rounded:
-    the product x * r, its remainder by an fma (exact), one correction (Markstein's theorem:
-    the quotient correctly rounded, x / y's own); signed zeros and NaN as x / y. Exact where
-    ``divide_far_f64`` gives 0.  max error vs correctly rounded: 0 ulp.
-    """
-    x = np.float64(x)
-    q = x * r
-    return _fma(-_fma(q, y, -x), r, q)
-
-
-@_jit
-def divide_far_f64(x, lo, hi):
-    """1 where ``divide_const_f64`` does not cover x (``|x| > hi``, infinities among them:
-    the product overflows; ``0 < |x| < lo``: the remainder leaves the normal range), else 0."""
-    ax = abs(np.float64(x))
-    return np.int64(1) if (ax > hi) | ((ax < lo) & (ax != 0)) else np.int64(0)
-
-
-@_jit
 def power_f64(x, y):
     """x**y for float64 with np.power special cases.
 
@@ -2885,11 +2862,6 @@ def name_for(op: str, dtype) -> str | None:
 
 # x ** c for a constant c the code generator reduces to multiplications (``power_const_*``)
 POWER_CONST = _Dispatchers({dt: f"power_const_{sfx}" for dt, sfx in _SUFFIX.items()})
-# x / c for a constant c: a product and its correction, and the test of the x it covers. In
-# float64 only: float32's divider is fast enough that the count of the x missed costs more
-# than it saves (AMD EPYC, 256k float32 elements in the cache, two divisions an element: 56 us
-# divided, 78 us as products with their count; float64 162 and 123 us)
-DIVIDE_CONST = _Dispatchers({(kind, _F64_DT): f"divide_{kind}_f64" for kind in ("const", "far")})
 
 
 # op -> (its version without the large-argument path, the test of the arguments it misses)
@@ -2912,21 +2884,6 @@ def near_names(op: str, dtype) -> tuple | None:
     if (op, dt) not in NEAR:
         return None
     return f"fm_{NEAR._names[(op, dt)]}", f"fm_{FAR._names[dt]}"
-
-
-def divide_const_names(dtype) -> tuple | None:
-    """``(near, far)``: the global names of ``divide_const`` and ``divide_far`` at ``dtype``
-    (``x / c`` by a product, exact where the far test of ``x`` gives 0), or None.
-
-    >>> divide_const_names(np.float64)
-    ('fm_divide_const_f64', 'fm_divide_far_f64')
-    >>> divide_const_names(np.float32) is None
-    True
-    """
-    dt = np.dtype(dtype)
-    if ("const", dt) not in DIVIDE_CONST:
-        return None
-    return f"fm_divide_const_{_SUFFIX[dt]}", f"fm_divide_far_{_SUFFIX[dt]}"
 
 
 def power_const_name(dtype) -> str | None:
@@ -3071,7 +3028,7 @@ def _folder_cache(folder: str, installed: str | None = None, strict: bool = Fals
 _NAMESPACE = _Dispatchers(
     {
         f"fm_{name}": name
-        for table in (FAST_MATH, POWER_CONST, NEAR, FAR, DIVIDE_CONST)
+        for table in (FAST_MATH, POWER_CONST, NEAR, FAR)
         for name in table._names.values()
     }
 )

@@ -582,15 +582,13 @@ def expr(
     templates=None,
     node_templates=None,
     near: bool = False,
-    divisions: bool = True,
 ) -> str:
     """Source of one output element of elementwise ``node``; ``args``/``dtypes`` per input.
 
     ``node_templates`` (default ``CPU_NODE_TEMPLATES``) are asked first, then the fast-math
     functions, then ``templates`` (default ``CPU_TEMPLATES``); a ufunc in none of them is
     numba's ``np.<op>``. ``near``: a fast-math function's version for ordinary arguments
-    where it has one (exact where :func:`far_test` gives 0), and where ``divisions`` too, a
-    division by a constant as a product and its correction."""
+    where it has one (exact where :func:`far_test` gives 0)."""
     templates = CPU_TEMPLATES if templates is None else templates
     lower = (CPU_NODE_TEMPLATES if node_templates is None else node_templates).get(node.op)
     if lower is not None:
@@ -601,10 +599,6 @@ def expr(
     if known is not None:
         return cast(known, np.bool_, out)
     cargs = [cast(a, d, l) for a, d, l in zip(args, dtypes, loop_in)]
-    by_literal = NEAR_LITERAL_LOWERINGS.get(op) if near and divisions else None
-    divisor = by_literal(node, loop_out, math) if by_literal else None
-    if divisor is not None:
-        return cast(f"{divisor[0]}({cargs[0]}, {', '.join(divisor[2])})", loop_out, out)
     fast = _fast_name(op, loop_out, math)
     by_literal = FAST_LITERAL_LOWERINGS.get(op) if fast else None
     body = by_literal(node, cargs, loop_out) if by_literal else None
@@ -623,17 +617,9 @@ def _near_names(op: str, dtype, math: str) -> tuple | None:
     return _fastmath().near_names(op, dtype)
 
 
-def far_test(
-    node: Node, args: list, dtypes: list, math: str = "fast", divisions: bool = True
-) -> str | None:
-    """Source of 1 where ``expr(..., near=True, divisions=divisions)`` of ``node`` does not
-    cover its argument (a huge sine's, a division's past the range of its product), else 0;
-    None where that version is ``expr``'s ordinary one."""
-    by_literal = NEAR_LITERAL_LOWERINGS.get(node.op) if divisions else None
-    loop_in, loop_out = loop_dtypes(node) if by_literal else (None, None)
-    divisor = by_literal(node, loop_out, math) if by_literal else None
-    if divisor is not None:
-        return f"{divisor[1]}({cast(args[0], dtypes[0], loop_in[0])}, {', '.join(divisor[3])})"
+def far_test(node: Node, args: list, dtypes: list, math: str = "fast") -> str | None:
+    """Source of 1 where ``expr(..., near=True)`` of ``node`` does not cover its argument
+    (a huge sine's), else 0; None where that version is ``expr``'s ordinary one."""
     if CPU_NODE_TEMPLATES.get(node.op) is not None or len(args) != 1:
         return None
     loop_in, loop_out = loop_dtypes(node)
@@ -641,43 +627,6 @@ def far_test(
     if versions is None:
         return None
     return f"{versions[1]}({cast(args[0], dtypes[0], loop_in[0])})"
-
-
-# The divisors ``x / c`` takes as a product and its correction (``fastmath.divide_const``):
-# powers of 2 are products already (LLVM's); far from 1 the ranges of x it covers shrink
-DIVISOR_RANGE = (2.0**-20, 2.0**20)
-# The least |x| the product's remainder is exact for, at 1 <= |c|: its bits are those of x
-# less twice the precision, which must stay above the smallest subnormal (float32: 2**-100)
-_LEAST_DIVIDEND = {np.dtype(np.float64): 2.0**-960}
-
-
-def _divide_const(node: Node, dtype, math: str) -> tuple | None:
-    """``(near, far, near_args, far_args)`` for ``x / c`` of a literal ``c`` at the loop's
-    float ``dtype``: ``near(x, *near_args)`` (a product by ``1 / c`` correctly rounded and one
-    correction: ``x / c`` exactly) where ``far(x, *far_args)`` is 0, for |x| up to half the
-    largest float times ``min(1, |c|)`` (no overflow) and from ``_LEAST_DIVIDEND`` times
-    ``max(1, |c|)`` (an exact remainder), and 0. None for other divisors and dtypes."""
-    c = node.inputs[1] if math == "fast" else None
-    if c is None or isinstance(c, (Var, str, bool)) or np.ndim(c) != 0 or np.iscomplexobj(c):
-        return None
-    names = _fastmath().divide_const_names(dtype)
-    if names is None or not isinstance(node.inputs[0], Var):
-        return None
-    t = np.dtype(dtype).type
-    c = t(np.asarray(c).real)
-    if not DIVISOR_RANGE[0] <= abs(c) <= DIVISOR_RANGE[1] or np.frexp(c)[0] in (0.5, -0.5):
-        return None
-    with np.errstate(all="ignore"):
-        lo = t(_LEAST_DIVIDEND[np.dtype(dtype)] * max(1.0, abs(float(c))))
-        hi = t(np.finfo(dtype).max / 2 * min(1.0, abs(float(c))))
-        near_args = [literal(c, dtype), literal(t(1) / c, dtype)]
-    return (*names, near_args, [literal(lo, dtype), literal(hi, dtype)])
-
-
-# Versions for ordinary arguments that read a node's literal inputs, per op (``expr``'s and
-# ``far_test``'s where ``near`` and ``divisions``): ``fn(node, loop dtype, math) -> (near,
-# far, near_args, far_args)`` or None where the literal does not qualify
-NEAR_LITERAL_LOWERINGS = {"divide": _divide_const}
 
 
 def _constant_exponent(node: Node) -> float | None:
