@@ -473,6 +473,23 @@ def test_float32_sums_whose_blocks_overflow_are_added_up_again_in_float64():
     assert abs(rows[2] - exact[2]) <= 1e-6 * np.abs(x[2]).sum()
 
 
+def test_a_float16_number_read_by_a_kernel_of_a_wider_dtype():
+    """numba has no float16 scalars: a float16 constant (``np.imag`` of a float16 number, 0)
+    that an op computing in float64 reads is spelled as its float32 value (fuzz seed
+    25900171: "numba said: float16")."""
+
+    def fn(x0, x1):
+        zero = np.imag(np.min(np.rint(x1)))  # float16
+        return np.power(zero, x0.reshape(1, 1)[:, [0, -1, 0]]), np.rint(x1) * x0
+
+    x0, x1 = np.array(3, np.uint64), np.array(-2, np.int8)
+    c, t = compiled(fn, x0, x1)
+    got, want, _, _ = both(c, t, x0, x1)
+    for g, w in zip(got, want):
+        assert np.asarray(g).dtype == np.asarray(w).dtype
+        np.testing.assert_array_equal(g, w)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_divisions_by_constants_are_numpys_quotients(dtype):
     """``x / c`` of a literal: NumPy's bits, signed zeros, NaN, infinities, subnormal

@@ -36,8 +36,12 @@ def cast(src: str, frm, to) -> str:
 
 
 def literal(x, dtype) -> str:
-    """Source for a constant ``x`` as a value of ``dtype``."""
+    """Source for a constant ``x`` as a value of ``dtype``; float16's as float32's (numba has
+    no float16 scalars; the value is exact in float32, and an op of one computes in a wider
+    dtype where it compiles: fuzz seed 25900171's ``np.imag`` of a float16 number)."""
     dtype = np.dtype(dtype)
+    if dtype == np.float16:
+        dtype = np.dtype(np.float32)
     if isinstance(x, np.ndarray):
         x = x[()]
     if isinstance(x, np.generic):
