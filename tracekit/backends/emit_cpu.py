@@ -8,6 +8,7 @@ as a sequential inner loop. Each kernel's source carries the graph nodes it cove
 
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -151,7 +152,6 @@ class KernelSource:
         self.local: dict = {}  # Var -> source of its current element / row value
         self.reduces = [n for n in g.nodes if is_reduction(n)]
         self.blocked: list = []  # reductions adding up in blocks in the loop being emitted
-        self.redone: list = []  # the blocked reductions a block added up again is emitted for
         self.rare = False  # emitting the rare pass through libm (_near_first)
         self.block_range: tuple = ()  # (index, start, end) of the block being emitted
         self.near = False  # fast-math functions' versions for ordinary arguments (_near_first)
@@ -821,7 +821,7 @@ class KernelSource:
                 return
         inner = self._blocks(reds, j, str(start), self._row_end(reds), depth)
         self._pass_body(p, phase, scratch, reds, inner)
-        self._fold_blocks(inner - 1, lambda d: self._pass_body(p, phase, scratch, reds, d))
+        self._fold_blocks(inner - 1, functools.partial(self._pass_body, p, phase, scratch, reds))
 
     def _row_end(self, reds) -> str:
         """Source of the length of the last reduced dim, the end of a row's loop adding to
@@ -1024,7 +1024,7 @@ class KernelSource:
         """Add the blocks' sums of ``_blocks`` to the accumulators. A block sum that is not
         finite may be one whose partial sums overflowed float32 (two values near its maximum
         give inf, which meets -inf: nan where the sum is inf): that block is added up again in
-        float64, ``again(depth)`` emitting the values the reductions read."""
+        float64, ``again(depth, redone=...)`` emitting the values the reductions redone read."""
         blocked, self.blocked = self.blocked, []
         if not blocked:
             return
@@ -1038,9 +1038,7 @@ class KernelSource:
         self.emit("else:", depth)
         for r in blocked:
             self.emit(f"{sums[r]}_w = {_init(r, acc[r])}", depth + 1)
-        self.redone = blocked
-        again(self._range(*self.block_range, depth + 1))
-        self.redone = []
+        again(self._range(*self.block_range, depth + 1), redone=blocked)
         for r in blocked:
             self.emit(f"{sums[r]} = {sums[r]} + {sums[r]}_w", depth + 1)
 
@@ -1077,10 +1075,10 @@ class KernelSource:
             for r in reds:
                 self._acc_init(r, 2)
 
-            def element(depth, p=p, reds=reds):
+            def element(depth, redone=(), p=p, reds=reds):
                 for stmt in L.unravel_red(f):
                     self.emit(stmt, depth)
-                self._pass_body(p, phase, scratch, reds, depth, flat=f)
+                self._pass_body(p, phase, scratch, reds, depth, flat=f, redone=redone)
 
             inner = self._blocks(reds, f, lo, hi, 2)
             element(inner)
@@ -1187,12 +1185,11 @@ class KernelSource:
         o = self.alias.get(x)
         return self.at(o) if o is not None else f"{self.p}s_{x.ident}[{flat}]"
 
-    def _pass_body(self, p, phase, scratch, reds, depth, flat=None):
-        """Pass ``p``'s statements for one element; while ``self.redone`` (``_fold_blocks``)
-        only what those reductions read, added to their float64 sums."""
+    def _pass_body(self, p, phase, scratch, reds, depth, flat=None, redone=()):
+        """Pass ``p``'s statements for one element; with ``redone`` (``_fold_blocks``), only
+        what those reductions read, added to their float64 sums."""
         g, L = self.group, self.layout
         flat = flat or L.flat_red()
-        redo = bool(self.redone)
         self.local = {k: v for k, v in self.local.items() if g.role.get(k) == "row"}
         now = self._computed_in(p, phase) + reds
         for n in now:  # full values of earlier passes are read back first
@@ -1206,13 +1203,13 @@ class KernelSource:
                     self.local[x] = f"{self.p}b_{x.ident}"
         for n in now[: len(now) - len(reds)]:
             self.compute(n, depth)
-            if redo:
+            if redone:
                 continue
             self.store(n.out, depth)
             if n.out in scratch:
                 self.emit(f"{self._scratch_at(n.out, flat)} = {self.local[n.out]}", depth)
-        if redo:
-            for r in self.redone:
+        if redone:
+            for r in redone:
                 v = self.local.get(r.inputs[0]) or self.read(r.inputs[0])
                 self._combine(r, v, depth, into=f"{self.p}r_{r.out.ident}_w")
             self.far_terms = []  # counted by the pass itself
