@@ -784,17 +784,35 @@ _COEFFS["EXP2_POW32"] = (
 _COEFFS["LOGDD_TAIL"] = tuple(float(2.0 / (2 * k + 7)).hex() for k in range(10))
 
 
-def _poly(name, dtype, start=0):
-    """Build an njit Horner evaluator p(x) = c0 + c1 x + ... with baked constants.
+def _poly(name, dtype, start=0, estrin=False):
+    """Build an njit evaluator p(x) = c0 + c1 x + ... with baked constants: Horner's scheme,
+    or with ``estrin`` Estrin's (pairs c_2i + c_2i+1 x, then pairs of those by x^2, x^4, ...):
+    a chain of about log2(n) fmas where Horner's is n long, for a few more operations. Latency
+    against throughput: Estrin's made float32 pow 2.20 -> 1.81 ns an element, float64 exp and
+    tanh about 10% slower.
 
     ``start`` skips the leading coefficients (evaluates sum c_{start+i} x^i).
     """
     fn_name = f"_poly_{name.lower()}_{start}"
     cs = [f"{fn_name}_c{i}" for i in range(len(_COEFFS[name]) - start)]
     globals().update({c: dtype(_h(v)) for c, v in zip(cs, _COEFFS[name][start:])})
-    lines = [f"def {fn_name}(x):", f"    r = {cs[-1]}"]
-    lines += [f"    r = _fma(r, x, {c})" for c in reversed(cs[:-1])]
-    lines.append("    return r")
+    lines = [f"def {fn_name}(x):"]
+    if not estrin:
+        lines.append(f"    r = {cs[-1]}")
+        lines += [f"    r = _fma(r, x, {c})" for c in reversed(cs[:-1])]
+        cs = ["r"]
+    terms, power, level = cs, "x", 0
+    while len(terms) > 1:
+        pairs = []
+        for i in range(0, len(terms) - 1, 2):
+            pairs.append(f"p{level}_{i // 2}")
+            lines.append(f"    {pairs[-1]} = _fma({terms[i + 1]}, {power}, {terms[i]})")
+        if len(terms) % 2:
+            pairs.append(terms[-1])
+        if len(pairs) > 1:
+            lines.append(f"    x{level + 1} = {power} * {power}")
+        terms, power, level = pairs, f"x{level + 1}", level + 1
+    lines.append(f"    return {terms[0]}")
     source = "\n".join(lines)
     exec(source, globals())  # noqa: S102 - generated from the constant table above
     return _helper(globals()[fn_name], source)
@@ -813,8 +831,8 @@ _p_expm1_64 = _poly("EXPM1_64", float)
 _p_exp2q64 = _poly("EXP2Q64", float)
 _p_expq64 = _poly("EXPQ64", float)
 _p_log64 = _poly("LOG64", float)
-_p_log2_pow32 = _poly("LOG2_POW32", float)
-_p_exp2_pow32 = _poly("EXP2_POW32", float)
+_p_log2_pow32 = _poly("LOG2_POW32", float, estrin=True)
+_p_exp2_pow32 = _poly("EXP2_POW32", float, estrin=True)
 _p_logdd_tail = _poly("LOGDD_TAIL", float)
 _p_tanh64 = _poly("TANH64", float)
 _p_sin64 = _poly("SIN64", float, start=1)
