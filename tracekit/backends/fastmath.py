@@ -423,7 +423,6 @@ def _split(fixed, fbits, widths):
 
 _PIO2_FIX = _PI_FIX >> 1  # pi/2 * 2**1400
 _PIO2_64 = _split(_PIO2_FIX, _PI_BITS, [32, 32, 32, 53])  # float64 Cody-Waite parts
-_PIO2_32 = _split(_PIO2_FIX, _PI_BITS, [24, 24, 24])  # float32 Cody-Waite parts
 _PIO2_DD = _split(_PIO2_FIX, _PI_BITS, [53, 53])
 
 
@@ -488,8 +487,6 @@ _LN2_LO32 = _f32(np.log(2.0) - float(_LN2_32))
 _MINNORM32 = _f32(_h("0x1p-126"))
 _TWO23_32 = _f32(8388608.0)
 _SQRTH32_BITS = 0x3F3504F3  # bits of sqrt(0.5) (rounded down)
-_TWO_O_PI32 = _f32(_h("0x1.45f306p-1"))
-_PIO2_1_32, _PIO2_2_32, _PIO2_3_32 = (_f32(v) for v in _PIO2_32)
 _LIM32 = _f32(1048576.0)  # Cody-Waite range of sin/cos float32 (2**20)
 
 # float64 constants
@@ -780,6 +777,16 @@ _COEFFS["EXP2_POW32"] = (
     "0x1.c6b08a7f9b725p-5", "0x1.3b29dc84c4eddp-7", "0x1.5d8aa05994ff6p-10",
     "0x1.4469f8aa38cacp-13", "0x1.fde0d2dab5cb9p-17",
 )  # fmt: skip
+# float32 tan in float64: sin r = r + r^3 S(r^2), cos r = 1 + r^2 C(r^2), |r| <= pi/4, fitted as
+# above (mpmath); relative error 2**-35.6 and 2**-31.8
+_COEFFS["SIN_QUARTER_PI"] = (
+    "-0x1.555555545a592p-3", "0x1.11110de869df2p-7", "-0x1.a013a0373727fp-13",
+    "0x1.6dbc07448112ap-19",
+)  # fmt: skip
+_COEFFS["COS_QUARTER_PI"] = (
+    "-0x1.fffffffa8f771p-2", "0x1.55554c9bf4648p-5", "-0x1.6c0df78bc8d02p-10",
+    "0x1.9a6a9375a9b76p-16",
+)  # fmt: skip
 # log(m) tail for the double-double log: s^7 * sum_k 2 z^k / (2k+7) (Taylor, z <= 0.0295)
 _COEFFS["LOGDD_TAIL"] = tuple(float(2.0 / (2 * k + 7)).hex() for k in range(10))
 
@@ -837,6 +844,8 @@ _p_logdd_tail = _poly("LOGDD_TAIL", float)
 _p_tanh64 = _poly("TANH64", float)
 _p_sin64 = _poly("SIN64", float, start=1)
 _p_sin_half_pi = _poly("SIN_HALF_PI", float)
+_p_sin_quarter_pi = _poly("SIN_QUARTER_PI", float)
+_p_cos_quarter_pi = _poly("COS_QUARTER_PI", float)
 _S0_64 = _h(_COEFFS["SIN64"][0])
 _p_cos64 = _poly("COS64", float)
 _p_erf64s = _poly("ERF64S", float)
@@ -990,22 +999,6 @@ def _ph32(ax):
 
 
 @_helper
-def _near32(x):
-    """x = q*pi/2 + rh + rl (float32 pair) for |x| <= _LIM32; q = rh = rl = 0 beyond."""
-    xc = x if abs(x) <= _LIM32 else _ZERO32
-    j = _fma(xc, _TWO_O_PI32, _SH32)
-    q = _as_int(j)
-    n = j - _SH32
-    r1 = _fma(n, -_PIO2_1_32, xc)  # exact for |n| < 2**22
-    ph = n * _PIO2_2_32
-    pl = _fma(n, _PIO2_2_32, -ph)
-    s, e = _two_sum(r1, -ph)
-    lo = (e - pl) - n * _PIO2_3_32
-    rh, rl = _two_sum(s, lo)
-    return q, rh, rl
-
-
-@_helper
 def _far32(x):
     """x = q*pi/2 + rh + rl (float32 pair) for a finite float32 |x| > _LIM32, by Payne-Hanek
     in float64 (any value below)."""
@@ -1018,19 +1011,6 @@ def _far32(x):
         rbh = -rbh
         rbl = -rbl
     return qb, rbh, rbl
-
-
-@_helper
-def _reduce32(x):
-    """x = q*pi/2 + rh + rl (float32 pair) for any finite float32 x."""
-    q, rh, rl = _near32(x)
-    # large arguments: Payne-Hanek (selected, both are evaluated)
-    qb, rbh, rbl = _far32(x)
-    if abs(x) > _LIM32:
-        q = qb
-        rh = rbh
-        rl = rbl
-    return q, rh, rl
 
 
 @_helper
@@ -1047,6 +1027,25 @@ def _sin_by_pi32(x, half):
     r = _fma(nf, -_PI_L, r)
     z = r * r
     return _fma(r * z, _p_sin_half_pi(z), r), n
+
+
+@_helper
+def _tan_near32(x):
+    """tan_f32 for |x| <= _LIM32 and +-inf/nan: n = rint(2x/pi), r = x - n*pi/2 in float64 (as
+    ``_sin_by_pi32``), |r| <= pi/4; tan x = sin r / cos r, or -cos r / sin r for odd n, each to
+    2**-31.8 relative and one division: within 1 ulp once rounded to float32."""
+    xd = np.float64(x if abs(x) <= _LIM32 else _ZERO32)
+    j = _fma(xd, _TWO_O_PI64, _SHD)
+    odd = (_as_int(j) - _SHD_BITS) & 1
+    nf = j - _SHD
+    r = _fma(nf, -_PIO2_H, xd)
+    r = _fma(nf, -_PIO2_L, r)
+    z = r * r
+    s = _fma(r * z, _p_sin_quarter_pi(z), r)
+    c = _fma(z, _p_cos_quarter_pi(z), 1.0)
+    res = _f32(_div(-c if odd else s, s if odd else c))
+    res = x if x == _ZERO32 else res
+    return res if abs(x) < _INF32 else _NAN32
 
 
 @_helper
@@ -2083,15 +2082,15 @@ def cosh_f32(x):
 
 @_jit
 def tan_f32(x):
-    """tan(x) for float32: sin_f32's reduction (a float32 pair), then the float64 sin and cos
-    kernels of that pair and one division, rounded once (the reduction in float64 would cost
-    a float64 Payne-Hanek, evaluated for every element of a vectorised loop).
+    """tan(x) for float32: for |x| <= 2**20 in float64, reduction by pi/2 and sin r / cos r by
+    two short polynomials (``_tan_near32``); beyond, sin_f32's Payne-Hanek reduction (a float32
+    pair), then the float64 sin and cos kernels of that pair and one division, rounded once.
     tan(-0.0) = -0.0.  Domain: all float32 (+-inf -> nan).
     max error vs correctly rounded: 1 ulp.
     """
     x = _f32(x)
-    q, rh, rl = _reduce32(x)
-    return _tan32_of(x, q, rh, rl)
+    q, rh, rl = _far32(x)
+    return _tan_near32(x) if abs(x) <= _LIM32 else _tan32_of(x, q, rh, rl)
 
 
 @_helper
@@ -2281,9 +2280,7 @@ def cos_near_f32(x):
 def tan_near_f32(x):
     """tan_f32 for |x| <= 2**20 and +-inf/nan (see sin_near_f32).
     max error vs correctly rounded: 1 ulp."""
-    x = _f32(x)
-    q, rh, rl = _near32(x)
-    return _tan32_of(x, q, rh, rl)
+    return _tan_near32(_f32(x))
 
 
 @_jit
