@@ -2558,6 +2558,7 @@ def power_const_f64(x, y):
 
 _LN2_64 = _h("0x1.62e42fefa39efp-1")
 _SQRT2_M1 = _h("0x1.a827999fcef34p-2")  # sqrt(2) - 1
+_SQRTH_M1 = _h("-0x1.2bec333018866p-2")  # sqrt(1/2) - 1
 _TWO28 = 268435456.0
 _TWO_M28 = 2.0**-28
 _TWO_M18 = 2.0**-18
@@ -2646,30 +2647,47 @@ def _hypot64_impl(x, y):
 
 
 # float32 in float64: the squares cannot overflow and log1p's argument is never cancelled, so
-# one formula over the whole range (fdlibm needs three for float64).
+# one formula over the whole range (fdlibm needs three for float64), and log1p to float32's
+# needs (``_log1p32via64``).
 @_helper
 def _asinh32via64(x):
     a = abs(x)
-    res = _log1p64_impl(a + _div(a * a, 1.0 + np.sqrt(_fma(a, a, 1.0))))
+    res = _log1p32via64(a + _div(a * a, 1.0 + np.sqrt(_fma(a, a, 1.0))))
     return _copysign64(a if a == _INF else res, x)
 
 
 @_helper
 def _acosh32via64(x):
     t = x - 1.0
-    res = _log1p64_impl(t + np.sqrt(_fma(t, t, t + t)))
+    res = _log1p32via64(t + np.sqrt(_fma(t, t, t + t)))
     return _NAN if x < 1.0 else res
 
 
 @_helper
 def _atanh32via64(x):
     a = abs(x)
-    return _copysign64(0.5 * _log1p64_impl(_div(a + a, 1.0 - a)), x)
+    return _copysign64(0.5 * _log1p32via64(_div(a + a, 1.0 - a)), x)
+
+
+@_helper
+def _log1p32via64(v):
+    """log1p(v) to 2**-37 relative, for results rounded to float32: 1 + v = 2**e (1 + f) with
+    f = v itself (exact) for v in [sqrt(1/2) - 1, sqrt2 - 1], else from 1 + v rounded (an
+    error of 2**-53 against a logarithm of 0.34 or more), and log2(1 + f) as float32 pow's."""
+    ix = _as_int(1.0 + v) - _SQRTH64_BITS
+    small = (v >= _SQRTH_M1) & (v <= _SQRT2_M1)
+    f = v if small else _as_f64((ix & _MANT64) + _SQRTH64_BITS) - 1.0
+    s = _div(f, 2.0 + f)
+    res = ((0.0 if small else _int_to_f64(ix >> 52)) + s * _p_log2_pow32(s * s)) * _LN2_64
+    res = -_INF if v == -1.0 else res
+    res = _NAN if v < -1.0 else res
+    return res if v < _INF else v  # (+inf, nan)
 
 
 @_jit
 def arcsinh_f32(x):
-    """Inverse hyperbolic sine for float32 (one log1p formula in float64, rounded once).
+    """Inverse hyperbolic sine for float32 (one log1p formula in float64 with float32
+    pow's log2, rounded once).
 
     Domain: all float32.  max error vs correctly rounded: 1 ulp.
     """
@@ -2678,7 +2696,8 @@ def arcsinh_f32(x):
 
 @_jit
 def arccosh_f32(x):
-    """Inverse hyperbolic cosine for float32 (one log1p formula in float64, rounded once).
+    """Inverse hyperbolic cosine for float32 (one log1p formula in float64 with float32
+    pow's log2, rounded once).
 
     Domain: all float32 (nan below 1).  max error vs correctly rounded: 1 ulp.
     """
@@ -2687,7 +2706,8 @@ def arccosh_f32(x):
 
 @_jit
 def arctanh_f32(x):
-    """Inverse hyperbolic tangent for float32 (one log1p formula in float64, rounded once).
+    """Inverse hyperbolic tangent for float32 (one log1p formula in float64 with float32
+    pow's log2, rounded once).
 
     Domain: all float32 (+-inf at +-1, nan beyond).  max error vs correctly rounded: 1 ulp.
     """
