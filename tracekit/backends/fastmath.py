@@ -787,6 +787,11 @@ _COEFFS["COS_QUARTER_PI"] = (
     "-0x1.fffffffa8f771p-2", "0x1.55554c9bf4648p-5", "-0x1.6c0df78bc8d02p-10",
     "0x1.9a6a9375a9b76p-16",
 )  # fmt: skip
+# float32 cbrt in float64: m**(-1/3), m in [1, 2], fitted as above (mpmath); 2**-11.7 relative
+_COEFFS["RCBRT32"] = (
+    "0x1.89dd0899b2205p+0", "-0x1.9b140c0f151aep-1", "0x1.4073a2c60c200p-2",
+    "-0x1.905f81a4e9438p-5",
+)  # fmt: skip
 # log(m) tail for the double-double log: s^7 * sum_k 2 z^k / (2k+7) (Taylor, z <= 0.0295)
 _COEFFS["LOGDD_TAIL"] = tuple(float(2.0 / (2 * k + 7)).hex() for k in range(10))
 
@@ -846,6 +851,7 @@ _p_sin64 = _poly("SIN64", float, start=1)
 _p_sin_half_pi = _poly("SIN_HALF_PI", float)
 _p_sin_quarter_pi = _poly("SIN_QUARTER_PI", float)
 _p_cos_quarter_pi = _poly("COS_QUARTER_PI", float)
+_p_rcbrt32 = _poly("RCBRT32", float)
 _S0_64 = _h(_COEFFS["SIN64"][0])
 _p_cos64 = _poly("COS64", float)
 _p_erf64s = _poly("ERF64S", float)
@@ -2566,6 +2572,8 @@ _CBRT_P = (1.87595182427177009643, -1.88497979543377169875, 1.621429720105354466
            -0.758397934778766047437, 0.145996192886612446982)  # fmt: skip
 _CBRT_B1 = 715094163  # (1023 - 1023/3 - 0.03306235651) * 2**20, fdlibm s_cbrt.c
 _THIRD = 1.0 / 3.0
+_CBRT2 = _h("0x1.428a2f98d728bp+0")  # 2**(1/3)
+_CBRT4 = _h("0x1.965fea53d6e3dp+0")  # 4**(1/3)
 
 
 @_helper
@@ -2646,6 +2654,26 @@ def _hypot64_impl(x, y):
     return _INF if (ax == _INF) | (ay == _INF) else res
 
 
+@_helper
+def _cbrt32via64(x):
+    """cbrt of a float32 x in float64, without division: |x| = 2**(3q + k) m, m in [1, 2),
+    k in {0, 1, 2} (every float32 is a normal float64); r ~ m**(-1/3) by a cubic (2**-11.7),
+    two Newton steps r + r (1 - m r**3) / 3 (2**-43), then m r**2 cbrt(2**k) 2**q."""
+    a = abs(x)
+    bits = _as_int(a)
+    n = (bits >> 52) - 873  # e + 150, e the exponent: in [1, 277] for a float32 other than 0
+    q = (n * 21846) >> 16  # n // 3 for those n
+    k = n - 3 * q
+    m = _as_f64((bits & _MANT64) | 0x3FF0000000000000)
+    r = _p_rcbrt32(m)
+    r = _fma(r * _THIRD, _fma(-m * r, r * r, 1.0), r)
+    r = _fma(r * _THIRD, _fma(-m * r, r * r, 1.0), r)
+    root = (m * r) * r * (_CBRT2 if k == 1 else (_CBRT4 if k == 2 else 1.0))
+    res = root * _as_f64((q - 50 + 1023) << 52)
+    res = a if (a == 0.0) | (a == _INF) | (a != a) else res
+    return _copysign64(res, x)
+
+
 # float32 in float64: the squares cannot overflow and log1p's argument is never cancelled, so
 # one formula over the whole range (fdlibm needs three for float64), and log1p to float32's
 # needs (``_log1p32via64``).
@@ -2716,11 +2744,11 @@ def arctanh_f32(x):
 
 @_jit
 def cbrt_f32(x):
-    """Cube root for float32 (the float64 kernel, rounded once).
+    """Cube root for float32 (in float64 without division, ``_cbrt32via64``, rounded once).
 
     Domain: all float32.  max error vs correctly rounded: 1 ulp.
     """
-    return _f32(_cbrt64_impl(np.float64(x)))
+    return _f32(_cbrt32via64(np.float64(x)))
 
 
 @_jit
