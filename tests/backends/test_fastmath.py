@@ -944,6 +944,21 @@ def test_near_names():
     assert fm.near_names("exp", F64) is None
 
 
+@pytest.mark.parametrize("name", ["EXP2_POW32", "LOG2_POW32", "EXPQ64", "SIN32"])
+def test_estrins_scheme_evaluates_hornerss_polynomial(name):
+    """``_poly(..., estrin=True)`` pairs the coefficients differently, not differently ones:
+    its values are Horner's within a few roundings, for every count of coefficients (odd and
+    even counts, leftovers at each level)."""
+    x = np.random.default_rng(5).uniform(-0.5, 0.5, 1000)
+    for start in range(len(fm._COEFFS[name]) - 1):
+        horner = numba.njit(fm._flatten(fm._poly(name, float, start)))
+        estrin = numba.njit(fm._flatten(fm._poly(name, float, start, estrin=True)))
+        want = np.array([horner(v) for v in x])
+        got = np.array([estrin(v) for v in x])
+        np.testing.assert_allclose(got, want, rtol=8 * np.finfo(F64).eps, atol=1e-300)
+    assert "x1 = x * x" in fm._HELPERS[fm._poly(name, float, estrin=True)]
+
+
 @pytest.mark.parametrize("op", ["sin", "cos", "tan"])
 def test_float32_trig_reduces_without_the_float64_table(op):
     """float32 trig reduces its argument in float32 (Payne-Hanek in integer arithmetic): a

@@ -805,7 +805,7 @@ def _poly(name, dtype, start=0, estrin=False):
 
     ``start`` skips the leading coefficients (evaluates sum c_{start+i} x^i).
     """
-    fn_name = f"_poly_{name.lower()}_{start}"
+    fn_name = f"_poly_{name.lower()}_{start}" + ("_estrin" if estrin else "")
     cs = [f"{fn_name}_c{i}" for i in range(len(_COEFFS[name]) - start)]
     globals().update({c: dtype(_h(v)) for c, v in zip(cs, _COEFFS[name][start:])})
     lines = [f"def {fn_name}(x):"]
