@@ -66,8 +66,9 @@ RANGES = {
     "arctanh": (-0.99, 0.99),
     "cbrt": (-100.0, 100.0),
     "hypot": (-10.0, 10.0),  # both
+    "logaddexp": (-10.0, 10.0),  # both
 }
-BINARY = ("power", "arctan2", "hypot")
+BINARY = ("power", "arctan2", "hypot", "logaddexp")
 
 
 def _libm_scalar(op):

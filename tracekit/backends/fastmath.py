@@ -1036,16 +1036,21 @@ def _sin_by_pi32(x, half):
 
 
 @_helper
-def _tan_near32(x):
-    """tan_f32 for |x| <= _LIM32 and +-inf/nan: n = rint(2x/pi), r = x - n*pi/2 in float64 (as
-    ``_sin_by_pi32``), |r| <= pi/4; tan x = sin r / cos r, or -cos r / sin r for odd n, each to
-    2**-31.8 relative and one division: within 1 ulp once rounded to float32."""
+def _by_half_pi32(x):
+    """(n's parity, r) with x = n*pi/2 + r, |r| <= pi/4, r in float64, for a float32 x with
+    |x| <= _LIM32 (0 taken beyond): n = rint(2x/pi), r as in ``_sin_by_pi32``."""
     xd = np.float64(x if abs(x) <= _LIM32 else _ZERO32)
     j = _fma(xd, _TWO_O_PI64, _SHD)
-    odd = (_as_int(j) - _SHD_BITS) & 1
     nf = j - _SHD
     r = _fma(nf, -_PIO2_H, xd)
-    r = _fma(nf, -_PIO2_L, r)
+    return (_as_int(j) - _SHD_BITS) & 1, _fma(nf, -_PIO2_L, r)
+
+
+@_helper
+def _tan_reduced32(x, odd, r):
+    """tan_f32(x) from x = n*pi/2 + r (float64 r, |r| <= pi/4; odd: n's parity): sin r / cos r,
+    or -cos r / sin r for odd n, each to 2**-31.8 relative, one division: within 1 ulp once
+    rounded to float32."""
     z = r * r
     s = _fma(r * z, _p_sin_quarter_pi(z), r)
     c = _fma(z, _p_cos_quarter_pi(z), 1.0)
@@ -2088,26 +2093,19 @@ def cosh_f32(x):
 
 @_jit
 def tan_f32(x):
-    """tan(x) for float32: for |x| <= 2**20 in float64, reduction by pi/2 and sin r / cos r by
-    two short polynomials (``_tan_near32``); beyond, sin_f32's Payne-Hanek reduction (a float32
-    pair), then the float64 sin and cos kernels of that pair and one division, rounded once.
+    """tan(x) for float32 in float64: x = n*pi/2 + r, for |x| <= 2**20 by float64 pi/2 in two
+    parts, beyond by sin_f32's Payne-Hanek reduction (a float32 pair); then sin r / cos r by two
+    short polynomials and one division, rounded once (``_tan_reduced32``).
     tan(-0.0) = -0.0.  Domain: all float32 (+-inf -> nan).
     max error vs correctly rounded: 1 ulp.
     """
     x = _f32(x)
+    odd, r = _by_half_pi32(x)
     q, rh, rl = _far32(x)
-    return _tan_near32(x) if abs(x) <= _LIM32 else _tan32_of(x, q, rh, rl)
-
-
-@_helper
-def _tan32_of(x, q, rh, rl):
-    """tan(x) from x = q*pi/2 + rh + rl."""
-    h, l = np.float64(rh), np.float64(rl)
-    s = _sin_k64(h, l)
-    c = _cos_k64(h, l)
-    r = _f32(_div(-c, s) if q & 1 else _div(s, c))
-    r = x if x == _ZERO32 else r
-    return r if abs(x) < _INF32 else _NAN32
+    if abs(x) > _LIM32:
+        odd = q & 1
+        r = np.float64(rh) + np.float64(rl)
+    return _tan_reduced32(x, odd, r)
 
 
 # ---------------------------------------------------------------------------
@@ -2286,7 +2284,9 @@ def cos_near_f32(x):
 def tan_near_f32(x):
     """tan_f32 for |x| <= 2**20 and +-inf/nan (see sin_near_f32).
     max error vs correctly rounded: 1 ulp."""
-    return _tan_near32(_f32(x))
+    x = _f32(x)
+    odd, r = _by_half_pi32(x)
+    return _tan_reduced32(x, odd, r)
 
 
 @_jit
