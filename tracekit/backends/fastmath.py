@@ -1446,14 +1446,20 @@ def _tanh64_impl(x):
 
 
 @_helper
+def _integer_parity64(y):
+    """(y is an integer, y is an odd integer) for a float64 y (infinities are even integers)."""
+    ay = abs(y)
+    yint = (ay >= _TWO52) or (((ay + _TWO52) - _TWO52) == ay)
+    hy = 0.5 * ay
+    return yint, yint and (ay < 2.0 * _TWO52) and (((hy + _TWO52) - _TWO52) != hy)
+
+
+@_helper
 def _pow_special64(x, y, mag):
     """Apply C99/NumPy special cases of pow to the magnitude |x|**y (float64)."""
     ax = abs(x)
     ay = abs(y)
-    ayr = (ay + _TWO52) - _TWO52
-    yint = (ay >= _TWO52) or (ayr == ay)
-    hy = 0.5 * ay
-    odd = yint and (ay < 2.0 * _TWO52) and (((hy + _TWO52) - _TWO52) != hy)
+    yint, odd = _integer_parity64(y)
     neg = x < 0.0
     res = -mag if (neg and odd) else mag
     res = _NAN if (neg and not yint) else res
@@ -1504,15 +1510,27 @@ def _pow32_via64(x, y):
     overflow or scaling step (t is clamped there, far past float32's range)."""
     ix = _as_int(abs(x)) - _SQRTH64_BITS
     f = _as_f64((ix & _MANT64) + _SQRTH64_BITS) - 1.0
+    mag = _exp2_32via64(y * (_int_to_f64(ix >> 52) + _log2_1p32via64(f)))
+    return _pow_special32via64(x, y, mag)
+
+
+@_helper
+def _log2_1p32via64(f):
+    """log2(1 + f) for f in [sqrt(1/2) - 1, sqrt2 - 1]: s P(s^2), s = f / (2 + f) (2**-37.8)."""
     s = _div(f, 2.0 + f)
-    t = y * (_int_to_f64(ix >> 52) + s * _p_log2_pow32(s * s))
+    return s * _p_log2_pow32(s * s)
+
+
+@_helper
+def _exp2_32via64(t):
+    """2**t for results rounded to float32: t clamped to [-200, 200] (far past float32's
+    range, and 2**k stays a normal float64; nan taken as 0), 2**t = 2**k 2**r, |r| <= 1/2, by
+    a polynomial (2**-34.5)."""
     t = 200.0 if t > 200.0 else t
     t = -200.0 if t < -200.0 else t
     t = t if t == t else 0.0
     kb = t + _SHD
-    r = t - (kb - _SHD)
-    mag = _p_exp2_pow32(r) * _as_f64((_as_int(kb) - _SHD_BITS + 1023) << 52)
-    return _pow_special32via64(x, y, mag)
+    return _p_exp2_pow32(t - (kb - _SHD)) * _as_f64((_as_int(kb) - _SHD_BITS + 1023) << 52)
 
 
 @_helper
@@ -1520,10 +1538,7 @@ def _pow_special32via64(x, y, mag):
     """np.power's special cases around ``_pow32_via64``'s magnitude, which already is 1 for
     y = 0 or |x| = 1 (t = 0, or nan clamped to 0: pow(-1, +-inf) = 1 too), 0 or inf for
     |x| < 1 or > 1 with y = +-inf (t clamped), and garbage only for x = 0, +-inf or nan."""
-    ay = abs(y)
-    yint = (ay >= _TWO52) or (((ay + _TWO52) - _TWO52) == ay)
-    hy = 0.5 * ay
-    odd = yint and (ay < 2.0 * _TWO52) and (((hy + _TWO52) - _TWO52) != hy)
+    yint, odd = _integer_parity64(y)
     ax = abs(x)
     edge = (ax == 0.0) or (ax == _INF)
     res = (0.0 if (ax == 0.0) == (y > 0.0) else _INF) if edge else mag
@@ -2739,8 +2754,7 @@ def _log1p32via64(v):
     ix = _as_int(1.0 + v) - _SQRTH64_BITS
     small = (v >= _SQRTH_M1) & (v <= _SQRT2_M1)
     f = v if small else _as_f64((ix & _MANT64) + _SQRTH64_BITS) - 1.0
-    s = _div(f, 2.0 + f)
-    res = ((0.0 if small else _int_to_f64(ix >> 52)) + s * _p_log2_pow32(s * s)) * _LN2_64
+    res = ((0.0 if small else _int_to_f64(ix >> 52)) + _log2_1p32via64(f)) * _LN2_64
     res = -_INF if v == -1.0 else res
     res = _NAN if v < -1.0 else res
     return res if v < _INF else v  # (+inf, nan)
@@ -2819,20 +2833,14 @@ def logaddexp_f32(x, y):
 
 @_helper
 def _logaddexp32via64(x, y):
-    """max + log1p(u), u = 2**t = exp(-|x - y|) <= 1 as in ``_pow32_via64`` (t clamped at
-    -200: u stays a normal float64), log1p(u) = log2(1 + f) ln2 + (1 if u > sqrt2 - 1) with
+    """max + log1p(u), u = 2**t = exp(-|x - y|) <= 1 (``_exp2_32via64``: t clamped at -200,
+    u stays a normal float64), log1p(u) = log2(1 + f) ln2 + (1 if u > sqrt2 - 1) with
     f = u or (u - 1)/2, both exact, in [sqrt(1/2) - 1, sqrt2 - 1]."""
     d = x - y
     m = x if d > 0.0 else y
-    t = -abs(d) * _L2E64
-    t = -200.0 if t < -200.0 else t
-    t = t if t == t else 0.0
-    kb = t + _SHD
-    u = _p_exp2_pow32(t - (kb - _SHD)) * _as_f64((_as_int(kb) - _SHD_BITS + 1023) << 52)
+    u = _exp2_32via64(-abs(d) * _L2E64)
     big = u > _SQRT2_M1
-    f = 0.5 * (u - 1.0) if big else u
-    s = _div(f, 2.0 + f)
-    log2u1 = s * _p_log2_pow32(s * s) + (1.0 if big else 0.0)
+    log2u1 = _log2_1p32via64(0.5 * (u - 1.0) if big else u) + (1.0 if big else 0.0)
     res = _fma(log2u1, _LN2_64, m)
     res = _NAN if d != d else res  # (a nan; inf - inf is x == y below)
     return x + _LN2_64 if x == y else res
