@@ -973,11 +973,7 @@ def _fitted_tables():
     ]
 
 
-FITTED_TABLES = ("LOG2_POW32", "EXP2_POW32", "SIN_QUARTER_PI", "COS_QUARTER_PI", "ATAN_32VIA64",
-                 "RCBRT32")  # fmt: skip
-
-
-@pytest.mark.parametrize("table", FITTED_TABLES)
+@pytest.mark.parametrize("table", [t[0] for t in _fitted_tables()])
 def test_fitted_tables_meet_the_error_their_comments_state(table):
     """Each polynomial fitted for float32's needs, its coefficients as stored, approximates its
     function within the relative error its comment states (to 0.1 in the exponent; the float32
@@ -1003,11 +999,10 @@ def test_fitted_tables_meet_the_error_their_comments_state(table):
 
 @pytest.mark.parametrize("name", ["EXP2_POW32", "LOG2_POW32", "EXPQ64", "SIN64"])
 def test_estrins_scheme_evaluates_hornerss_polynomial(name):
-    """``_poly(..., estrin=True)`` pairs the coefficients differently, not differently ones:
-    its values are Horner's within a few roundings, for every count of coefficients (odd and
-    even counts, leftovers at each level). (float64 tables only: ``_poly`` binds its names in
-    the module, and a float32 table's made as float64 would change the functions compiled
-    after.)"""
+    """``_poly(..., estrin=True)`` pairs the same coefficients differently: its values are
+    Horner's within a few roundings, for every count of coefficients (odd and even counts,
+    leftovers at each level). (float64 tables only: ``_poly`` binds its names in the module,
+    and a float32 table made again as float64 would change the functions compiled after.)"""
     x = np.random.default_rng(5).uniform(-0.5, 0.5, 1000)
     for start in range(len(fm._COEFFS[name]) - 1):
         horner = numba.njit(fm._flatten(fm._poly(name, float, start)))
